@@ -1,0 +1,114 @@
+"""Developer and CI sessions. ``nox`` alone runs the offline test suite."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import nox
+
+nox.options.sessions = ["tests"]
+nox.options.reuse_existing_virtualenvs = True
+nox.options.error_on_missing_interpreters = True
+
+# Debian packages the scenario harness drives (clock jumps, I/O fault injection).
+SYSTEM_PACKAGES = {"faketime": "faketime", "fiu-run": "fiu-utils"}
+COVERAGE_FAIL_UNDER = "85"
+
+
+def ensure_system_packages(session: nox.Session) -> None:
+    """Install missing Debian packages when we can (root + apt); otherwise say what is missing.
+
+    Tests that need a missing tool skip with that tool's name; nothing else is affected.
+    """
+    missing = [pkg for tool, pkg in SYSTEM_PACKAGES.items() if shutil.which(tool) is None]
+    if not missing:
+        return
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        session.warn(f"missing Debian packages {missing}; scenarios needing them will skip")
+        return
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    try:
+        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, timeout=300)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
+            check=True,
+            env=env,
+            timeout=600,
+        )
+    except (subprocess.SubprocessError, OSError) as exc:
+        session.warn(f"could not install {missing} ({exc}); scenarios needing them will skip")
+
+
+def install_project(session: nox.Session, *extras: str) -> None:
+    spec = f".[{','.join(extras)}]" if extras else "."
+    session.install("-e", spec)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The offline suite: unit, integration and the fast scenarios (never a real API)."""
+    ensure_system_packages(session)
+    install_project(session, "test")
+    session.run("pytest", "-m", "not live and not slow", *session.posargs)
+
+
+@nox.session
+def scenarios(session: nox.Session) -> None:
+    """Every scenario, including the slow ones and the longer state-machine budget."""
+    ensure_system_packages(session)
+    install_project(session, "test")
+    session.run(
+        "pytest", "-m", "scenario", "tests/scenarios", *session.posargs,
+        env={"RELAY_SCENARIO_BUDGET": "long"},
+    )
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff>=0.5")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", "--diff", ".", success_codes=[0, 1])
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    install_project(session, "test", "dev")
+    session.run("mypy")
+
+
+@nox.session
+def coverage(session: nox.Session) -> None:
+    ensure_system_packages(session)
+    install_project(session, "test")
+    session.run("coverage", "erase")
+    session.run(
+        "coverage", "run", "-m", "pytest", "-m", "not live and not slow", *session.posargs,
+        env={"COVERAGE_PROCESS_START": "setup.cfg"},
+    )
+    session.run("coverage", "combine", success_codes=[0, 1])
+    session.run("coverage", "report", f"--fail-under={COVERAGE_FAIL_UNDER}")
+
+
+@nox.session
+def serve(session: nox.Session) -> None:
+    """Run the relay; with no OPENAI_API_KEY it answers from the built-in fake upstream."""
+    install_project(session)
+    session.run("relay", "serve", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Relay vs direct-to-fake ratios; prints a table and writes bench-results/bench.json."""
+    install_project(session, "test")
+    session.run("python", "-m", "tests.bench", *session.posargs)
+
+
+@nox.session
+def live(session: nox.Session) -> None:
+    """Opt-in acceptance run against the real OpenAI API (needs OPENAI_API_KEY)."""
+    if not os.environ.get("OPENAI_API_KEY"):
+        session.error("the live session needs OPENAI_API_KEY in the environment")
+    install_project(session, "test")
+    session.run("pytest", "-m", "live", "--live", "live", *session.posargs)

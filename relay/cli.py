@@ -1,0 +1,57 @@
+"""``relay`` command line: ``relay serve``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+from relay import __version__, log
+from relay.config import load_config
+from relay.errors import ConfigError
+from relay.server import RelayServer, serve_forever
+
+
+def _serve() -> int:
+    try:
+        config = load_config()
+    except ConfigError as exc:
+        print(f"relay: configuration error: {exc}", file=sys.stderr)
+        return 2
+    log.configure(config.log_level)
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await serve_forever(RelayServer(config), stop)
+
+    try:
+        asyncio.run(run())
+    except ConfigError as exc:
+        print(f"relay: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"relay: cannot start: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="relay",
+        description="Chat Completions relay for the OpenAI Responses API with encrypted "
+        "reasoning replay. Configuration comes from the environment (see README).",
+    )
+    parser.add_argument("--version", action="version", version=f"relay {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("serve", help="run the relay HTTP server")
+    args = parser.parse_args(argv)
+    assert args.command == "serve"  # argparse rejects anything else
+    return _serve()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

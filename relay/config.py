@@ -1,0 +1,191 @@
+"""Environment → one frozen :class:`Config`, validated at startup.
+
+Every variable the relay reads is declared here with its default. An invalid value raises
+:class:`~relay.errors.ConfigError` with one line naming the variable and what it accepts;
+``relay serve`` prints that line and exits 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from relay.errors import ConfigError
+
+DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+REASONING_SUMMARIES = ("auto", "concise", "detailed", "none")
+SAMPLING_POLICIES = ("auto", "forward", "drop")
+
+
+@dataclass(frozen=True)
+class ModelAlias:
+    """What a client-visible model name resolves to upstream."""
+
+    name: str
+    model: str
+    reasoning_effort: str | None = None
+    reasoning_summary: str | None = None
+    # "auto": decide by model family (relay.translate.sampling); "forward": always send
+    # temperature/top_p; "drop": never send them.
+    sampling: str = "auto"
+
+
+@dataclass(frozen=True)
+class Config:
+    host: str = "127.0.0.1"
+    port: int = 8787
+    relay_token: str | None = None
+    data_dir: Path = Path("data")
+    openai_api_key: str | None = None
+    openai_base_url: str = DEFAULT_OPENAI_BASE_URL
+    model_aliases: Mapping[str, ModelAlias] = field(default_factory=dict)
+    reasoning_cache_enabled: bool = False
+    reasoning_summaries_as_content: bool = False
+    max_request_bytes: int = 64 * 1024 * 1024
+    max_response_bytes: int = 64 * 1024 * 1024
+    max_sse_event_bytes: int = 8 * 1024 * 1024
+    idle_timeout_ms: int = 900_000
+    delivery_timeout_ms: int = 30_000
+    sse_keepalive_ms: int = 15_000
+    log_level: str = "info"
+
+    @property
+    def responses_url(self) -> str:
+        return self.openai_base_url.rstrip("/") + "/responses"
+
+    @property
+    def uses_embedded_fake(self) -> bool:
+        """No key: answers come from the in-process fake upstream."""
+        return self.openai_api_key is None
+
+
+def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0) -> int:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw.strip(), 10)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r}: expected a whole number >= {minimum}") from None
+    if value < minimum:
+        raise ConfigError(f"{name}={raw!r}: expected a whole number >= {minimum}")
+    return value
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}={raw!r}: expected 1 or 0 (also true/false, yes/no, on/off)")
+
+
+def _base_url(env: Mapping[str, str]) -> str:
+    raw = env.get("OPENAI_BASE_URL", "").strip() or DEFAULT_OPENAI_BASE_URL
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(
+            f"OPENAI_BASE_URL={raw!r}: expected an http(s) URL such as {DEFAULT_OPENAI_BASE_URL}"
+        )
+    if parts.query or parts.fragment:
+        raise ConfigError(f"OPENAI_BASE_URL={raw!r}: expected a URL without query or fragment")
+    return raw.rstrip("/")
+
+
+def load_json_or_path(name: str, raw: str) -> Any:
+    """A variable holding JSON inline, or the path of a JSON file."""
+    text = raw.strip()
+    if not text.startswith(("{", "[")):
+        path = Path(text).expanduser()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(
+                f"{name}: expected inline JSON or a readable JSON file; cannot read {path}: "
+                f"{exc.strerror}"
+            ) from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{name}: invalid JSON ({exc})") from None
+
+
+def parse_model_aliases(raw: str | None) -> dict[str, ModelAlias]:
+    """``{"alias": "upstream-model"}`` or ``{"alias": {"model": ..., "reasoning_effort": ...}}``."""
+    name = "RELAY_MODEL_ALIASES"
+    if raw is None or raw.strip() == "":
+        return {}
+    data = load_json_or_path(name, raw)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{name}: expected a JSON object mapping alias names to models")
+    aliases: dict[str, ModelAlias] = {}
+    allowed = {"model", "reasoning_effort", "reasoning_summary", "sampling"}
+    for alias, spec in data.items():
+        where = f"{name}[{alias!r}]"
+        if isinstance(spec, str):
+            spec = {"model": spec}  # noqa: PLW2901 - the short form means just the model
+        if not isinstance(spec, dict):
+            raise ConfigError(f"{where}: expected a model name or an object with 'model'")
+        unknown = sorted(set(spec) - allowed)
+        if unknown:
+            raise ConfigError(f"{where}: unknown key {unknown[0]!r}; accepted: {sorted(allowed)}")
+        model = spec.get("model")
+        if not isinstance(model, str) or not model.strip():
+            raise ConfigError(f"{where}.model: expected a non-empty upstream model name")
+        effort = _choice(spec, "reasoning_effort", REASONING_EFFORTS, where)
+        summary = _choice(spec, "reasoning_summary", REASONING_SUMMARIES, where)
+        sampling = _choice(spec, "sampling", SAMPLING_POLICIES, where) or "auto"
+        aliases[alias] = ModelAlias(alias, model.strip(), effort, summary, sampling)
+    return aliases
+
+
+def _choice(spec: Mapping[str, Any], key: str, allowed: tuple[str, ...], where: str) -> str | None:
+    value = spec.get(key)
+    if value is None:
+        return None
+    if value not in allowed:
+        raise ConfigError(f"{where}.{key}={value!r}: expected one of {', '.join(allowed)}")
+    return str(value)
+
+
+def load_config(env: Mapping[str, str] | None = None) -> Config:
+    env = os.environ if env is None else env
+    host = env.get("RELAY_HOST", "").strip() or "127.0.0.1"
+    token = env.get("RELAY_TOKEN") or None
+    if token is not None and (len(token) < 16 or any(c.isspace() for c in token)):
+        raise ConfigError("RELAY_TOKEN: expected at least 16 characters with no whitespace")
+    key = env.get("OPENAI_API_KEY", "").strip() or None
+    log_level = env.get("RELAY_LOG_LEVEL", "").strip().lower() or "info"
+    if log_level not in ("debug", "info", "warning", "error"):
+        raise ConfigError(f"RELAY_LOG_LEVEL={log_level!r}: expected debug, info, warning or error")
+    config = Config(
+        host=host,
+        port=_int(env, "RELAY_PORT", 8787, minimum=0),
+        relay_token=token,
+        data_dir=Path(env.get("RELAY_DATA_DIR", "").strip() or "data"),
+        openai_api_key=key,
+        openai_base_url=_base_url(env),
+        model_aliases=parse_model_aliases(env.get("RELAY_MODEL_ALIASES")),
+        reasoning_cache_enabled=_bool(env, "REASONING_CACHE_ENABLED", False),
+        reasoning_summaries_as_content=_bool(env, "RELAY_REASONING_SUMMARIES", False),
+        max_request_bytes=_int(env, "RELAY_MAX_REQUEST_BYTES", 64 * 1024 * 1024, minimum=1024),
+        max_response_bytes=_int(env, "RELAY_MAX_RESPONSE_BYTES", 64 * 1024 * 1024, minimum=1024),
+        max_sse_event_bytes=_int(env, "RELAY_MAX_SSE_EVENT_BYTES", 8 * 1024 * 1024, minimum=1024),
+        idle_timeout_ms=_int(env, "RELAY_IDLE_TIMEOUT_MS", 900_000, minimum=1),
+        delivery_timeout_ms=_int(env, "RELAY_DELIVERY_TIMEOUT_MS", 30_000, minimum=1),
+        sse_keepalive_ms=_int(env, "RELAY_SSE_KEEPALIVE_MS", 15_000, minimum=0),
+        log_level=log_level,
+    )
+    if config.port > 65535:
+        raise ConfigError(f"RELAY_PORT={config.port}: expected a TCP port from 0 to 65535")
+    return config

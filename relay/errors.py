@@ -1,0 +1,146 @@
+"""The relay's one exception tree.
+
+Every failure a client can see is a :class:`RelayError`. Its subclass decides the HTTP
+status and the OpenAI error ``type``; :meth:`RelayError.envelope` renders the OpenAI error
+envelope. Messages say what to fix and never carry credentials, tokens or ciphertext.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class RelayError(Exception):
+    """Base of every error the relay reports to a client."""
+
+    status = 500
+    error_type = "server_error"
+    default_code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code if code is not None else self.default_code
+
+    def envelope(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.error_type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+# --- client faults: 4xx -------------------------------------------------------------
+
+
+class ClientError(RelayError):
+    """The request is wrong; resending it unchanged will fail again."""
+
+    status = 400
+    error_type = "invalid_request_error"
+
+
+class InvalidRequest(ClientError):
+    default_code = "invalid_request"
+
+
+class UnsupportedParameter(ClientError):
+    default_code = "unsupported_parameter"
+
+
+class Unauthorized(ClientError):
+    status = 401
+    error_type = "authentication_error"
+    default_code = "invalid_api_key"
+
+
+class NotFound(ClientError):
+    status = 404
+    default_code = "not_found"
+
+
+class MethodNotAllowed(ClientError):
+    status = 405
+    default_code = "method_not_allowed"
+
+
+class PayloadTooLarge(ClientError):
+    status = 413
+    default_code = "request_too_large"
+
+
+class UnsupportedMediaType(ClientError):
+    status = 415
+    default_code = "unsupported_media_type"
+
+
+# --- relay-local faults -------------------------------------------------------------
+
+
+class CacheUnavailable(RelayError):
+    """The cache could not persist a safety record, so forwarding would be unsafe."""
+
+    status = 503
+    error_type = "server_error"
+    default_code = "cache_unavailable"
+
+
+class ShuttingDown(RelayError):
+    status = 503
+    error_type = "server_error"
+    default_code = "shutting_down"
+
+
+# --- upstream faults: 502 / 504 / upstream's own status ----------------------------
+
+
+class UpstreamError(RelayError):
+    """The upstream could not be used: unreachable, broken stream, malformed answer."""
+
+    status = 502
+    error_type = "upstream_error"
+    default_code = "bad_gateway"
+
+
+class UpstreamProtocolError(UpstreamError):
+    """The upstream answered, but not in a shape the relay can trust."""
+
+    default_code = "upstream_protocol_error"
+
+
+class UpstreamFailed(UpstreamError):
+    """The upstream reported that the generation failed (``response.failed``/``error``)."""
+
+    default_code = "upstream_failed"
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    default_code = "upstream_timeout"
+
+
+class UpstreamHTTPError(UpstreamError):
+    """An HTTP error answer from upstream; it keeps the upstream's status and envelope."""
+
+    def __init__(self, status: int, envelope: dict[str, Any]):
+        err = envelope.get("error") if isinstance(envelope.get("error"), dict) else {}
+        assert isinstance(err, dict)
+        message = str(err.get("message") or f"upstream answered HTTP {status}")
+        super().__init__(message, param=err.get("param"), code=err.get("code"))
+        self.status = status
+        self.error_type = str(err.get("type") or "upstream_error")
+        self._envelope = envelope
+
+    def envelope(self) -> dict[str, Any]:
+        return self._envelope
+
+
+class ConfigError(Exception):
+    """A configuration value is invalid; the message names the variable and what it accepts.
+
+    Not a :class:`RelayError`: it stops startup and never reaches a client.
+    """

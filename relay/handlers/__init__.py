@@ -1,0 +1,1 @@
+"""Tornado handlers: they move bytes and call the pure core; no translation logic here."""

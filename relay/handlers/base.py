@@ -1,0 +1,135 @@
+"""Shared handler behaviour: bearer auth, OpenAI error envelopes, safe logging."""
+
+from __future__ import annotations
+
+import json
+import logging
+from types import TracebackType
+from typing import Any
+
+from tornado.web import HTTPError, RequestHandler
+
+from relay import log
+from relay.auth import bearer_matches
+from relay.errors import (
+    MethodNotAllowed,
+    NotFound,
+    RelayError,
+    ShuttingDown,
+    Unauthorized,
+)
+from relay.runtime import Runtime
+
+
+class BaseHandler(RequestHandler):
+    requires_auth = True
+
+    def initialize(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    def set_default_headers(self) -> None:
+        # Tornado calls this from __init__, before initialize(), and again on clear().
+        if not hasattr(self, "request_id"):
+            self.request_id = Runtime.new_id("req_")
+        self.set_header("Content-Type", "application/json")
+        self.set_header("x-request-id", self.request_id)
+        self.set_header("Cache-Control", "no-store")
+
+    def prepare(self) -> None:
+        if self.requires_auth and not bearer_matches(
+            self.request.headers.get("Authorization"), self.runtime.relay_token
+        ):
+            raise Unauthorized(
+                "missing or wrong relay token: send 'Authorization: Bearer <RELAY_TOKEN>' "
+                "(the token printed path is shown when the relay starts)"
+            )
+        if self.runtime.shutting_down:
+            raise ShuttingDown("the relay is shutting down; retry against the restarted relay")
+
+    def send_relay_error(self, err: RelayError) -> None:
+        self.clear()
+        self.set_status(err.status)
+        self.finish(json.dumps(err.envelope()))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, RelayError):
+            err = exc
+        elif isinstance(exc, HTTPError) and exc.status_code == 405:
+            err = MethodNotAllowed(
+                f"{self.request.method} is not allowed on {self.request.path}"
+            )
+        elif isinstance(exc, HTTPError) and exc.status_code < 500:
+            err = RelayError(exc.log_message or self._reason)
+            err.status = exc.status_code
+            err.error_type = "invalid_request_error"
+        else:
+            err = RelayError(
+                f"internal relay error; see the relay log for request id {self.request_id}"
+            )
+        self.set_header("Content-Type", "application/json")
+        self.set_status(err.status)
+        self.finish(json.dumps(err.envelope()))
+
+    def log_exception(
+        self,
+        typ: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # Client and upstream faults are expected: one line with a reason code, no traceback
+        # (a traceback's locals could carry request bodies).
+        if isinstance(value, RelayError):
+            log.event(
+                "request_failed",
+                request_id=self.request_id,
+                status=value.status,
+                code=value.code,
+                path=self.request.path,
+            )
+        elif isinstance(value, HTTPError):
+            log.event("request_rejected", request_id=self.request_id, status=value.status_code)
+        else:
+            log.LOGGER.error(
+                "unexpected error request_id=%s path=%s",
+                self.request_id,
+                self.request.path,
+                exc_info=(typ, value, tb) if typ is not None and value is not None else None,
+            )
+
+    def on_finish(self) -> None:
+        log.event(
+            "request_done",
+            level=logging.DEBUG,
+            request_id=self.request_id,
+            method=self.request.method,
+            path=self.request.path,
+            status=self.get_status(),
+            ms=round(self.request.request_time() * 1000),
+        )
+
+
+class HealthHandler(BaseHandler):
+    requires_auth = False
+
+    def get(self) -> None:
+        self.finish(b'{"status":"ok"}')
+
+
+class ModelsHandler(BaseHandler):
+    def get(self) -> None:
+        data = [
+            {"id": name, "object": "model", "created": 0, "owned_by": "relay"}
+            for name in sorted(self.runtime.config.model_aliases)
+        ]
+        self.finish(json.dumps({"object": "list", "data": data}))
+
+
+class NotFoundHandler(BaseHandler):
+    requires_auth = False
+
+    def prepare(self) -> None:
+        raise NotFound(
+            f"no route {self.request.method} {self.request.path}; the relay serves "
+            "POST /v1/chat/completions, GET /v1/models and GET /healthz"
+        )

@@ -1,0 +1,178 @@
+"""POST /v1/chat/completions: read the body within limits, translate, relay, convert back."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+from tornado.web import stream_request_body
+
+from relay import log
+from relay.errors import PayloadTooLarge, RelayError, UpstreamProtocolError
+from relay.handlers.base import BaseHandler
+from relay.request_body import parse_json_object
+from relay.routing import resolve_model
+from relay.translate.chat_sse import DONE, KEEPALIVE, encode_chunk, encode_error
+from relay.translate.chat_to_responses import TranslatedRequest, translate_request
+from relay.translate.responses_to_chat import response_to_chat_completion
+from relay.translate.stream_converter import ChatStreamConverter
+from relay.transport.downstream import Downstream
+from relay.transport.upstream import ClientGone, UpstreamExchange
+
+
+@stream_request_body
+class ChatCompletionsHandler(BaseHandler):
+    def prepare(self) -> None:
+        super().prepare()
+        self._body = bytearray()
+        self._exchange: UpstreamExchange | None = None
+        limit = self.runtime.config.max_request_bytes
+        declared = self.request.headers.get("Content-Length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise PayloadTooLarge(_too_large(limit))
+        # Chunked uploads: Tornado stops reading a little past our own limit, which
+        # data_received enforces with a proper 413.
+        assert self.request.connection is not None
+        self.request.connection.set_max_body_size(limit * 2)  # type: ignore[attr-defined]
+
+    def data_received(self, chunk: bytes) -> None:
+        if self._finished:
+            return
+        if len(self._body) + len(chunk) > self.runtime.config.max_request_bytes:
+            self.send_relay_error(PayloadTooLarge(_too_large(self.runtime.config.max_request_bytes)))
+            return
+        self._body += chunk
+
+    def on_connection_close(self) -> None:
+        if self._exchange is not None:
+            self._exchange.abort(ClientGone())
+
+    async def post(self) -> None:
+        if self._finished:
+            return
+        config = self.runtime.config
+        body = parse_json_object(bytes(self._body), self.request.headers.get("Content-Type"))
+        self._body = bytearray()
+        target = resolve_model(body.get("model"), config.model_aliases)
+        request = translate_request(
+            body, target, reasoning_summaries=config.reasoning_summaries_as_content
+        )
+        log.event(
+            "chat_request",
+            request_id=self.request_id,
+            model=target.model,
+            stream=request.stream,
+            shape=request.shape,
+        )
+        self._completion_id = self.runtime.new_id("chatcmpl-")
+        self._created = int(self.runtime.clock.wall())
+        converter = ChatStreamConverter(
+            completion_id=self._completion_id,
+            created=self._created,
+            model=request.client_model,
+            include_usage=request.include_usage,
+            reasoning_summaries=config.reasoning_summaries_as_content,
+        )
+        if request.stream:
+            await self._relay_stream(request, converter)
+        else:
+            await self._relay_json(request, converter)
+
+    def _exchange_for(
+        self, request: TranslatedRequest, sink: Any, *, buffered: bool
+    ) -> UpstreamExchange:
+        upstream_body = dict(request.upstream_body)
+        # Always streamed upstream, so the idle timer and capture work alike in both modes.
+        upstream_body["stream"] = True
+        exchange = UpstreamExchange(
+            client=self.runtime.http_client,
+            clock=self.runtime.clock,
+            limits=self.runtime.upstream_limits,
+            url=self.runtime.upstream_url,
+            headers=self.runtime.upstream_headers(),
+            body=json.dumps(upstream_body, ensure_ascii=False).encode("utf-8"),
+            sink=sink,
+            buffered=buffered,
+        )
+        self._exchange = exchange
+        return exchange
+
+    async def _run_exchange(self, exchange: UpstreamExchange) -> None:
+        self.runtime.active.add(exchange)
+        try:
+            await exchange.run()
+        finally:
+            self.runtime.active.discard(exchange)
+            self._exchange = None
+
+    async def _relay_json(self, request: TranslatedRequest, converter: ChatStreamConverter) -> None:
+        async def sink(event_type: str, data: dict[str, Any]) -> None:
+            converter.feed(event_type, data)
+
+        try:
+            await self._run_exchange(self._exchange_for(request, sink, buffered=True))
+        except ClientGone:
+            log.event("client_disconnected", request_id=self.request_id, frames=0)
+            return
+        if converter.final_response is None:
+            raise UpstreamProtocolError("the upstream stream ended without a final response")
+        completion = response_to_chat_completion(
+            converter.final_response,
+            completion_id=self._completion_id,
+            created=self._created,
+            model=request.client_model,
+            reasoning_summaries=self.runtime.config.reasoning_summaries_as_content,
+        )
+        self.finish(json.dumps(completion, ensure_ascii=False))
+        log.event("chat_done", request_id=self.request_id, finish=converter.finish_reason)
+
+    async def _relay_stream(
+        self, request: TranslatedRequest, converter: ChatStreamConverter
+    ) -> None:
+        config = self.runtime.config
+        down = Downstream(
+            self,
+            self.runtime.clock,
+            write_timeout_s=config.delivery_timeout_ms / 1000,
+            keepalive_s=config.sse_keepalive_ms / 1000,
+            keepalive_frame=KEEPALIVE,
+        )
+
+        async def sink(event_type: str, data: dict[str, Any]) -> None:
+            for chunk in converter.feed(event_type, data):
+                if not self._headers_written:
+                    self._start_sse(down)
+                await down.send(encode_chunk(chunk))
+
+        try:
+            await self._run_exchange(self._exchange_for(request, sink, buffered=False))
+            if not self._headers_written:
+                self._start_sse(down)
+            await down.send(DONE)
+            log.event("chat_done", request_id=self.request_id, finish=converter.finish_reason)
+        except ClientGone:
+            log.event("client_disconnected", request_id=self.request_id, frames=down.frames_sent)
+        except RelayError as err:
+            if not self._headers_written:
+                raise  # nothing sent yet: a proper HTTP status and envelope
+            log.event("stream_failed", request_id=self.request_id, code=err.code)
+            with contextlib.suppress(ClientGone):
+                await down.send(encode_error(err.envelope()))  # visible failure, no [DONE]
+        finally:
+            down.stop_keepalive()
+        if not self._finished and not down.closed:
+            self.finish()
+
+    def _start_sse(self, down: Downstream) -> None:
+        self.set_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.set_header("Cache-Control", "no-cache")
+        self.set_header("X-Accel-Buffering", "no")
+        down.start_keepalive()
+
+
+def _too_large(limit: int) -> str:
+    return (
+        f"request body exceeds RELAY_MAX_REQUEST_BYTES ({limit} bytes); "
+        "shorten the conversation or raise the limit"
+    )

@@ -1,0 +1,131 @@
+"""The relay process: build the application, start (with the embedded fake when there is no
+key), and shut down in order."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+from tornado.httpserver import HTTPServer
+from tornado.netutil import bind_sockets
+from tornado.web import Application
+
+from relay import log
+from relay.auth import load_or_create_token
+from relay.clock import Clock, SystemClock
+from relay.config import Config
+from relay.handlers.base import HealthHandler, ModelsHandler, NotFoundHandler
+from relay.handlers.chat import ChatCompletionsHandler
+from relay.runtime import Runtime
+from relay.transport.upstream import ClientGone, make_http_client
+
+EMBEDDED_FAKE_KEY = "sk-embedded-offline-fake"
+
+
+def make_app(runtime: Runtime) -> Application:
+    args: dict[str, Any] = {"runtime": runtime}
+    return Application(
+        [
+            (r"/v1/chat/completions", ChatCompletionsHandler, args),
+            (r"/chat/completions", ChatCompletionsHandler, args),
+            (r"/v1/models", ModelsHandler, args),
+            (r"/healthz", HealthHandler, args),
+        ],
+        default_handler_class=NotFoundHandler,
+        default_handler_args=args,
+        compress_response=False,
+    )
+
+
+@dataclass
+class RelayServer:
+    config: Config
+    clock: Clock = field(default_factory=SystemClock)
+    runtime: Runtime | None = None
+    port: int | None = None
+    token_path: str | None = None
+    fake: Any = None  # fakeupstream.server.FakeUpstream when running offline
+    _http: HTTPServer | None = None
+
+    async def start(self) -> int:
+        config = self.config
+        if config.relay_token is not None:
+            token = config.relay_token
+        else:
+            token, path = load_or_create_token(config.data_dir)
+            self.token_path = str(path)
+        if config.uses_embedded_fake:
+            from fakeupstream.server import FakeUpstream  # noqa: PLC0415 - offline mode only
+
+            self.fake = FakeUpstream(clock=self.clock)
+            await self.fake.start("127.0.0.1", 0)
+            base_url, api_key = self.fake.base_url, EMBEDDED_FAKE_KEY
+        else:
+            assert config.openai_api_key is not None
+            base_url, api_key = config.openai_base_url, config.openai_api_key
+        self.runtime = Runtime(
+            config=config,
+            clock=self.clock,
+            relay_token=token,
+            upstream_url=base_url.rstrip("/") + "/responses",
+            upstream_api_key=api_key,
+            http_client=make_http_client(),
+        )
+        self._http = HTTPServer(
+            make_app(self.runtime),
+            idle_connection_timeout=config.idle_timeout_ms / 1000,
+            body_timeout=config.idle_timeout_ms / 1000,
+            # The per-request limit is enforced by the chat handler with a proper 413.
+            max_body_size=2**62,
+        )
+        sockets = bind_sockets(config.port, config.host, family=socket.AF_UNSPEC)
+        self._http.add_sockets(sockets)
+        self.port = sockets[0].getsockname()[1]
+        return self.port
+
+    def banner(self) -> list[str]:
+        assert self.runtime is not None
+        assert self.port is not None
+        host = self.config.host if ":" not in self.config.host else f"[{self.config.host}]"
+        lines = [f"relay listening on http://{host}:{self.port}/v1"]
+        if self.fake is not None:
+            lines.append(
+                "upstream: OFFLINE FAKE (no OPENAI_API_KEY set) - answers come from the built-in "
+                f"fake Responses API at {self.fake.base_url}, not from a real model"
+            )
+        else:
+            lines.append(f"upstream: {self.runtime.upstream_url}")
+        if self.token_path is not None:
+            lines.append(f"relay token: stored in {self.token_path} (send it as a Bearer token)")
+        else:
+            lines.append("relay token: from RELAY_TOKEN")
+        cache = "on" if self.config.reasoning_cache_enabled else "off"
+        lines.append(f"reasoning cache: {cache}")
+        return lines
+
+    async def stop(self) -> None:
+        """Stop new work, abort live generations, close connections, then the rest."""
+        if self.runtime is not None:
+            self.runtime.shutting_down = True
+        if self._http is not None:
+            self._http.stop()
+        if self.runtime is not None:
+            for exchange in list(self.runtime.active):
+                exchange.abort(ClientGone())
+        if self._http is not None:
+            await self._http.close_all_connections()
+        if self.runtime is not None:
+            self.runtime.http_client.close()
+        if self.fake is not None:
+            await self.fake.stop()
+        log.event("relay_stopped")
+
+
+async def serve_forever(server: RelayServer, stop_event: asyncio.Event) -> None:
+    await server.start()
+    for line in server.banner():
+        print(line, flush=True)
+    await stop_event.wait()
+    await server.stop()

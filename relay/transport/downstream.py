@@ -1,0 +1,93 @@
+"""Writing to the client: awaited flushes with a per-write deadline, SSE keepalives.
+
+A write that the client does not drain within the deadline closes the connection: a
+stalled reader must not pin an upstream generation forever. Keepalive comments fill
+downstream silence; they renew no upstream deadline and never reach assistant output.
+"""
+
+from __future__ import annotations
+
+from tornado.ioloop import IOLoop
+from tornado.iostream import StreamClosedError
+from tornado.web import RequestHandler
+
+from relay.clock import Clock
+from relay.transport.deadline import Deadline
+from relay.transport.upstream import ClientGone
+
+
+class Downstream:
+    def __init__(
+        self,
+        handler: RequestHandler,
+        clock: Clock,
+        *,
+        write_timeout_s: float,
+        keepalive_s: float,
+        keepalive_frame: bytes,
+    ) -> None:
+        self._handler = handler
+        self._clock = clock
+        self._write_timeout_s = write_timeout_s
+        self._keepalive_s = keepalive_s
+        self._keepalive_frame = keepalive_frame
+        self._keepalive_handle: object | None = None
+        self._last_write = clock.monotonic()
+        self._writing = False
+        self.closed = False
+        self.frames_sent = 0
+
+    async def send(self, data: bytes) -> None:
+        """Write one complete frame and wait until the client has taken it."""
+        if self.closed:
+            raise ClientGone
+        self._handler.write(data)
+        self._writing = True
+        deadline = Deadline(self._clock, self._write_timeout_s, self._on_write_timeout)
+        try:
+            await self._handler.flush()
+        except StreamClosedError:
+            self.closed = True
+            raise ClientGone from None
+        finally:
+            deadline.stop()
+            self._writing = False
+        if deadline.expired:
+            self.closed = True
+            raise ClientGone
+        self.frames_sent += 1
+        self._last_write = self._clock.monotonic()
+
+    def _on_write_timeout(self) -> None:
+        self.closed = True
+        # Closing the socket makes the pending flush fail with StreamClosedError.
+        connection = self._handler.request.connection
+        stream = getattr(connection, "stream", None)
+        if stream is not None:
+            stream.close()
+
+    def start_keepalive(self) -> None:
+        if self._keepalive_s > 0 and self._keepalive_handle is None:
+            self._schedule_keepalive(self._keepalive_s)
+
+    def stop_keepalive(self) -> None:
+        if self._keepalive_handle is not None:
+            IOLoop.current().remove_timeout(self._keepalive_handle)
+            self._keepalive_handle = None
+
+    def _schedule_keepalive(self, delay: float) -> None:
+        self._keepalive_handle = IOLoop.current().call_later(max(delay, 0.005), self._keepalive)
+
+    def _keepalive(self) -> None:
+        self._keepalive_handle = None
+        if self.closed:
+            return
+        idle = self._clock.monotonic() - self._last_write
+        if idle >= self._keepalive_s and not self._writing:
+            # Fire-and-forget: a stalled client is caught by the next real write's deadline.
+            self._handler.write(self._keepalive_frame)
+            # Nobody awaits this flush; retrieve its error so it is not logged as lost.
+            self._handler.flush().add_done_callback(lambda f: f.exception())
+            self._last_write = self._clock.monotonic()
+            idle = 0.0
+        self._schedule_keepalive(self._keepalive_s - idle)

@@ -1,0 +1,282 @@
+"""Streaming POSTs to the upstream, with our own idle timer and a way to abort.
+
+Tornado's ``request_timeout`` covers the whole request, which is wrong for a stream that
+may legitimately run for many minutes, so it is off; instead an idle :class:`Deadline`
+renewed by every received byte ends a silent upstream with a 504. The streaming callback
+is a coroutine, so a slow downstream slows our reads of the upstream (backpressure).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from tornado import httputil
+from tornado.httpclient import HTTPRequest
+from tornado.simple_httpclient import HTTPStreamClosedError, SimpleAsyncHTTPClient, _HTTPConnection
+
+from relay.clock import Clock
+from relay.errors import (
+    RelayError,
+    UpstreamError,
+    UpstreamHTTPError,
+    UpstreamProtocolError,
+    UpstreamTimeout,
+)
+from relay.transport.deadline import Deadline
+from relay.transport.sse import SSEEvent, SSEParser, decode_event
+
+EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
+
+TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+class StreamFinished(Exception):
+    """Raised inside the body callback to stop reading once the terminal event arrived."""
+
+
+class ClientGone(Exception):
+    """The downstream client disconnected; the upstream request is abandoned."""
+
+
+@dataclass(frozen=True)
+class UpstreamLimits:
+    idle_timeout_s: float
+    max_response_bytes: int
+    max_sse_event_bytes: int
+    connect_timeout_s: float = 30.0
+
+
+class _AbortableRequest(HTTPRequest):
+    """Carries a back-reference to its live connection so the relay can abort it."""
+
+    connection: _AbortableConnection | None = None
+    pending_abort: BaseException | None = None  # aborted before a connection existed
+
+
+class _AbortableConnection(_HTTPConnection):
+    def __init__(self, client: Any, request: Any, *args: Any) -> None:
+        # ``request`` is Tornado's defaults proxy; the real request sits behind it.
+        real = getattr(request, "request", request)
+        super().__init__(client, request, *args)
+        if isinstance(real, _AbortableRequest):
+            real.connection = self
+            if real.pending_abort is not None:
+                self.abort(real.pending_abort)
+
+    def abort(self, exc: BaseException) -> None:
+        """Finish the fetch with ``exc`` and close the socket."""
+        self._handle_exception(type(exc), exc, None)
+
+    def on_connection_close(self) -> None:
+        # Tornado re-raises a reset's socket error from this callback without completing
+        # the fetch, which leaves the request hanging; complete it with that error instead.
+        if self.final_callback is not None:
+            error = self.stream.error or HTTPStreamClosedError("Connection closed")
+            self._handle_exception(type(error), error, None)
+
+
+class _Client(SimpleAsyncHTTPClient):
+    def _connection_class(self) -> type:
+        return _AbortableConnection
+
+
+def make_http_client() -> SimpleAsyncHTTPClient:
+    # A private instance: the shared one has a 100 MB body cap that would cut long streams;
+    # our own per-event and per-response limits apply instead.
+    return _Client(force_instance=True, max_clients=1000, max_body_size=2**62)
+
+
+def origin_of(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+@dataclass(eq=False)  # identity semantics: live exchanges are kept in a set
+class UpstreamExchange:
+    """One streamed call. ``run`` delivers decoded events to ``sink`` until a terminal one."""
+
+    client: SimpleAsyncHTTPClient
+    clock: Clock
+    limits: UpstreamLimits
+    url: str
+    headers: dict[str, str]
+    body: bytes
+    sink: EventSink
+    buffered: bool = False  # JSON-mode client: the whole stream is held, so cap its size
+    status: int | None = None
+    content_type: str = ""
+    terminal_event: str | None = None
+    bytes_received: int = 0
+    _error_body: bytearray = field(default_factory=bytearray)
+    _request: _AbortableRequest | None = None
+    _idle: Deadline | None = None
+    _stopped: bool = False
+    _abort_reason: BaseException | None = None
+
+    async def run(self) -> None:
+        if self._abort_reason is not None:
+            raise self._abort_reason
+        parser = SSEParser(max_event_bytes=self.limits.max_sse_event_bytes)
+        self._request = _AbortableRequest(
+            self.url,
+            method="POST",
+            headers=self.headers,
+            body=self.body,
+            header_callback=self._on_header_line,
+            streaming_callback=lambda chunk: self._on_chunk(parser, chunk),
+            connect_timeout=self.limits.connect_timeout_s,
+            request_timeout=0,
+            decompress_response=True,
+        )
+        self._idle = Deadline(self.clock, self.limits.idle_timeout_s, self._on_idle)
+        try:
+            await self.client.fetch(self._request, raise_error=False)
+        except StreamFinished:
+            return
+        except (RelayError, ClientGone):
+            raise
+        except Exception as exc:
+            # Transport faults: name the phase and kind, never echo raw exception text.
+            raise self._transport_error(exc) from None
+        finally:
+            self._idle.stop()
+        await self._after_body(parser)
+
+    def abort(self, exc: BaseException) -> None:
+        """End the exchange with ``exc`` (raised from :meth:`run`); later input is ignored."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._abort_reason = exc
+        if self._request is None:
+            return  # run() has not started: it raises the reason at once
+        if self._request.connection is not None:
+            self._request.connection.abort(exc)
+        else:
+            self._request.pending_abort = exc
+
+    def _on_idle(self) -> None:
+        self.abort(
+            UpstreamTimeout(
+                f"the upstream sent nothing for {self.limits.idle_timeout_s:g}s "
+                "(RELAY_IDLE_TIMEOUT_MS); the generation was abandoned"
+            )
+        )
+
+    def _on_header_line(self, line: str) -> None:
+        if line.startswith("HTTP/"):
+            self.status = httputil.parse_response_start_line(line.strip()).code
+        elif line.lower().startswith("content-type:"):
+            self.content_type = line.split(":", 1)[1].strip().lower()
+
+    async def _on_chunk(self, parser: SSEParser, chunk: bytes) -> None:
+        # Tornado logs (rather than propagates) exceptions raised here, so every outcome
+        # that ends the exchange is delivered by aborting the connection with it.
+        if self._stopped:
+            return
+        try:
+            await self._consume(parser, chunk)
+        except BaseException as exc:
+            self.abort(exc)
+
+    async def _consume(self, parser: SSEParser, chunk: bytes) -> None:
+        assert self._idle is not None
+        self._idle.renew()
+        self.bytes_received += len(chunk)
+        if not self._is_success():
+            if len(self._error_body) + len(chunk) > self.limits.max_response_bytes:
+                raise UpstreamProtocolError(
+                    "upstream error answer exceeds RELAY_MAX_RESPONSE_BYTES "
+                    f"({self.limits.max_response_bytes} bytes)"
+                )
+            self._error_body += chunk
+            return
+        if not self.content_type.startswith("text/event-stream"):
+            raise UpstreamProtocolError(
+                f"upstream answered {self.content_type or 'no content type'} "
+                "where an event stream (text/event-stream) was requested"
+            )
+        if self.buffered and self.bytes_received > self.limits.max_response_bytes:
+            raise UpstreamProtocolError(
+                "upstream response exceeds RELAY_MAX_RESPONSE_BYTES "
+                f"({self.limits.max_response_bytes} bytes)"
+            )
+        for event in parser.feed(chunk):
+            await self._deliver(event)
+            if self.terminal_event is not None:
+                raise StreamFinished
+
+    async def _deliver(self, event: SSEEvent) -> None:
+        event_type, data = decode_event(event)
+        if event_type == "[DONE]":
+            raise UpstreamProtocolError("upstream stream sent [DONE] before a terminal event")
+        if event_type in TERMINAL_EVENTS:
+            self.terminal_event = event_type
+        await self.sink(event_type, data)
+
+    def _is_success(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300
+
+    def _transport_error(self, exc: Exception) -> UpstreamError:
+        if self.status is None:
+            return UpstreamError(
+                f"could not reach the upstream at {origin_of(self.url)} ({_kind(exc)}); "
+                "check OPENAI_BASE_URL and the network"
+            )
+        if not self._is_success():
+            return _http_error(self.status, bytes(self._error_body))
+        return UpstreamProtocolError(
+            f"the upstream connection broke mid-stream ({_kind(exc)}) before a terminal event"
+        )
+
+    async def _after_body(self, parser: SSEParser) -> None:
+        if self.status is None:
+            raise UpstreamError(f"the upstream at {origin_of(self.url)} sent no answer")
+        if not self._is_success():
+            raise _http_error(self.status, bytes(self._error_body))
+        for event in parser.close():
+            await self._deliver(event)
+            if self.terminal_event is not None:
+                return
+        raise UpstreamProtocolError(
+            "the upstream stream ended without a terminal event "
+            "(response.completed, response.incomplete or response.failed)"
+        )
+
+
+def _http_error(status: int, body: bytes) -> UpstreamError:
+    try:
+        envelope = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        envelope = None
+    if isinstance(envelope, dict) and isinstance(envelope.get("error"), dict):
+        return UpstreamHTTPError(status, envelope)
+    return UpstreamHTTPError(
+        status,
+        {
+            "error": {
+                "message": f"upstream answered HTTP {status} without an OpenAI error body",
+                "type": "upstream_error",
+                "param": None,
+                "code": None,
+            }
+        },
+    )
+
+
+def _kind(exc: Exception) -> str:
+    if isinstance(exc, HTTPStreamClosedError):
+        return "connection closed"
+    if isinstance(exc, ConnectionResetError):
+        return "connection reset"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__:
+        return "connect timeout"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return type(exc).__name__

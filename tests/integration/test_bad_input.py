@@ -1,0 +1,135 @@
+"""Bad client input never crashes the relay and always gets a clear OpenAI-shaped 4xx."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+import requests
+
+from tests.support.stack import Stack
+
+GOOD = {"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def post(stack: Stack, body: bytes, content_type: str | None = "application/json") -> requests.Response:
+    headers = stack.headers()
+    if content_type is None:
+        headers.pop("Content-Type")
+    else:
+        headers["Content-Type"] = content_type
+    return requests.post(f"{stack.base_url}/chat/completions", data=body, headers=headers, timeout=10)
+
+
+def assert_envelope(resp: requests.Response, status: int, *needles: str) -> dict:
+    assert resp.status_code == status, resp.text
+    err = resp.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    for needle in needles:
+        assert needle in err["message"], err["message"]
+    return err
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "needle"),
+    [
+        (b"{not json", 400, "not valid JSON"),
+        (b"[1, 2]", 400, "JSON object, not a JSON array"),
+        (b'"text"', 400, "JSON object, not a JSON string"),
+        (b"", 400, "empty"),
+        (b'{"model": "gpt-5"}', 400, "messages"),
+        (b'{"model": "gpt-5", "messages": [{"role": "wizard", "content": "x"}]}', 400, "role"),
+        (b'{"model": "gpt-5", "messages": "hi"}', 400, "messages"),
+        (b'{"messages": [{"role": "user", "content": "x"}]}', 400, "model"),
+        (b"\xff\xfe{}", 400, "UTF-8"),
+        (b"[" * 100_000 + b"]" * 100_000, 400, "nested too deeply"),
+        (b'{"model": "gpt-5", "messages": [{"role": "user", "content": "x"}], "x": NaN}', 400, "NaN"),
+        (json.dumps({**GOOD, "n": 3}).encode(), 400, "n"),
+        (json.dumps({**GOOD, "stop": ["x"]}).encode(), 400, "stop"),
+    ],
+)
+def test_bad_bodies_get_clear_400(stack: Stack, body: bytes, status: int, needle: str) -> None:
+    assert_envelope(post(stack, body), status, needle)
+    # The relay is still serving after every bad request.
+    assert requests.get(f"{stack.base_url[:-3]}/healthz", timeout=5).status_code == 200
+
+
+def test_wrong_content_type_is_415(stack: Stack) -> None:
+    assert_envelope(post(stack, json.dumps(GOOD).encode(), "text/plain"), 415, "application/json")
+
+
+def test_missing_content_type_is_accepted(stack: Stack) -> None:
+    resp = post(stack, json.dumps(GOOD).encode(), None)
+    assert resp.status_code == 200, resp.text
+
+
+def test_unsupported_parameter_names_it(stack: Stack) -> None:
+    err = assert_envelope(post(stack, json.dumps({**GOOD, "logit_bias": {"1": 2}}).encode()), 400)
+    assert err["param"] == "logit_bias"
+
+
+def test_oversized_body_is_413_before_buffering(stack_factory) -> None:  # type: ignore[no-untyped-def]
+    with stack_factory({"RELAY_MAX_REQUEST_BYTES": "4096"}) as s:
+        big = json.dumps({**GOOD, "messages": [{"role": "user", "content": "x" * 10_000}]})
+        resp = post(s, big.encode())
+        err = assert_envelope(resp, 413, "RELAY_MAX_REQUEST_BYTES")
+        assert err["code"] == "request_too_large"
+        # A declared length far beyond the limit is refused from the headers alone:
+        # the relay answers without waiting for a body that never comes.
+        with socket.create_connection(("127.0.0.1", s.relay.port), timeout=5) as sock:
+            sock.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                + f"Authorization: Bearer {s.token}\r\n".encode()
+                + b"Content-Type: application/json\r\nContent-Length: 999999999\r\n\r\n"
+            )
+            head = sock.recv(65536)
+        assert head.startswith(b"HTTP/1.1 413"), head[:100]
+
+
+def test_chunked_oversized_upload_is_413(stack_factory) -> None:  # type: ignore[no-untyped-def]
+    with stack_factory({"RELAY_MAX_REQUEST_BYTES": "4096"}) as s:
+
+        def chunks():  # type: ignore[no-untyped-def]
+            for _ in range(4):
+                yield b"x" * 2048
+
+        resp = requests.post(
+            f"{s.base_url}/chat/completions", data=chunks(), headers=s.headers(), timeout=10
+        )
+        assert_envelope(resp, 413, "RELAY_MAX_REQUEST_BYTES")
+
+
+@pytest.mark.parametrize(
+    "auth", [None, "Bearer wrong-token-wrong-token", "Basic abc", "Bearer", "bearer  "]
+)
+def test_auth_is_required(stack: Stack, auth: str | None) -> None:
+    headers = {"Content-Type": "application/json"}
+    if auth is not None:
+        headers["Authorization"] = auth
+    resp = requests.post(
+        f"{stack.base_url}/chat/completions", data=json.dumps(GOOD), headers=headers, timeout=10
+    )
+    err = assert_envelope(resp, 401, "relay token")
+    assert err["type"] == "authentication_error"
+    assert stack.token not in resp.text
+
+
+def test_models_and_health(stack_factory) -> None:  # type: ignore[no-untyped-def]
+    aliases = json.dumps({"gpt-high": {"model": "gpt-5", "reasoning_effort": "high"}})
+    with stack_factory({"RELAY_MODEL_ALIASES": aliases}) as s:
+        assert requests.get(f"{s.base_url}/models", timeout=5).status_code == 401
+        models = requests.get(f"{s.base_url}/models", headers=s.headers(), timeout=5).json()
+        assert models == {
+            "object": "list",
+            "data": [{"id": "gpt-high", "object": "model", "created": 0, "owned_by": "relay"}],
+        }
+        health = requests.get(f"http://127.0.0.1:{s.relay.port}/healthz", timeout=5)
+        assert health.status_code == 200 and health.json() == {"status": "ok"}
+
+
+def test_unknown_route_and_method(stack: Stack) -> None:
+    resp = requests.get(f"{stack.base_url}/nothing", headers=stack.headers(), timeout=5)
+    assert_envelope(resp, 404, "no route")
+    resp = requests.get(f"{stack.base_url}/chat/completions", headers=stack.headers(), timeout=5)
+    assert_envelope(resp, 405, "GET")

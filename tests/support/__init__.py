@@ -1,0 +1,1 @@
+"""Helpers shared by integration tests and the benchmark."""

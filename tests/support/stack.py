@@ -1,0 +1,98 @@
+"""A fake upstream and a relay on loopback, served from a background IOLoop thread.
+
+Tests talk to them with blocking clients (the openai SDK, requests) from the test thread,
+exactly as a real client would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from collections.abc import Coroutine, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from fakeupstream.server import FakeUpstream
+from relay.clock import SystemClock
+from relay.config import Config, load_config
+from relay.server import RelayServer
+
+T = TypeVar("T")
+TOKEN = "test-relay-token-0123456789"
+UPSTREAM_KEY = "sk-test-upstream-key"
+
+
+class LoopThread:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+
+@dataclasses.dataclass
+class Stack:
+    loop: LoopThread
+    fake: FakeUpstream
+    relay: RelayServer
+    config: Config
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.relay.port}/v1"
+
+    @property
+    def token(self) -> str:
+        return TOKEN
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+
+    def script(self, *scripts: Mapping[str, Any]) -> None:
+        self.fake.enqueue(*scripts)
+
+    def openai(self, **kwargs: Any) -> Any:
+        import openai
+
+        return openai.OpenAI(
+            base_url=self.base_url,
+            api_key=TOKEN,
+            max_retries=0,
+            _strict_response_validation=True,
+            **kwargs,
+        )
+
+
+@contextmanager
+def running_stack(data_dir: Path, env: Mapping[str, str] | None = None) -> Iterator[Stack]:
+    loop = LoopThread()
+    fake = FakeUpstream(clock=SystemClock(), seed=1234)
+    try:
+        loop.run(fake.start("127.0.0.1", 0))
+        base = {
+            "RELAY_PORT": "0",
+            "RELAY_TOKEN": TOKEN,
+            "RELAY_DATA_DIR": str(data_dir),
+            "OPENAI_API_KEY": UPSTREAM_KEY,
+            "OPENAI_BASE_URL": fake.base_url,
+            "RELAY_SSE_KEEPALIVE_MS": "0",
+        }
+        config = load_config({**base, **(env or {})})
+        relay = RelayServer(config)
+        loop.run(relay.start())
+        try:
+            yield Stack(loop, fake, relay, config)
+        finally:
+            loop.run(relay.stop())
+    finally:
+        loop.run(fake.stop())
+        loop.close()

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from relay.config import Config, ModelAlias, load_config
+from relay.errors import ConfigError
+
+
+def test_defaults() -> None:
+    config = load_config({})
+    assert config == Config()
+    assert config.host == "127.0.0.1"
+    assert config.responses_url == "https://api.openai.com/v1/responses"
+    assert config.uses_embedded_fake
+    assert config.max_request_bytes == 64 * 1024 * 1024
+    assert config.max_sse_event_bytes == 8 * 1024 * 1024
+    assert config.idle_timeout_ms == 900_000
+    assert config.delivery_timeout_ms == 30_000
+    assert config.sse_keepalive_ms == 15_000
+    assert config.reasoning_cache_enabled is False
+
+
+def test_base_url_follows_sdk_convention() -> None:
+    config = load_config({"OPENAI_BASE_URL": "http://127.0.0.1:9/v1/", "OPENAI_API_KEY": "k"})
+    assert config.responses_url == "http://127.0.0.1:9/v1/responses"
+    assert not config.uses_embedded_fake
+
+
+@pytest.mark.parametrize(
+    ("env", "needle"),
+    [
+        ({"RELAY_PORT": "eighty"}, "RELAY_PORT='eighty': expected a whole number"),
+        ({"RELAY_PORT": "70000"}, "RELAY_PORT=70000: expected a TCP port"),
+        ({"RELAY_IDLE_TIMEOUT_MS": "0"}, "RELAY_IDLE_TIMEOUT_MS='0': expected a whole number >= 1"),
+        ({"REASONING_CACHE_ENABLED": "maybe"}, "REASONING_CACHE_ENABLED='maybe': expected 1 or 0"),
+        ({"OPENAI_BASE_URL": "ftp://x"}, "OPENAI_BASE_URL='ftp://x': expected an http(s) URL"),
+        ({"RELAY_TOKEN": "short"}, "RELAY_TOKEN: expected at least 16 characters"),
+        ({"RELAY_MODEL_ALIASES": "[1]"}, "RELAY_MODEL_ALIASES: expected a JSON object"),
+        ({"RELAY_MODEL_ALIASES": "{bad"}, "RELAY_MODEL_ALIASES: invalid JSON"),
+        ({"RELAY_MODEL_ALIASES": '{"a": {"model": "m", "effort": "x"}}'}, "unknown key 'effort'"),
+        (
+            {"RELAY_MODEL_ALIASES": '{"a": {"model": "m", "reasoning_effort": "huge"}}'},
+            "reasoning_effort='huge': expected one of",
+        ),
+        ({"RELAY_MODEL_ALIASES": "/nonexistent/aliases.json"}, "cannot read /nonexistent/aliases.json"),
+        ({"RELAY_LOG_LEVEL": "loud"}, "RELAY_LOG_LEVEL='loud'"),
+    ],
+)
+def test_invalid_values_name_the_variable(env: dict[str, str], needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(env)
+    assert needle in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_aliases_inline_and_from_file(tmp_path: Path) -> None:
+    spec = {"gpt-high": {"model": "gpt-5", "reasoning_effort": "high", "sampling": "drop"}, "fast": "gpt-5-mini"}
+    inline = load_config({"RELAY_MODEL_ALIASES": json.dumps(spec)})
+    path = tmp_path / "aliases.json"
+    path.write_text(json.dumps(spec))
+    from_file = load_config({"RELAY_MODEL_ALIASES": str(path)})
+    assert inline.model_aliases == from_file.model_aliases == {
+        "gpt-high": ModelAlias("gpt-high", "gpt-5", "high", None, "drop"),
+        "fast": ModelAlias("fast", "gpt-5-mini"),
+    }
