@@ -9,6 +9,7 @@ from typing import Any
 from tornado.web import stream_request_body
 
 from relay import log
+from relay.crashpoints import crash_point
 from relay.errors import PayloadTooLarge, RelayError, UpstreamProtocolError
 from relay.handlers.base import BaseHandler
 from relay.request_body import parse_json_object
@@ -18,7 +19,7 @@ from relay.translate.chat_to_responses import TranslatedRequest, translate_reque
 from relay.translate.responses_to_chat import response_to_chat_completion
 from relay.translate.stream_converter import ChatStreamConverter
 from relay.transport.downstream import Downstream
-from relay.transport.upstream import ClientGone, UpstreamExchange
+from relay.transport.upstream import BatchDone, ClientGone, UpstreamExchange
 
 
 @stream_request_body
@@ -80,7 +81,12 @@ class ChatCompletionsHandler(BaseHandler):
             await self._relay_json(request, converter)
 
     def _exchange_for(
-        self, request: TranslatedRequest, sink: Any, *, buffered: bool
+        self,
+        request: TranslatedRequest,
+        sink: Any,
+        *,
+        buffered: bool,
+        batch_done: BatchDone | None = None,
     ) -> UpstreamExchange:
         upstream_body = dict(request.upstream_body)
         # Always streamed upstream, so the idle timer and capture work alike in both modes.
@@ -94,12 +100,14 @@ class ChatCompletionsHandler(BaseHandler):
             body=json.dumps(upstream_body, ensure_ascii=False).encode("utf-8"),
             sink=sink,
             buffered=buffered,
+            batch_done=batch_done,
         )
         self._exchange = exchange
         return exchange
 
     async def _run_exchange(self, exchange: UpstreamExchange) -> None:
         self.runtime.active.add(exchange)
+        crash_point("before_upstream_send")
         try:
             await exchange.run()
         finally:
@@ -140,13 +148,20 @@ class ChatCompletionsHandler(BaseHandler):
         )
 
         async def sink(event_type: str, data: dict[str, Any]) -> None:
-            for chunk in converter.feed(event_type, data):
+            chunks = converter.feed(event_type, data)
+            for chunk in chunks:
                 if not self._headers_written:
                     self._start_sse(down)
-                await down.send(encode_chunk(chunk))
+                if converter.finished and chunk is chunks[-1]:
+                    crash_point("before_terminal_frame")
+                down.queue(encode_chunk(chunk))
+            if converter.finished:
+                await down.drain()  # the terminal frames go out before anything else happens
+                crash_point("after_terminal_frame")
 
         try:
-            await self._run_exchange(self._exchange_for(request, sink, buffered=False))
+            exchange = self._exchange_for(request, sink, buffered=False, batch_done=down.drain)
+            await self._run_exchange(exchange)
             if not self._headers_written:
                 self._start_sse(down)
             await down.send(DONE)

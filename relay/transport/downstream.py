@@ -34,14 +34,28 @@ class Downstream:
         self._keepalive_handle: object | None = None
         self._last_write = clock.monotonic()
         self._writing = False
+        self._pending = 0
         self.closed = False
         self.frames_sent = 0
 
-    async def send(self, data: bytes) -> None:
-        """Write one complete frame and wait until the client has taken it."""
+    def queue(self, data: bytes) -> None:
+        """Buffer one complete frame; :meth:`drain` sends it."""
         if self.closed:
             raise ClientGone
         self._handler.write(data)
+        self._pending += 1
+
+    async def send(self, data: bytes) -> None:
+        """Write one complete frame and wait until the client has taken it."""
+        self.queue(data)
+        await self.drain()
+
+    async def drain(self) -> None:
+        """Flush queued frames and wait, within the write deadline, until the client took them."""
+        if self._pending == 0:
+            return
+        if self.closed:
+            raise ClientGone
         self._writing = True
         deadline = Deadline(self._clock, self._write_timeout_s, self._on_write_timeout)
         try:
@@ -55,7 +69,8 @@ class Downstream:
         if deadline.expired:
             self.closed = True
             raise ClientGone
-        self.frames_sent += 1
+        self.frames_sent += self._pending
+        self._pending = 0
         self._last_write = self._clock.monotonic()
 
     def _on_write_timeout(self) -> None:

@@ -19,6 +19,7 @@ from tornado.httpclient import HTTPRequest
 from tornado.simple_httpclient import HTTPStreamClosedError, SimpleAsyncHTTPClient, _HTTPConnection
 
 from relay.clock import Clock
+from relay.crashpoints import crash_point
 from relay.errors import (
     RelayError,
     UpstreamError,
@@ -30,6 +31,7 @@ from relay.transport.deadline import Deadline
 from relay.transport.sse import SSEEvent, SSEParser, decode_event
 
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
+BatchDone = Callable[[], Awaitable[None]]
 
 TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
@@ -107,6 +109,9 @@ class UpstreamExchange:
     body: bytes
     sink: EventSink
     buffered: bool = False  # JSON-mode client: the whole stream is held, so cap its size
+    # Awaited after the events of one network read were delivered: the downstream
+    # flushes once per read, which keeps backpressure without a flush per event.
+    batch_done: BatchDone | None = None
     status: int | None = None
     content_type: str = ""
     terminal_event: str | None = None
@@ -170,6 +175,7 @@ class UpstreamExchange:
     def _on_header_line(self, line: str) -> None:
         if line.startswith("HTTP/"):
             self.status = httputil.parse_response_start_line(line.strip()).code
+            crash_point("after_upstream_headers")
         elif line.lower().startswith("content-type:"):
             self.content_type = line.split(":", 1)[1].strip().lower()
 
@@ -209,6 +215,8 @@ class UpstreamExchange:
             await self._deliver(event)
             if self.terminal_event is not None:
                 raise StreamFinished
+        if self.batch_done is not None:
+            await self.batch_done()
 
     async def _deliver(self, event: SSEEvent) -> None:
         event_type, data = decode_event(event)

@@ -199,7 +199,7 @@ def test_failed_generation_is_an_error_not_an_empty_answer(stack: Stack) -> None
     assert info.value.status_code == 502
     assert "The model crashed." in info.value.message
     stack.script(script)
-    with pytest.raises(openai.APIError, match="The model crashed."):
+    with pytest.raises(openai.APIError, match=r"The model crashed\."):
         stream_chunks(stack, model="gpt-5", messages=[{"role": "user", "content": "x"}])
 
 

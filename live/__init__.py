@@ -1,0 +1,1 @@
+"""Opt-in acceptance runs against the real OpenAI API (``nox -s live``)."""

@@ -1,0 +1,94 @@
+"""Named crash points: test-only SIGKILLs at moments outside timing cannot reach.
+
+A scenario that must kill the relay *between* two steps of one request (say, after a
+SQLite commit and before the terminal frame) cannot do it from outside: no log line or
+socket state marks that instant reliably. So the relay calls :func:`crash_point` at such
+moments, and a test starts the relay with::
+
+    RELAY_TEST_CRASH_AT=before_terminal_frame        # first hit
+    RELAY_TEST_CRASH_AT=after_upstream_headers@3     # third hit
+    RELAY_TEST_CRASH_AT=a,b@2                        # several points
+
+Safety properties (tested in tests/unit/test_crashpoints.py):
+
+- Off by default: with the variable unset, :func:`crash_point` is one dict lookup on an
+  empty dict.
+- Test-only: the variable is read once, at import; nothing reachable through HTTP or the
+  configuration file can arm a point in a running process.
+- A kill is a real ``SIGKILL`` of this process: no ``finally``, no atexit, no flush of
+  Python buffers, exactly like the OOM killer or a power cut at the process level.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+ENV_VAR = "RELAY_TEST_CRASH_AT"
+
+# Every point the relay calls, in request order. Add a name here when you add a call, so
+# scenarios can iterate over them ("fail at every point") and typos fail loudly.
+KNOWN_POINTS: tuple[str, ...] = (
+    "before_upstream_send",
+    "after_upstream_headers",
+    "before_terminal_frame",
+    "after_terminal_frame",
+)
+
+
+class CrashPointSpecError(ValueError):
+    """``RELAY_TEST_CRASH_AT`` names an unknown point or has a bad hit count."""
+
+
+def parse_spec(raw: str, known: tuple[str, ...] = KNOWN_POINTS) -> dict[str, int]:
+    """``"a,b@3"`` → ``{"a": 1, "b": 3}``: point name → the hit that kills."""
+    armed: dict[str, int] = {}
+    for part in raw.split(","):
+        item = part.strip()
+        if not item:
+            continue
+        name, _, count = item.partition("@")
+        name = name.strip()
+        if name not in known:
+            raise CrashPointSpecError(
+                f"{ENV_VAR}: unknown crash point {name!r}; known points: {', '.join(known)}"
+            )
+        hit = 1
+        if count:
+            if not count.strip().isdigit() or int(count) < 1:
+                raise CrashPointSpecError(
+                    f"{ENV_VAR}: {item!r}: expected name@N with N a whole number >= 1"
+                )
+            hit = int(count)
+        armed[name] = hit
+    return armed
+
+
+# Read once at import: a running relay cannot be re-armed (the variable is not consulted
+# again), and an unset variable leaves an empty dict so the hot path is a single lookup.
+_ARMED: dict[str, int] = parse_spec(os.environ.get(ENV_VAR, ""))
+_HITS: dict[str, int] = {}
+_LOCK = threading.Lock()
+
+
+def crash_point(name: str) -> None:
+    """SIGKILL this process if ``RELAY_TEST_CRASH_AT`` armed ``name`` for this hit."""
+    if not _ARMED:
+        return
+    target = _ARMED.get(name)
+    if target is None:
+        return
+    with _LOCK:
+        hits = _HITS.get(name, 0) + 1
+        _HITS[name] = hits
+    if hits == target:
+        # One line on stderr so the harness can tell an armed kill from a real crash; it is
+        # written with os.write (unbuffered) because nothing will be flushed after this.
+        os.write(2, f"crash_point {name} hit={hits} SIGKILL\n".encode())
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def armed_points() -> dict[str, int]:
+    """What this process was started with (for diagnostics and tests)."""
+    return dict(_ARMED)

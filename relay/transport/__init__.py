@@ -1,0 +1,1 @@
+"""Moving bytes: the upstream client, the SSE parser and downstream delivery."""

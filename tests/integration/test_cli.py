@@ -1,0 +1,65 @@
+"""``relay serve`` as a real process: embedded fake banner, config errors, clean SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import requests
+
+
+def relay_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RELAY_"))}
+    return {**env, "RELAY_PORT": "0", "RELAY_DATA_DIR": str(tmp_path / "data"), **extra}
+
+
+def test_serve_without_key_uses_offline_fake_and_says_so(tmp_path: Path) -> None:
+    with subprocess.Popen(
+        [sys.executable, "-m", "relay", "serve"], env=relay_env(tmp_path),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    ) as proc:
+        _check_offline_relay(proc, tmp_path)
+
+
+def _check_offline_relay(proc: subprocess.Popen[str], tmp_path: Path) -> None:
+    try:
+        assert proc.stdout is not None
+        banner = [proc.stdout.readline() for _ in range(4)]
+        assert banner[0].startswith("relay listening on http://127.0.0.1:")
+        assert "OFFLINE FAKE" in banner[1] and "not from a real model" in banner[1]
+        token_file = tmp_path / "data" / "relay-token"
+        assert str(token_file) in banner[2]
+        token = token_file.read_text().strip()
+        assert token not in "".join(banner)
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        assert stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
+        base = banner[0].split()[-1]
+        answer = requests.post(
+            f"{base}/chat/completions",
+            json={"model": "gpt-5", "messages": [{"role": "user", "content": "ping"}]},
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=10,
+        ).json()
+        assert "Echo: ping" in answer["choices"][0]["message"]["content"]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+        assert proc.stderr is not None
+        assert token not in proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_invalid_config_stops_startup_with_one_line(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "relay", "serve"], env=relay_env(tmp_path, RELAY_PORT="x"),
+        capture_output=True, text=True, timeout=30, check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "relay: configuration error: RELAY_PORT='x': expected a whole number >= 0"
+    ]
