@@ -1,0 +1,68 @@
+"""``python -m fakeupstream --port N``: serve the fake until interrupted.
+
+Prints one line, ``fakeupstream listening on http://HOST:PORT`` (the bound port when
+``--port 0``), then serves. Drive it over HTTP under ``/__fake/`` (see
+:mod:`fakeupstream.server`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+from fakeupstream.server import FakeUpstream
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m fakeupstream", description="A scriptable fake of OpenAI's Responses API."
+    )
+    parser.add_argument("--port", type=int, required=True, help="port to listen on; 0 picks one")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument(
+        "--api-key",
+        action="append",
+        dest="api_keys",
+        metavar="KEY",
+        help="accept only this key (repeatable); without it any Bearer key is accepted",
+    )
+    parser.add_argument("--record-file", help="append every request record as a JSON line")
+    parser.add_argument("--seed", type=int, help="seed for ids, secrets and random toxics")
+    parser.add_argument(
+        "--secret-hex", help="HMAC key for encrypted_content, hex (default: random per process)"
+    )
+    return parser.parse_args(argv)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    secret = bytes.fromhex(args.secret_hex) if args.secret_hex else None
+    fake = FakeUpstream(
+        seed=args.seed, api_keys=args.api_keys, secret=secret, record_path=args.record_file
+    )
+    port = await fake.start(args.host, args.port)
+    print(f"fakeupstream listening on http://{args.host}:{port}", flush=True)
+    done = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, done.set)
+    await done.wait()
+    await fake.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        asyncio.run(serve(args))
+    except OSError as error:  # e.g. the port is taken: say so in one line
+        print(f"fakeupstream: cannot listen on {args.host}:{args.port}: {error}", file=sys.stderr)
+        return 1
+    except ValueError as error:
+        print(f"fakeupstream: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""fakeupstream.scripts: the script format parses, refuses nonsense clearly, and the default reply."""
+
+from __future__ import annotations
+
+import pytest
+
+from fakeupstream.ciphertext import ContinuityReport, ReplayedReasoning
+from fakeupstream.scripts import (
+    ErrorEvent,
+    Failure,
+    FunctionCall,
+    HttpError,
+    Message,
+    Reasoning,
+    Refusal,
+    Script,
+    ScriptError,
+    default_output,
+    parse_script,
+    parse_scripts,
+)
+from fakeupstream.toxics import Toxics
+
+
+def test_empty_script_is_the_default_behaviour():
+    assert parse_script({}) == Script()
+    assert Script().output is None
+
+
+def test_full_script_parses_every_key(tmp_path):
+    sse = tmp_path / "stream.sse"
+    sse.write_bytes(b"event: x\ndata: {}\n\n")
+    script = parse_script(
+        {
+            "output": [
+                {"type": "reasoning", "summary": ["a", "b"]},
+                {"type": "message", "text": "pre", "phase": "commentary"},
+                {"type": "function_call", "name": "f", "arguments": {"x": 1}, "call_id": "call_1"},
+                {"type": "refusal", "text": "no"},
+            ],
+            "status": "incomplete",
+            "incomplete_reason": "content_filter",
+            "error": {"code": "rate_limit_exceeded", "message": "slow down"},
+            "error_event": {"message": "boom", "after_events": 3},
+            "http_error": {"status": 429, "message": "busy", "headers": {"retry-after": "1"}},
+            "delta_size": 1,
+            "ciphertext": "differ",
+            "usage": {"input_tokens": 5, "cached_tokens": 2},
+            "raw_sse_file": str(sse),
+            "validate": False,
+            "toxics": {
+                "latency_ms": 5,
+                "slice_bytes": 3,
+                "cut_after_events": 4,
+                "cut_mode": "close",
+            },
+        }
+    )
+    assert script.output == (
+        Reasoning(("a", "b")),
+        Message("pre", "commentary"),
+        FunctionCall("f", '{"x": 1}', "call_1"),
+        Refusal("no"),
+    )
+    assert (script.status, script.incomplete_reason) == ("incomplete", "content_filter")
+    assert script.error == Failure("rate_limit_exceeded", "slow down")
+    assert script.error_event == ErrorEvent("boom", "server_error", None, 3)
+    assert script.http_error == HttpError(
+        429, "busy", "invalid_request_error", None, None, (("retry-after", "1"),)
+    )
+    assert (script.delta_size, script.ciphertext, script.validate) == (1, "differ", False)
+    assert script.usage == {"input_tokens": 5, "cached_tokens": 2}
+    assert script.raw_sse == b"event: x\ndata: {}\n\n"
+    assert script.toxics == Toxics(
+        latency_ms=5.0, slice_bytes=3, cut_after_events=4, cut_mode="close"
+    )
+
+
+def test_http_error_type_defaults_by_status():
+    assert (
+        parse_script({"http_error": {"status": 503, "message": "x"}}).http_error.type
+        == "server_error"
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        ({"outputs": []}, "unknown script key(s) 'outputs'; allowed: output, status"),
+        ({"output": {}}, "'output' must be a list"),
+        ({"output": [{"type": "image"}]}, "output[0]: 'type' must be reasoning, message"),
+        ({"output": [{"type": "message"}]}, "output[0]: 'text' must be a string"),
+        ({"output": [{"type": "message", "text": "x", "role": "user"}]}, "unknown output[0] key(s) 'role'"),
+        ({"output": [{"type": "reasoning", "summary": "x"}]}, "'summary' must be a list of strings"),
+        ({"status": "done"}, "'status' must be one of completed, incomplete, failed"),
+        ({"error": {"code": "teapot", "message": "x"}}, "'error.code' must be a code the SDK accepts"),
+        ({"http_error": {"status": 200, "message": "x"}}, "'http_error.status' must be an integer 400..599"),
+        ({"delta_size": 0}, "'delta_size' must be an integer >= 1"),
+        ({"delta_size": 1, "deltas": 2}, "either 'delta_size' or 'deltas'"),
+        ({"ciphertext": "weird"}, "'ciphertext' must be one of normal, differ, completed_only"),
+        ({"usage": {"tokens": 1}}, "unknown usage key(s) 'tokens'"),
+        ({"raw_sse_file": "/nonexistent/x.sse"}, "'raw_sse_file' '/nonexistent/x.sse' cannot be read"),
+        ({"toxics": {"slow": 1}}, "unknown toxics key(s) 'slow'"),
+        ({"toxics": {"latency_ms": -1}}, "'toxics.latency_ms' must be a number >= 0"),
+        ({"toxics": {"slice_bytes": 0}}, "'toxics.slice_bytes' must be an integer >= 1"),
+        ({"toxics": {"cut_after_events": True}}, "'toxics.cut_after_events' must be an integer"),
+        ({"validate": "no"}, "'validate' must be true or false"),
+    ],
+)  # fmt: skip
+def test_bad_scripts_say_what_to_fix(raw, fragment):
+    with pytest.raises(ScriptError) as caught:
+        parse_script(raw)
+    assert fragment in str(caught.value)
+
+
+def test_parse_scripts_takes_one_or_many_and_names_the_bad_one():
+    assert len(parse_scripts({})) == 1
+    assert len(parse_scripts([{}, {"status": "failed"}])) == 2
+    with pytest.raises(ScriptError, match="script 1: 'status'"):
+        parse_scripts([{}, {"status": "nope"}])
+    with pytest.raises(ScriptError, match="must be a JSON object"):
+        parse_scripts([1])
+
+
+# --- default reply -------------------------------------------------------------------
+
+REPORT = ContinuityReport(
+    (
+        ReplayedReasoning(1, "rs_1", "intact", "a"),
+        ReplayedReasoning(5, "rs_2", "misplaced", "b"),
+    )
+)
+TOOLS = [{"type": "web_search"}, {"type": "function", "name": "read_file", "parameters": {}}]
+
+
+def test_default_reply_echoes_and_states_continuity():
+    items = [{"role": "user", "content": [{"type": "input_text", "text": "hello"}]}]
+    out = default_output({"model": "gpt-5"}, items, REPORT, reasoning=True)
+    assert out == (
+        Reasoning(("Thinking about: hello",)),
+        Message("Echo: hello\ncontinuity: replayed=2 intact=1 misplaced=1"),
+    )
+
+
+def test_default_reply_without_reasoning_for_ordinary_models():
+    items = [{"role": "user", "content": "hi"}]
+    assert default_output({}, items, ContinuityReport(), reasoning=False) == (
+        Message("Echo: hi\ncontinuity: replayed=0 intact=0 misplaced=0"),
+    )
+
+
+def test_default_reply_calls_the_first_function_tool_on_call_tool():
+    items = [{"role": "user", "content": "please CALL_TOOL now"}]
+    out = default_output({"tools": TOOLS}, items, ContinuityReport(), reasoning=False)
+    assert out == (FunctionCall("read_file", "{}"),)
+    # No tools, or the word not in the last user message: an ordinary answer.
+    assert isinstance(default_output({}, items, ContinuityReport(), reasoning=False)[0], Message)
+
+
+def test_default_reply_reports_tool_output():
+    items = [
+        {"role": "user", "content": "CALL_TOOL"},
+        {"type": "function_call", "call_id": "c", "name": "read_file", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c", "output": "42"},
+    ]
+    out = default_output({"tools": TOOLS}, items, ContinuityReport(), reasoning=False)
+    assert out == (Message("Tool output: 42\ncontinuity: replayed=0 intact=0 misplaced=0"),)
