@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import signal
 import sys
 
-from fakeupstream.server import FakeUpstream
+from fakeupstream.server import FakeUpstream, log, origin
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -23,13 +24,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument(
         "--api-key",
-        action="append",
+        action="extend",
+        nargs="+",
         dest="api_keys",
         metavar="KEY",
-        help="accept only this key (repeatable); without it any Bearer key is accepted",
+        help="accept only these keys (repeatable); without it any Bearer key is accepted",
     )
     parser.add_argument("--record-file", help="append every request record as a JSON line")
     parser.add_argument("--seed", type=int, help="seed for ids, secrets and random toxics")
+    parser.add_argument(
+        "--max-records", type=int, default=1000, help="recorded requests kept (default 1000)"
+    )
+    parser.add_argument("--quiet", action="store_true", help="no request log on stderr")
     parser.add_argument(
         "--secret-hex", help="HMAC key for encrypted_content, hex (default: random per process)"
     )
@@ -39,10 +45,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 async def serve(args: argparse.Namespace) -> None:
     secret = bytes.fromhex(args.secret_hex) if args.secret_hex else None
     fake = FakeUpstream(
-        seed=args.seed, api_keys=args.api_keys, secret=secret, record_path=args.record_file
+        seed=args.seed,
+        api_keys=args.api_keys,
+        secret=secret,
+        record_path=args.record_file,
+        max_records=args.max_records,
     )
     port = await fake.start(args.host, args.port)
-    print(f"fakeupstream listening on http://{args.host}:{port}", flush=True)
+    print(f"fakeupstream listening on {origin(args.host, port)}", flush=True)
     done = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -53,6 +63,11 @@ async def serve(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if not args.quiet:  # one line per request on stderr, for the harness's logs
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s fakeupstream %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.DEBUG)
     try:
         asyncio.run(serve(args))
     except OSError as error:  # e.g. the port is taken: say so in one line

@@ -244,7 +244,8 @@ class Ledger:
 
     requires: dict[str, str] = field(default_factory=dict)  # item id -> reasoning item id
     stored_items: dict[str, dict[str, Any]] = field(default_factory=dict)
-    stored_responses: set[str] = field(default_factory=set)
+    stored_responses: dict[str, None] = field(default_factory=dict)  # ordered set
+    limit: int = 100_000  # per table; the oldest entries go first (a long-running fake)
 
     def record(self, response_id: str, output: Sequence[Mapping[str, Any]], *, store: bool) -> None:
         reasoning_id: str | None = None
@@ -257,7 +258,10 @@ class Ledger:
             if store:
                 self.stored_items[item_id] = dict(item)
         if store:
-            self.stored_responses.add(response_id)
+            self.stored_responses[response_id] = None
+        for table in (self.requires, self.stored_items, self.stored_responses):
+            while len(table) > self.limit:
+                del table[next(iter(table))]
 
     def clear(self) -> None:
         self.requires.clear()

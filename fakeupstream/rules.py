@@ -120,9 +120,9 @@ def check_auth(header: str | None, api_keys: Collection[str] | None) -> str:
 
 
 def mask_key(key: str) -> str:
-    """OpenAI shows a key's head and tail only (``sk-ab***cd`` style)."""
+    """OpenAI shows a key's first five and last four characters; very short keys whole."""
     if len(key) < 10:
-        return key[:2] + "***" + key[-2:]
+        return key
     return key[:5] + "*" * max(3, len(key) - 9) + key[-4:]
 
 

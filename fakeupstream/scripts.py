@@ -33,13 +33,19 @@ Reasoning summaries are streamed only when the request asks for them
 ``reasoning.encrypted_content`` -- as OpenAI does. ``ciphertext: differ`` gives a
 reasoning item different (both valid) tokens in ``output_item.done`` and
 ``response.completed``; ``completed_only`` leaves it out of ``output_item.done``.
-``http_error`` wins over validation; ``raw_sse`` is validated unless ``validate`` is false.
+``http_error`` wins over validation; ``raw_sse`` (always sent as SSE) still goes through
+validation unless ``validate`` is false.
+With ``stream`` false the same plan comes back as one JSON Response (``status: failed``
+too, with HTTP 200); ``error_event`` becomes a 500 envelope; toxics treat that body as one
+event.
 
 Default reply (empty queue), derived from the request:
 
 - reasoning models get one reasoning item first (summary ``Thinking about: <last user text>``);
 - if the request has function tools and the last input item is a user message containing
-  ``CALL_TOOL``, the model calls the first function tool with ``{}``;
+  ``CALL_TOOL``, the model calls the first function tool with ``{}``; a forced
+  ``tool_choice`` (``required`` or ``{"type": "function", "name": ...}``) after a user
+  message does the same (with the named tool);
 - otherwise one message: ``Echo: <last user text>`` (or ``Tool output: <output>`` after a
   function_call_output), a newline, and the continuity summary, e.g.
   ``continuity: replayed=2 intact=2 misplaced=0``.
@@ -391,10 +397,9 @@ def default_output(
     output: list[OutputSpec] = []
     if reasoning:
         output.append(Reasoning((f"Thinking about: {_clip(user_text)}",)))
-    tools = [t for t in body.get("tools") or [] if isinstance(t, Mapping)]
-    functions = [t for t in tools if t.get("type") == "function"]
-    if functions and last.get("role") == "user" and "CALL_TOOL" in message_text(last):
-        output.append(FunctionCall(str(functions[0]["name"]), "{}"))
+    tool = _tool_to_call(body, last)
+    if tool is not None:
+        output.append(FunctionCall(tool, "{}"))
         return tuple(output)
     if last.get("type") == "function_call_output":
         said = last.get("output")
@@ -403,6 +408,19 @@ def default_output(
         heard = f"Echo: {_clip(user_text)}"
     output.append(Message(f"{heard}\n{report.summary()}"))
     return tuple(output)
+
+
+def _tool_to_call(body: Mapping[str, Any], last: Mapping[str, Any]) -> str | None:
+    tools = [t for t in body.get("tools") or [] if isinstance(t, Mapping)]
+    names = [str(t.get("name")) for t in tools if t.get("type") == "function"]
+    if not names or last.get("role") != "user":
+        return None
+    choice = body.get("tool_choice")
+    if isinstance(choice, Mapping) and choice.get("type") == "function":
+        return str(choice.get("name"))
+    if choice == "required" or "CALL_TOOL" in message_text(last):
+        return names[0]
+    return None
 
 
 def _clip(text: str, limit: int = 200) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import random
 import secrets
 import socket
@@ -32,7 +33,7 @@ from tornado.httputil import HTTPServerRequest
 from tornado.iostream import StreamClosedError
 from tornado.netutil import bind_sockets
 
-from fakeupstream.ciphertext import Cipher, Ledger, Sealed, probe
+from fakeupstream.ciphertext import Cipher, Follower, Ledger, Sealed, probe
 from fakeupstream.events import build, sse_frame
 from fakeupstream.rules import (
     ApiError,
@@ -46,6 +47,7 @@ from fakeupstream.scripts import Script, ScriptError, default_output, parse_scri
 from fakeupstream.toxics import End, Pause, Send, Toxics, plan
 from relay.clock import Clock, SystemClock
 
+log = logging.getLogger("fakeupstream")
 SSE_TYPE = "text/event-stream; charset=utf-8"
 JSON_TYPE = "application/json"
 
@@ -91,6 +93,7 @@ class FakeUpstream:
         api_keys: Collection[str] | None = None,
         secret: bytes | None = None,
         record_path: str | None = None,
+        max_records: int = 1000,
     ) -> None:
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.rng = random.Random(seed)
@@ -98,7 +101,11 @@ class FakeUpstream:
         # The HMAC key is the one value not drawn from the seeded generator.
         self.cipher = Cipher(secret if secret is not None else secrets.token_bytes(32))
         self.ledger = Ledger()
+        # The newest ``max_records`` requests; ``received`` counts them all. The cap keeps
+        # a long-running embedded fake (relay without an API key) from growing forever.
         self.requests: list[RecordedRequest] = []
+        self.received = 0
+        self.max_records = max_records
         self.record_path = record_path
         self.base_url = ""
         self.port: int | None = None
@@ -122,6 +129,7 @@ class FakeUpstream:
             default_handler_class=InvalidUrlHandler,
             default_handler_args=args,
             compress_response=False,
+            log_function=_log_request,
         )
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
@@ -130,11 +138,12 @@ class FakeUpstream:
         # Created here so they belong to the loop that serves.
         self._stopping = asyncio.Event()
         self._changed = asyncio.Event()
-        sockets = bind_sockets(port, host, family=socket.AF_INET)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sockets = bind_sockets(port, host, family=family)
         self._server = HTTPServer(self.make_app())
         self._server.add_sockets(sockets)
         self.port = int(sockets[0].getsockname()[1])
-        self.base_url = f"http://{host}:{self.port}/v1"
+        self.base_url = f"{origin(host, self.port)}/v1"
         return self.port
 
     async def stop(self) -> None:
@@ -162,6 +171,7 @@ class FakeUpstream:
         """Forget queued scripts, recorded requests and minted ids (the secret stays)."""
         self._queue.clear()
         self.requests.clear()
+        self.received = 0
         self.ledger.clear()
         self._notify()
 
@@ -171,9 +181,11 @@ class FakeUpstream:
         """Wait until ``count`` requests were received (and, by default, fully answered)."""
 
         def ready() -> bool:
-            if len(self.requests) < count:
+            if self.received < count:
                 return False
-            return not ended or all(r.ended is not None for r in self.requests[:count])
+            first_kept = self.received - len(self.requests)
+            kept = self.requests[: max(0, count - first_kept)]
+            return not ended or all(r.ended is not None for r in kept)
 
         async def loop() -> None:
             while not ready():
@@ -197,6 +209,8 @@ class FakeUpstream:
             received_at=self.clock.wall(),
         )
         self.requests.append(record)
+        self.received += 1
+        del self.requests[: max(0, len(self.requests) - self.max_records)]
         self._notify()
         return record
 
@@ -212,7 +226,9 @@ class FakeUpstream:
     def next_script(self) -> Script:
         return self._queue.popleft() if self._queue else Script()
 
-    def answer(self, body: dict[str, Any], api_key: str, script: Script) -> tuple[Answer, Any]:
+    def answer(
+        self, body: dict[str, Any], api_key: str, script: Script
+    ) -> tuple[Answer, dict[str, Any]]:
         """The answer to a parsed request, and its continuity report (as JSON)."""
         items = input_items(body)
         model = str(body.get("model", ""))
@@ -239,13 +255,15 @@ class FakeUpstream:
             output = default_output(body, items, report, reasoning=is_reasoning_model(model))
         created_at = int(self.clock.wall())
 
-        def mint(item_id: str, secret: str, followers: Any) -> str:
-            sealed = Sealed(secret, followers)
-            nonce = self.rng.randbytes(16)
+        def mint(item_id: str, secret: str, followers: tuple[Follower, ...]) -> str:
             return self.cipher.seal(
-                sealed, api_key=api_key, model=model, item_id=item_id, nonce=nonce,
+                Sealed(secret, followers),
+                api_key=api_key,
+                model=model,
+                item_id=item_id,
+                nonce=self.rng.randbytes(16),  # a fresh nonce: "differ" needs new bytes
                 issued_at=created_at,
-            )  # fmt: skip
+            )
 
         generation = build(body, script, output, rng=self.rng, created_at=created_at, mint=mint)
         final = generation.response
@@ -261,6 +279,17 @@ class FakeUpstream:
 
     def request_id(self) -> str:
         return f"req_{self.rng.getrandbits(128):032x}"
+
+
+def origin(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _log_request(handler: tornado.web.RequestHandler) -> None:
+    # Debug level: an embedded fake must not fill the relay's log; the CLI turns it on.
+    request = handler.request
+    milliseconds = 1000 * request.request_time()
+    log.debug("%d %s %s %.1fms", handler.get_status(), request.method, request.uri, milliseconds)
 
 
 def error_answer(error: ApiError, headers: tuple[tuple[str, str], ...] = ()) -> Answer:
@@ -462,7 +491,7 @@ class ResetHandler(_Base):
 class HealthHandler(_Base):
     def get(self) -> None:
         fake = self.fake
-        self.send_json(200, {"ok": True, "queued": fake.queued, "requests": len(fake.requests)})
+        self.send_json(200, {"ok": True, "queued": fake.queued, "requests": fake.received})
 
 
 class InvalidUrlHandler(_Base):

@@ -26,7 +26,9 @@ from tornado.httpclient import AsyncHTTPClient
 
 from fakeupstream import FakeUpstream
 
-RECORDINGS = Path("/work/shared/fixtures/cursor-recordings")
+RECORDINGS = (
+    Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "cursor-recordings"
+)
 EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
 KEY = "sk-test-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -542,3 +544,32 @@ def test_start_in_the_current_loop():
 
     body = asyncio.run(scenario())
     assert body["output"][0]["content"][0]["text"].startswith("Echo: hi")
+
+
+def test_records_are_capped_but_counted():
+    with running_fake(max_records=2) as runner:
+        for _ in range(3):
+            post(runner, BASE)
+        runner.call(runner.fake.wait_for_requests(3))
+        assert (runner.fake.received, len(runner.fake.requests)) == (3, 2)
+        health = requests.get(f"http://127.0.0.1:{runner.fake.port}/__fake/health").json()
+        assert health["requests"] == 3
+
+
+def test_ipv6_loopback():
+    async def scenario() -> None:
+        fake = FakeUpstream()
+        try:
+            port = await fake.start("::1", 0)
+        except OSError:
+            pytest.skip("cannot bind ::1 on this machine")
+        try:
+            assert fake.base_url == f"http://[::1]:{port}/v1"
+            body = json.dumps({"model": "gpt-4.1", "input": "hi"})
+            url = fake.base_url + "/responses"
+            answer = await AsyncHTTPClient().fetch(url, method="POST", headers=AUTH, body=body)
+            assert answer.code == 200
+        finally:
+            await fake.stop()
+
+    asyncio.run(scenario())

@@ -59,10 +59,12 @@ def process() -> Iterator[tuple[subprocess.Popen[str], str]]:
 
 
 @pytest.fixture
-def fake(process) -> Fake:
+def fake(process) -> Iterator[Fake]:
     _, root = process
     requests.post(root + "/__fake/reset", timeout=5).raise_for_status()
-    return Fake(root)
+    fake = Fake(root)
+    with fake.client:
+        yield fake
 
 
 REASONING = {"effort": "low", "summary": "auto"}
@@ -192,7 +194,7 @@ def test_sdk_raises_its_exception_classes(fake):
     with pytest.raises(openai.InternalServerError, match="Overloaded"):
         create(fake)
     stranger = openai.OpenAI(base_url=fake.root + "/v1", api_key="sk-nope-000000", max_retries=0)
-    with pytest.raises(openai.AuthenticationError, match="Incorrect API key provided"):
+    with stranger, pytest.raises(openai.AuthenticationError, match="Incorrect API key provided"):
         stranger.responses.create(model="gpt-5", input="hi")
 
 
@@ -204,7 +206,7 @@ def test_second_configured_key_works_and_binds_its_own_ciphertext(fake):
     history = [{"role": "user", "content": "hello"}]
     history += [item.model_dump(exclude_none=True) for item in first.output]
     history += [{"role": "user", "content": "again"}]
-    with pytest.raises(openai.BadRequestError) as caught:
+    with other, pytest.raises(openai.BadRequestError) as caught:
         other.responses.create(model="gpt-5", input=history, include=ENCRYPTED, store=False)
     assert caught.value.code == "invalid_encrypted_content"
 
@@ -229,3 +231,11 @@ def test_taken_port_is_one_clear_line(process):
     )
     assert done.returncode == 1
     assert done.stderr.strip().startswith(f"fakeupstream: cannot listen on 127.0.0.1:{port}:")
+
+
+def test_api_keys_can_be_listed_or_repeated():
+    from fakeupstream.__main__ import parse_args
+
+    assert parse_args(["--port", "0", "--api-key", "a", "b"]).api_keys == ["a", "b"]
+    assert parse_args(["--port", "0", "--api-key", "a", "--api-key", "b"]).api_keys == ["a", "b"]
+    assert parse_args(["--port", "0"]).api_keys is None

@@ -167,6 +167,16 @@ def test_ledger_links_items_to_the_reasoning_before_them_and_stores_only_with_st
     assert ledger.stored_items == {}
     ledger.record("resp_2", [{"id": "msg_2", "type": "message"}], store=True)
     assert set(ledger.stored_items) == {"msg_2"}
-    assert ledger.stored_responses == {"resp_2"}
+    assert list(ledger.stored_responses) == ["resp_2"]
     ledger.clear()
-    assert (ledger.requires, ledger.stored_items, ledger.stored_responses) == ({}, {}, set())
+    assert (ledger.requires, ledger.stored_items, ledger.stored_responses) == ({}, {}, {})
+
+
+def test_ledger_forgets_the_oldest_beyond_its_limit():
+    ledger = Ledger(limit=2)
+    for n in range(4):
+        output = [{"id": f"rs_{n}", "type": "reasoning"}, {"id": f"msg_{n}", "type": "message"}]
+        ledger.record(f"resp_{n}", output, store=True)
+    assert ledger.requires == {"msg_2": "rs_2", "msg_3": "rs_3"}
+    assert list(ledger.stored_items) == ["rs_3", "msg_3"]
+    assert list(ledger.stored_responses) == ["resp_2", "resp_3"]

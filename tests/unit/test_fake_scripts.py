@@ -157,6 +157,18 @@ def test_default_reply_calls_the_first_function_tool_on_call_tool():
     assert isinstance(default_output({}, items, ContinuityReport(), reasoning=False)[0], Message)
 
 
+@pytest.mark.parametrize(
+    ("choice", "name"),
+    [("required", "read_file"), ({"type": "function", "name": "grep"}, "grep")],
+)
+def test_default_reply_obeys_a_forced_tool_choice(choice, name):
+    body = {"tools": [*TOOLS, {"type": "function", "name": "grep"}], "tool_choice": choice}
+    out = default_output(
+        body, [{"role": "user", "content": "hi"}], ContinuityReport(), reasoning=False
+    )
+    assert out == (FunctionCall(name, "{}"),)
+
+
 def test_default_reply_reports_tool_output():
     items = [
         {"role": "user", "content": "CALL_TOOL"},
