@@ -1,0 +1,271 @@
+"""Scope and prefix digests of the visible history (spec §2), pure.
+
+Framing (every length a u64 big-endian count of canonical UTF-8 bytes):
+
+- ``Scope.digest``   = SHA-256(``rrr/scope/v1\\0``  || len || scope)
+- history state      = SHA-256(``rrr/history/v1\\0`` || len || scope || len || m0 || len || m1 ...)
+  (tag ``rrr/history-without-reasoning-content/v1\\0`` when ``reasoning_content`` is
+  excluded, so the two keyings never share a digest)
+- ``boundaries[k]``  = the history state's digest after ``k`` messages (``[0]``: scope only)
+- envelope fingerprint = SHA-256(``rrr/envelope/v1\\0`` || len || normalized envelope),
+  independent of position and scope (tag ``rrr/envelope-without-reasoning-content/v1\\0``
+  when excluded)
+
+Messages are hashed in their normalized form (see ``envelope``). All limits are decided by
+measuring the whole scope and history before any message is emitted; a refusal raises
+:class:`~relay.reasoning.canonical.CanonicalRefused` and means: skip caching, no intent,
+no marker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from relay.reasoning.canonical import Budget, CanonicalLimitExceeded, frame
+from relay.reasoning.envelope import is_assistant, normalize_assistant, normalize_message
+from relay.reasoning.limits import CANONICAL_LIMITS, IDENTITY_FORMAT_VERSION, CanonicalLimits
+
+SCOPE_TAG: Final = b"rrr/scope/v1\0"
+HISTORY_TAGS: Final = (b"rrr/history/v1\0", b"rrr/history-without-reasoning-content/v1\0")
+ENVELOPE_TAGS: Final = (b"rrr/envelope/v1\0", b"rrr/envelope-without-reasoning-content/v1\0")
+
+ENCRYPTED_REASONING_INCLUDE: Final = "reasoning.encrypted_content"
+
+# Keys of the translated Responses body that are not scope configuration, and why:
+# input          the visible history, hashed message by message instead
+# instructions   derived from the leading system/developer messages (Chat) or mapped to
+#                the first history message (Responses-shaped bodies): history, not scope
+# stream, stream_options, background   transport only; must not split histories
+# user           stands in the scope as the caller fingerprint, never raw
+# model          stands in the scope on its own (also a targeting value)
+# store, include replaced by their effective values (store false, merged include)
+SCOPE_EXCLUDED_KEYS: Final = frozenset(
+    {"input", "instructions", "stream", "stream_options", "background", "user", "model",
+     "store", "include"}
+)  # fmt: skip
+
+
+class _Hasher(Protocol):
+    def update(self, data: bytes, /) -> None: ...
+    def copy(self) -> _Hasher: ...
+    def hexdigest(self) -> str: ...
+
+
+def fingerprint(secret: bytes, label: str, value: str) -> str:
+    """HMAC-SHA256 of a labelled value under the cache-local secret (hex)."""
+    message = label.encode("ascii") + b"\0" + value.encode("utf-8", "surrogatepass")
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()
+
+
+def merged_include(include: Sequence[str] | None) -> list[str]:
+    """The effective ``include`` of a cached request: the caller's values plus encrypted
+    reasoning, deduplicated and sorted (a set, so order must not split scopes)."""
+    return sorted({*(include or ()), ENCRYPTED_REASONING_INCLUDE})
+
+
+def scope_config(upstream_body: Mapping[str, Any]) -> dict[str, Any]:
+    """The translated configuration that scopes a history: the Responses body without the
+    excluded keys, ``null`` values left out, plus effective ``store``/``include``."""
+    config = {
+        key: value
+        for key, value in upstream_body.items()
+        if key not in SCOPE_EXCLUDED_KEYS and value is not None
+    }
+    config["store"] = False
+    config["include"] = merged_include(upstream_body.get("include"))
+    return config
+
+
+@dataclass(frozen=True)
+class ScopeTargeting:
+    """What fencing matches on: credential/model/caller (fingerprints, never raw values)."""
+
+    credential: str
+    model: str
+    caller: str | None
+
+
+@dataclass(frozen=True)
+class Scope:
+    """A framed, measured scope; build with :func:`build_scope`."""
+
+    digest: str
+    targeting: ScopeTargeting
+    limits: CanonicalLimits
+    canonical_size: int  # bytes of the canonical scope, charged to the shared budget
+    nodes: int
+    value: dict[str, Any] = field(repr=False, compare=False)
+    # History hash states after the tag and framed scope (index: exclude_reasoning_content).
+    _starts: tuple[_Hasher, _Hasher] = field(repr=False, compare=False)
+
+    def history_start(self, *, exclude_reasoning_content: bool = False) -> _Hasher:
+        """A fresh copy of the history hash state before the first message."""
+        return self._starts[exclude_reasoning_content].copy()
+
+
+def build_scope(
+    *,
+    secret: bytes,
+    upstream_origin: str,
+    endpoint: str,
+    credential: str,
+    relay_token: str,
+    caller: str | None,
+    upstream_body: Mapping[str, Any],
+    openai_beta: str | None,
+    body_shape: str = "chat",
+    limits: CanonicalLimits = CANONICAL_LIMITS,
+) -> Scope:
+    """Build the scope of one translated request.
+
+    ``upstream_body`` is the translated Responses body; ``caller`` the client's ``user``
+    value (``TranslatedRequest.caller``); ``body_shape`` ``"chat"`` or ``"responses"``
+    (the two map histories differently, so they never share a scope); ``openai_beta`` the
+    effective header or ``None``. Raises ``CanonicalRefused`` when the scope alone breaks
+    a limit.
+    """
+    if len(secret) < 16:
+        raise ValueError("the cache secret must be at least 16 bytes")
+    model = upstream_body.get("model")
+    if not isinstance(model, str):
+        raise TypeError("the translated body must carry the resolved model as a string")
+    targeting = ScopeTargeting(
+        credential=fingerprint(secret, "openai-credential", credential),
+        model=model,
+        caller=None if caller is None else fingerprint(secret, "caller", caller),
+    )
+    value: dict[str, Any] = {
+        "format": IDENTITY_FORMAT_VERSION,
+        "limits": limits.as_json(),
+        "upstream": {"origin": upstream_origin, "endpoint": endpoint},
+        "credential": targeting.credential,
+        "relay_token": fingerprint(secret, "relay-token", relay_token),
+        "caller": targeting.caller,
+        "body_shape": body_shape,
+        "model": model,
+        "config": scope_config(upstream_body),
+        "openai_beta": openai_beta,
+    }
+    budget = Budget(limits)
+    size = budget.measure(value)
+    scope_hash = hashlib.sha256(SCOPE_TAG)
+    starts = (hashlib.sha256(HISTORY_TAGS[0]), hashlib.sha256(HISTORY_TAGS[1]))
+    frame(_Fanout((scope_hash, *starts)), value, size)
+    return Scope(scope_hash.hexdigest(), targeting, limits, size, budget.nodes, value, starts)
+
+
+class _Fanout:
+    """Feeds one emission to several hashes (each document is emitted once)."""
+
+    __slots__ = ("sinks",)
+
+    def __init__(self, sinks: tuple[_Hasher, ...]) -> None:
+        self.sinks = sinks
+
+    def update(self, data: bytes, /) -> None:
+        for sink in self.sinks:
+            sink.update(data)
+
+
+@dataclass(frozen=True)
+class AssistantBlockKey:
+    """Where an assistant envelope sits: matching uses ``end_digest``, then verifies the
+    start boundary and the envelope fingerprint."""
+
+    position: int  # index of the assistant message in the history
+    start_digest: str  # boundary before it
+    end_digest: str  # boundary after it
+    envelope_fingerprint: str
+
+
+@dataclass(frozen=True)
+class HistoryState:
+    """The hash state after ``position`` messages; capture extends it with the predicted
+    envelope of the response it is collecting."""
+
+    position: int
+    digest: str
+    bytes_used: int
+    nodes_used: int
+    limits: CanonicalLimits
+    exclude_reasoning_content: bool
+    _hasher: _Hasher = field(repr=False, compare=False)
+
+    def extend(self, envelope: Mapping[str, Any]) -> tuple[AssistantBlockKey, HistoryState]:
+        """Append one assistant envelope (normalized here): its block key and the new state.
+
+        Raises ``CanonicalRefused`` when the longer history would break a limit (then no
+        later request can carry it within the limits either).
+        """
+        if not is_assistant(envelope):
+            raise ValueError("only an assistant envelope can extend a history")
+        if self.position + 1 > self.limits.max_messages:
+            raise CanonicalLimitExceeded("messages")
+        flag = self.exclude_reasoning_content
+        normalized = normalize_assistant(envelope, exclude_reasoning_content=flag)
+        budget = Budget(self.limits, bytes_used=self.bytes_used, nodes_used=self.nodes_used)
+        size = budget.measure(normalized)
+        hasher = self._hasher.copy()
+        envelope_hash = hashlib.sha256(ENVELOPE_TAGS[flag])
+        frame(_Fanout((hasher, envelope_hash)), normalized, size)
+        digest = hasher.hexdigest()
+        key = AssistantBlockKey(self.position, self.digest, digest, envelope_hash.hexdigest())
+        state = HistoryState(
+            self.position + 1, digest, budget.bytes, budget.nodes, self.limits, flag, hasher
+        )
+        return key, state
+
+
+@dataclass(frozen=True)
+class HistoryDigests:
+    """Prefix digests of one scoped visible history."""
+
+    scope_digest: str
+    boundaries: tuple[str, ...]  # len(history) + 1 hex digests; [k] = after k messages
+    message_sizes: tuple[int, ...]  # canonical bytes of each normalized message
+    assistant_blocks: tuple[AssistantBlockKey, ...]  # in history order
+    bytes_used: int  # canonical bytes of scope + history
+    nodes_used: int
+    final_state: HistoryState = field(repr=False, compare=False)
+
+
+def history_digests(
+    scope: Scope, messages: Sequence[Any], *, exclude_reasoning_content: bool = False
+) -> HistoryDigests:
+    """Digest every prefix of a visible history (Chat messages, as the client sent them).
+
+    Everything is measured before anything is emitted: over a limit (or not canonical),
+    this raises ``CanonicalRefused`` having hashed nothing.
+    """
+    limits = scope.limits
+    if len(messages) > limits.max_messages:
+        raise CanonicalLimitExceeded("messages")
+    flag = exclude_reasoning_content
+    normalized = [normalize_message(m, exclude_reasoning_content=flag) for m in messages]
+    budget = Budget(limits, bytes_used=scope.canonical_size, nodes_used=scope.nodes)
+    sizes = [budget.measure(message) for message in normalized]
+
+    hasher = scope.history_start(exclude_reasoning_content=flag)
+    boundaries = [hasher.hexdigest()]
+    blocks: list[AssistantBlockKey] = []
+    for position, (message, size) in enumerate(zip(normalized, sizes, strict=True)):
+        if is_assistant(message):
+            envelope_hash = hashlib.sha256(ENVELOPE_TAGS[flag])
+            frame(_Fanout((hasher, envelope_hash)), message, size)
+            start, end = boundaries[-1], hasher.hexdigest()
+            boundaries.append(end)
+            blocks.append(AssistantBlockKey(position, start, end, envelope_hash.hexdigest()))
+        else:
+            frame(hasher, message, size)
+            boundaries.append(hasher.hexdigest())
+    final = HistoryState(
+        len(normalized), boundaries[-1], budget.bytes, budget.nodes, limits, flag, hasher.copy()
+    )
+    return HistoryDigests(
+        scope.digest, tuple(boundaries), tuple(sizes), tuple(blocks), budget.bytes,
+        budget.nodes, final,
+    )  # fmt: skip

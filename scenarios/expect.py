@@ -1,0 +1,205 @@
+"""Expectations: what must have happened (``scenario << Expectation(...)``).
+
+Three vantage points, as the issue asks: what the client got (:class:`ClientGot`), what
+the upstream received and how its call ended (:class:`UpstreamReceived`,
+:class:`UpstreamEnded`), and what the relay reported (:class:`RelayReported`,
+:class:`RelayAlive`, :class:`RelayExited`). Values may be literals, matchers
+(``Contains``, ``Matches``, ``AtLeast``) or placeholders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from scenarios.core import Ctx, Expectation, ExpectationFailed, matches
+from scenarios.relaylog import parse_relay_events
+
+
+def _compare(what: str, expected: dict[str, Any], actual: dict[str, Any]) -> None:
+    wrong = [
+        f"{key}: expected {value!r}, got {actual.get(key)!r}"
+        for key, value in expected.items()
+        if value is not None and not matches(value, actual.get(key))
+    ]
+    if wrong:
+        raise ExpectationFailed(f"{what}: " + "; ".join(wrong))
+
+
+@dataclass
+class ClientGot(Expectation):
+    turn: str | None = None
+    outcome: Any = None  # success | error | cut | disconnected
+    status: Any = None
+    text: Any = None
+    finish_reason: Any = None
+    error_code: Any = None
+    error_message: Any = None
+    done: Any = None
+    frames: Any = None
+    tool_call_id: Any = None
+    completion_id: Any = None
+
+    def check(self, ctx: Ctx) -> None:
+        turn = ctx.turn(self.turn)
+        answer = turn.answer
+        if answer is None:
+            raise ExpectationFailed(f"turn {turn.name} has no answer yet (still held open?)")
+        error = answer.error or {}
+        actual = {
+            "outcome": answer.outcome,
+            "status": answer.status,
+            "text": answer.text,
+            "finish_reason": answer.finish_reason,
+            "error_code": error.get("code"),
+            "error_message": error.get("message"),
+            "done": answer.done,
+            "frames": len(answer.frames),
+            "tool_call_id": answer.tool_calls[0]["id"] if answer.tool_calls else None,
+            "completion_id": answer.completion_id,
+        }
+        expected = {k: v for k, v in vars(self).items() if k != "turn"}
+        _compare(f"client answer of {turn.name}", expected, actual)
+
+
+@dataclass(frozen=True)
+class ReplayOf:
+    """A reasoning item minted in the answer to ``turn``, expected at input index ``at``."""
+
+    turn: str
+    at: int
+
+
+@dataclass
+class UpstreamReceived(Expectation):
+    """The upstream call(s) a turn caused: how many, and exactly which replayed items where.
+
+    ``replayed=[]`` means no reasoning item with ``encrypted_content`` at all;
+    ``replayed=[ReplayOf("t1", at=2)]`` means exactly one, at input index 2, minted for t1.
+    """
+
+    turn: str | None = None
+    calls: Any = 1
+    replayed: list[ReplayOf] | None = None
+    continuity: dict[str, Any] = field(default_factory=dict)
+
+    def check(self, ctx: Ctx) -> None:
+        turn = ctx.turn(self.turn)
+        calls = ctx.upstream_of(turn)
+        if not matches(self.calls, len(calls)):
+            raise ExpectationFailed(
+                f"turn {turn.name}: expected {self.calls!r} upstream calls, saw {len(calls)}"
+            )
+        if not calls:
+            return
+        call = calls[-1]
+        _compare(f"continuity of {turn.name}'s upstream call", self.continuity, call["continuity"])
+        if self.replayed is None:
+            return
+        items = (call["body"] or {}).get("input") or []
+        found = [
+            (index, item.get("encrypted_content"))
+            for index, item in enumerate(items)
+            if isinstance(item, dict)
+            and item.get("type") == "reasoning"
+            and isinstance(item.get("encrypted_content"), str)
+        ]
+        wanted = []
+        for replay in self.replayed:
+            source = ctx.upstream_of(ctx.turn(replay.turn))
+            tokens = {t for c in source for t in _minted_tokens(c)}
+            wanted.append((replay.at, tokens))
+        if len(found) != len(wanted) or any(
+            at != index or token not in tokens
+            for (index, token), (at, tokens) in zip(found, wanted, strict=False)
+        ):
+            raise ExpectationFailed(
+                f"turn {turn.name}: expected replayed items at {[w[0] for w in wanted]} "
+                f"(minted in {[r.turn for r in self.replayed]}), found at {[f[0] for f in found]}"
+            )
+
+
+def _minted_tokens(call: dict[str, Any]) -> list[str]:
+    tokens = []
+    for item in call["output"]:
+        if item.get("type") == "reasoning" and isinstance(item.get("encrypted_content"), str):
+            tokens.append(item["encrypted_content"])
+    for event in call["events"]:
+        item = event["data"].get("item") if isinstance(event["data"], dict) else None
+        if isinstance(item, dict) and isinstance(item.get("encrypted_content"), str):
+            tokens.append(item["encrypted_content"])
+    return tokens
+
+
+@dataclass
+class UpstreamEnded(Expectation):
+    """How the fake's call for a turn ended: finish, close, reset, client_gone, stopped."""
+
+    turn: str | None = None
+    ended: Any = None
+    events_sent: Any = None
+    outcome: Any = None
+
+    def check(self, ctx: Ctx) -> None:
+        turn = ctx.turn(self.turn)
+        calls = ctx.upstream_of(turn)
+        if not calls:
+            raise ExpectationFailed(f"turn {turn.name} made no upstream call")
+        call = calls[-1]
+        actual = {"ended": call["ended"], "events_sent": len(call["events"]),
+                  "outcome": call["outcome"]}  # fmt: skip
+        expected = {"ended": self.ended, "events_sent": self.events_sent, "outcome": self.outcome}
+        _compare(f"upstream call of {turn.name}", expected, actual)
+
+
+@dataclass
+class RelayReported(Expectation):
+    """A relay log event (in any incarnation so far) with these fields."""
+
+    event: str
+    count: Any = None  # default: at least one
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    def check(self, ctx: Ctx) -> None:
+        seen = []
+        for proc in ctx.harness.relay_processes():
+            for name, values in parse_relay_events(proc.stderr_text()):
+                if name == self.event and all(
+                    matches(v, values.get(k)) for k, v in self.fields.items()
+                ):
+                    seen.append(values)
+        if self.count is None:
+            if seen:
+                return
+            raise ExpectationFailed(f"the relay never reported {self.event} {self.fields}")
+        if not matches(self.count, len(seen)):
+            raise ExpectationFailed(
+                f"the relay reported {self.event} {self.fields} {len(seen)} times, "
+                f"expected {self.count!r}"
+            )
+
+
+@dataclass
+class RelayAlive(Expectation):
+    def check(self, ctx: Ctx) -> None:
+        if not ctx.harness.poll_relay():
+            relay = ctx.harness.require_relay()
+            raise ExpectationFailed(
+                f"the relay died (exit {relay.proc.returncode}):\n{relay.proc.stderr_tail()}"
+            )
+
+
+@dataclass
+class Holds(Expectation):
+    """A custom condition over the run context."""
+
+    what: str
+    predicate: Callable[[Ctx], bool]
+
+    def check(self, ctx: Ctx) -> None:
+        if not self.predicate(ctx):
+            raise ExpectationFailed(f"expected: {self.what}")
+
+    def describe(self) -> str:
+        return f"Holds({self.what!r})"

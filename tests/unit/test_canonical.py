@@ -1,0 +1,271 @@
+"""Canonical JSON (relay.reasoning.canonical) and envelope normalization (envelope)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+
+from relay.reasoning import canonical
+from relay.reasoning.canonical import (
+    Budget,
+    CanonicalLimitExceeded,
+    NotCanonicalizable,
+    canonical_bytes,
+    chunks,
+)
+from relay.reasoning.envelope import normalize_assistant, normalize_message
+from relay.reasoning.limits import CANONICAL_LIMITS, CHUNK_BYTES, CanonicalLimits
+
+
+def stdlib(value: Any) -> bytes:
+    """The format is defined to equal this (see the canonical module docstring)."""
+    return json.dumps(
+        value, ensure_ascii=True, sort_keys=True, separators=(",", ":"), allow_nan=False
+    ).encode("ascii")
+
+
+# --- the format ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ({"b": 1, "a": 2, "B": 3}, b'{"B":3,"a":2,"b":1}'),  # code-point order: "B" < "a"
+        ({"\u00e9": 1, "z": 2, "\U0001f600": 3}, b'{"z":2,"\\u00e9":1,"\\ud83d\\ude00":3}'),
+        ([3, 1, 2], b"[3,1,2]"),  # arrays keep their order
+        ({"a": [], "b": {}}, b'{"a":[],"b":{}}'),
+        ('q"b\\s/', b'"q\\"b\\\\s/"'),
+        ("\b\f\n\r\t", b'"\\b\\f\\n\\r\\t"'),
+        ("\x00\x1f\x7f", b'"\\u0000\\u001f\\u007f"'),
+        ("\u2028\u2029\u00e9", b'"\\u2028\\u2029\\u00e9"'),
+        ("\U0001f600", b'"\\ud83d\\ude00"'),
+        ("\ud800", b'"\\ud800"'),  # a lone surrogate needs no special case
+        (10**30, b"1000000000000000000000000000000"),
+        (-0, b"0"),
+        (1.0, b"1.0"),
+        (-0.0, b"-0.0"),
+        (1e16, b"1e+16"),
+        (1e-05, b"1e-05"),
+        (0.1, b"0.1"),
+        (True, b"true"),
+        (False, b"false"),
+        (None, b"null"),
+        ((1, "a"), b'[1,"a"]'),
+    ],
+)
+def test_format(value: Any, expected: bytes) -> None:
+    assert canonical_bytes(value) == expected
+    assert canonical_bytes(value) == stdlib(value)
+
+
+def test_no_whitespace_and_nested_sorting() -> None:
+    value = {"z": {"y": [1, {"b": None, "a": True}], "x": "v"}, "a": 0}
+    assert canonical_bytes(value) == b'{"a":0,"z":{"x":"v","y":[1,{"a":true,"b":null}]}}'
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (math.nan, "number"),
+        (math.inf, "number"),
+        ({"a": [-math.inf]}, "number"),
+        pytest.param(10**5000, "number", id="huge-int"),  # beyond the int-to-str limit
+        ({1: "a"}, "key"),
+        ({("a",): 1}, "key"),
+        ({"a"}, "type"),
+        (b"bytes", "type"),
+        (object(), "type"),
+    ],
+)
+def test_values_json_cannot_carry_exactly_are_refused(value: Any, reason: str) -> None:
+    with pytest.raises(NotCanonicalizable) as refused:
+        Budget().measure(value)
+    assert refused.value.reason == reason
+
+
+# --- measuring -------------------------------------------------------------------------
+
+
+LONG_ASCII = ('line "quoted" \\ back\tslash\n' * 400) + "\x01\x7f\b\f\r"
+LONG_MIXED = ("ascii part " * 700) + ("\u00e9\u4e2d\U0001f600\ud800" * 3000)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        LONG_ASCII,
+        LONG_MIXED,
+        {"content": LONG_ASCII, LONG_MIXED: [LONG_MIXED, 1, 2.5, None]},
+        ["x" * 300, "y" * 70_000, "\n" * 70_000],
+        {"k" * 300: "v" * 300},
+    ],
+)
+def test_measured_size_is_exact(value: Any) -> None:
+    size = Budget().measure(value)
+    assert size == len(stdlib(value))
+
+
+def test_byte_limit_is_exact_and_shared() -> None:
+    budget = Budget(CanonicalLimits(max_bytes=10))
+    assert budget.measure("123456") == 8
+    assert budget.measure(12) == 2  # exactly at the limit
+    with pytest.raises(CanonicalLimitExceeded) as refused:
+        budget.measure(1)
+    assert refused.value.reason == "bytes"
+
+
+def test_a_long_string_over_the_room_is_refused_without_escaping_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def fail(text: str) -> str:
+        raise AssertionError("escaped a string that could never fit")
+
+    monkeypatch.setattr(canonical, "_escape", fail)
+    with pytest.raises(CanonicalLimitExceeded):
+        Budget(CanonicalLimits(max_bytes=1000)).measure("\u00e9" * 2000)
+
+
+@pytest.mark.parametrize(
+    ("value", "nodes"),
+    [(1, 1), ([1, 2], 3), ({"a": [1, {"b": None}]}, 5), ({}, 1), ("text", 1)],
+)
+def test_node_count(value: Any, nodes: int) -> None:
+    budget = Budget()
+    budget.measure(value)
+    assert budget.nodes == nodes
+    Budget(CanonicalLimits(max_nodes=nodes)).measure(value)
+    with pytest.raises(CanonicalLimitExceeded) as refused:
+        Budget(CanonicalLimits(max_nodes=nodes - 1)).measure(value)
+    assert refused.value.reason == "nodes"
+
+
+def nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for level in range(depth):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+def test_depth_limit() -> None:
+    Budget().measure(nested(CANONICAL_LIMITS.max_depth))
+    with pytest.raises(CanonicalLimitExceeded) as refused:
+        Budget().measure(nested(CANONICAL_LIMITS.max_depth + 1))
+    assert refused.value.reason == "depth"
+
+
+def test_a_cycle_is_refused_by_depth() -> None:
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    with pytest.raises(CanonicalLimitExceeded):
+        Budget().measure(cycle)
+
+
+# --- emitting --------------------------------------------------------------------------
+
+
+def test_a_large_value_is_emitted_in_bounded_chunks() -> None:
+    value = {"content": LONG_ASCII * 20, "parts": [LONG_MIXED, {"k" * 9000: LONG_MIXED}]}
+    size = Budget().measure(value)
+    pieces = list(chunks(value, size))
+    assert len(pieces) >= size // CHUNK_BYTES + 1
+    assert all(0 < len(piece) <= CHUNK_BYTES for piece in pieces)
+    assert b"".join(pieces) == stdlib(value)
+    assert size == len(b"".join(pieces))
+
+
+def test_a_small_value_is_one_chunk() -> None:
+    value = {"role": "user", "content": "hi"}
+    assert list(chunks(value, Budget().measure(value))) == [stdlib(value)]
+
+
+def test_the_streaming_path_writes_the_fast_paths_bytes() -> None:
+    value = {"b": [1, 2.5, None, True, False, "x\n\u00e9"], "a": {"\U0001f600": -0.0}}
+    assert b"".join(canonical._pieces(value)) == canonical_bytes(value)
+
+
+# --- normalization -------------------------------------------------------------------
+
+
+def test_normalized_envelope_has_text_content_and_tool_calls() -> None:
+    assert normalize_assistant({"role": "assistant"}) == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [],
+    }
+
+
+def test_normalization_leaves_its_input_untouched() -> None:
+    call = {"id": "c", "index": 0, "type": "function", "function": {"name": "f"}}
+    message = {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "a"}],
+        "tool_calls": [call],
+    }
+    before = json.dumps(message)
+    normalized = normalize_assistant(message)
+    assert json.dumps(message) == before
+    assert normalized["tool_calls"] == [{"id": "c", "type": "function", "function": {"name": "f"}}]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"role": "user", "content": [{"type": "text", "text": "a"}]},
+        {"role": "tool", "tool_call_id": "c", "name": "n", "content": "x"},
+        {"role": "system", "content": None},
+        ["not", "a", "message"],
+        "text",
+    ],
+)
+def test_only_assistant_messages_are_normalized(message: Any) -> None:
+    assert normalize_message(message) is message
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        [{"type": "text", "text": "a", "annotations": []}],  # not an *exact* text part
+        [{"type": "refusal", "refusal": "no"}],
+        [{"type": "text", "text": 1}],
+        ["a"],
+        {"text": "a"},
+        7,
+    ],
+)
+def test_content_outside_the_list_is_hashed_as_sent(content: Any) -> None:
+    assert normalize_assistant({"role": "assistant", "content": content})["content"] == content
+
+
+def test_tool_calls_null_and_not_a_list_stay() -> None:
+    assert normalize_assistant({"role": "assistant", "tool_calls": None})["tool_calls"] is None
+    assert normalize_assistant({"role": "assistant", "tool_calls": {}})["tool_calls"] == {}
+
+
+@pytest.mark.parametrize(
+    ("index", "position", "dropped"),
+    [
+        (0, 0, True),
+        (1, 1, True),
+        (1, 0, False),
+        (True, 1, False),
+        (0.0, 0, False),
+        (None, 0, False),
+    ],
+)
+def test_only_an_integer_index_equal_to_its_position_is_dropped(
+    index: Any, position: int, dropped: bool
+) -> None:
+    calls: list[Any] = [{"id": "x"}] * position + [{"id": "c", "index": index}]
+    out = normalize_assistant({"role": "assistant", "tool_calls": calls})["tool_calls"][position]
+    assert ("index" not in out) is dropped
+
+
+def test_reasoning_content_is_kept_unless_excluded() -> None:
+    message = {"role": "assistant", "content": "a", "reasoning_content": "thought"}
+    assert normalize_message(message)["reasoning_content"] == "thought"
+    assert "reasoning_content" not in normalize_message(message, exclude_reasoning_content=True)
+    user = {"role": "user", "content": "a", "reasoning_content": "x"}
+    assert normalize_message(user, exclude_reasoning_content=True) is user
