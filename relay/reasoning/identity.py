@@ -98,6 +98,8 @@ class Scope:
     limits: CanonicalLimits
     canonical_size: int  # bytes of the canonical scope, charged to the shared budget
     nodes: int
+    # The framed scope object (fingerprints only, no raw secrets). It shares nested values
+    # (tools, schemas) with the translated body: read-only, like that body.
     value: dict[str, Any] = field(repr=False, compare=False)
     # History hash states after the tag and framed scope (index: exclude_reasoning_content).
     _starts: tuple[_Hasher, _Hasher] = field(repr=False, compare=False)

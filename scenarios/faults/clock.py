@@ -14,7 +14,8 @@ file changes the running process's time at once. Two modes:
 
 Known libfaketime 0.9.10 limit: in ``wall`` mode ``time.sleep`` fails with EINVAL (its
 absolute ``clock_nanosleep`` on CLOCK_MONOTONIC is mis-translated). asyncio, Tornado and
-lock timeouts are unaffected; tests/scenarios/test_clock_faults.py pins both facts.
+lock timeouts are unaffected (tests/scenarios/test_scenario_faults.py runs an event loop
+under it), so the relay must not call ``time.sleep``.
 """
 
 from __future__ import annotations

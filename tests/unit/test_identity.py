@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from relay.reasoning import identity
+from relay.reasoning import canonical, identity
 from relay.reasoning.canonical import CanonicalLimitExceeded, NotCanonicalizable
 from relay.reasoning.identity import (
     ENCRYPTED_REASONING_INCLUDE,
@@ -323,11 +323,10 @@ def test_input_messages_are_not_modified() -> None:
 def emitted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts documents the identity module emits (scopes are built before patching)."""
     sizes: list[int] = []
-    real = identity.frame
 
     def counting(sink: Any, value: object, size: int) -> None:
         sizes.append(size)
-        real(sink, value, size)
+        canonical.frame(sink, value, size)
 
     monkeypatch.setattr(identity, "frame", counting)
     return sizes
@@ -522,7 +521,7 @@ def test_extending_respects_the_limits() -> None:
 def echoes(text: str, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Forms a client may send the assistant message back in."""
     with_index = [{**c, "index": i} for i, c in enumerate(calls)]
-    forms = [
+    forms: list[dict[str, Any]] = [
         {"role": "assistant", "content": text, "tool_calls": with_index},
         {"role": "assistant", "content": [{"type": "text", "text": text}], "tool_calls": calls},
     ]

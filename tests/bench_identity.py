@@ -1,0 +1,150 @@
+"""Benchmarks of the visible-history identity, called by the lead bench (no CLI here).
+
+Both functions time with ``time.perf_counter``, interleave the contenders and keep each
+one's best of ``repeat`` samples (a loaded machine only ever adds time), and report
+ratios against a stdlib baseline measured on the same data in the same process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from relay.reasoning.canonical import Budget, frame
+from relay.reasoning.envelope import normalize_message
+from relay.reasoning.identity import Scope, build_scope, history_digests
+
+RECORDING = (
+    Path(__file__).resolve().parents[1].parent
+    / "shared/fixtures/cursor-recordings/context_single_tool_calls/cursor_request.json"
+)
+MIN_SAMPLE_SECONDS = 0.02  # small histories run several times per sample
+
+
+def recorded_request() -> dict[str, Any]:
+    return json.loads(RECORDING.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+
+
+def cursor_like_history(count: int) -> list[dict[str, Any]]:
+    """A real recorded Cursor history (tool calls, tool results with file contents)
+    repeated to ``count`` messages."""
+    messages = recorded_request()["messages"]
+    return [messages[i % len(messages)] for i in range(count)]
+
+
+def bench_scope(body: dict[str, Any] | None = None) -> Scope:
+    body = body if body is not None else recorded_request()
+    return build_scope(
+        secret=b"bench-secret-0123456789",
+        upstream_origin="https://api.openai.com",
+        endpoint="/v1/responses",
+        credential="sk-bench",
+        relay_token="rr-bench",
+        caller=body.get("user"),
+        upstream_body={"model": body.get("model", "gpt-5"), "tools": body.get("tools") or []},
+        openai_beta=None,
+    )
+
+
+def _best_times(contenders: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
+    """Best seconds per call for each contender, sampled round-robin."""
+    loops = {}
+    for name, run in contenders.items():
+        start = time.perf_counter()
+        run()
+        once = max(time.perf_counter() - start, 1e-7)
+        loops[name] = max(1, int(MIN_SAMPLE_SECONDS / once))
+    best = dict.fromkeys(contenders, float("inf"))
+    for _ in range(repeat):
+        for name, run in contenders.items():
+            start = time.perf_counter()
+            for _ in range(loops[name]):
+                run()
+            best[name] = min(best[name], (time.perf_counter() - start) / loops[name])
+    return best
+
+
+def bench_canonical_vs_stdlib(history: Sequence[Any], *, repeat: int = 7) -> dict[str, Any]:
+    """Canonicalize+hash throughput against the stdlib floor on the same history.
+
+    Floor: ``json.dumps(m, sort_keys=True)`` per message into one SHA-256. Ours:
+    normalization, the measuring pass and bounded emission into one SHA-256
+    (``canonical``), and the full ``history_digests`` (plus a digest per boundary and an
+    envelope fingerprint per assistant message). Ratios are floor time / our time, i.e.
+    our throughput as a fraction of the floor's (target ≥ 0.5).
+    """
+    scope = bench_scope()
+
+    def floor() -> str:
+        digest = hashlib.sha256()
+        for message in history:
+            digest.update(json.dumps(message, sort_keys=True).encode("utf-8"))
+        return digest.hexdigest()
+
+    def canonical() -> str:
+        digest = hashlib.sha256()
+        budget = Budget()
+        normalized = [normalize_message(message) for message in history]
+        sizes = [budget.measure(message) for message in normalized]
+        for message, size in zip(normalized, sizes, strict=True):
+            frame(digest, message, size)
+        return digest.hexdigest()
+
+    def identity() -> object:
+        return history_digests(scope, history)
+
+    best = _best_times({"floor": floor, "canonical": canonical, "identity": identity}, repeat)
+    canonical_bytes = sum(Budget().measure(normalize_message(message)) for message in history)
+    return {
+        "messages": len(history),
+        "canonical_bytes": canonical_bytes,
+        "floor_seconds": best["floor"],
+        "canonical_seconds": best["canonical"],
+        "identity_seconds": best["identity"],
+        "canonical_mb_per_s": canonical_bytes / best["canonical"] / 1e6,
+        "ratio_canonical_to_floor": best["floor"] / best["canonical"],
+        "ratio_identity_to_floor": best["floor"] / best["identity"],
+        "target": 0.5,
+    }
+
+
+def bench_identity_scaling(
+    sizes: Sequence[int] = (10, 100, 1000, 6400), *, repeat: int = 5
+) -> dict[str, Any]:
+    """Identity (scope + all prefix digests) against ``json.loads`` of the request body.
+
+    Per size: best seconds of each, ``ratio`` = identity / loads (target ≤ 2), and the
+    identity cost per message; ``linearity`` compares the per-message cost of the largest
+    size with that of the second largest (≈ 1 when cost is linear in history length).
+    """
+    request = recorded_request()
+    rows = []
+    for size in sizes:
+        body = json.dumps({**request, "messages": cursor_like_history(size)})
+
+        def loads(body: str = body) -> object:
+            return json.loads(body)
+
+        parsed = json.loads(body)  # parsed once, outside the timing: only identity counts
+
+        def identity_only(parsed: dict[str, Any] = parsed) -> object:
+            return history_digests(bench_scope(parsed), parsed["messages"])
+
+        best = _best_times({"loads": loads, "identity": identity_only}, repeat)
+        rows.append(
+            {
+                "messages": size,
+                "body_bytes": len(body.encode("utf-8")),
+                "loads_seconds": best["loads"],
+                "identity_seconds": best["identity"],
+                "ratio": best["identity"] / best["loads"],
+                "identity_us_per_message": best["identity"] / size * 1e6,
+            }
+        )
+    per_message = [row["identity_us_per_message"] for row in rows]
+    linearity = per_message[-1] / per_message[-2] if len(rows) > 1 else 1.0
+    return {"rows": rows, "linearity": linearity, "target_ratio": 2.0}
