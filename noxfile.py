@@ -13,7 +13,7 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
 # Debian packages the scenario harness drives (clock jumps, I/O fault injection).
-SYSTEM_PACKAGES = {"faketime": "faketime", "fiu-run": "fiu-utils"}
+SYSTEM_PACKAGES = {"faketime": "faketime", "fiu-run": "fiu-utils", "strace": "strace"}
 COVERAGE_FAIL_UNDER = "85"
 
 

@@ -37,10 +37,6 @@ class ChatAnswer:
     bad_frames: int = 0  # data lines that were not JSON
 
     @property
-    def is_stream(self) -> bool:
-        return bool(self.frames) or self.json_body is None and self.status == 200
-
-    @property
     def outcome(self) -> str:
         if self.disconnected:
             return "disconnected"

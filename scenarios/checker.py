@@ -119,7 +119,7 @@ def _minted(event: Event) -> tuple[set[str], set[str]]:
     return tokens, ids
 
 
-# --- no wrong replay ----------------------------------------------------------------------------
+# --- no wrong replay ----------------------------------------------------------------------
 
 
 def no_wrong_replay(history: History, gens: list[Generation] | None = None) -> list[Violation]:
@@ -134,16 +134,19 @@ def no_wrong_replay(history: History, gens: list[Generation] | None = None) -> l
             if not (isinstance(item, dict) and item.get("type") == "reasoning"):
                 continue
             token = item.get("encrypted_content")
-            source = by_token.get(token) if isinstance(token, str) else by_id.get(item.get("id"))
-            key = token if isinstance(token, str) else item.get("id")
+            key = token if isinstance(token, str) else str(item.get("id"))
+            source = by_token.get(key) if isinstance(token, str) else by_id.get(key)
             # Each block replaces its assistant message exactly once.
             problem = "replays the same reasoning item twice" if key in seen else ""
             seen.add(key)
             problem = problem or _replay_problem(gen, visible, index, source)
             if problem:
                 violations.append(
-                    Violation("no_wrong_replay", f"upstream call {gen.index} item {index}: "
-                              f"{problem}", gen.seq)  # fmt: skip
+                    Violation(
+                        "no_wrong_replay",
+                        f"upstream call {gen.index} item {index}: {problem}",
+                        gen.seq,
+                    )
                 )
     return violations
 
@@ -159,17 +162,21 @@ def _replay_problem(gen: Generation, visible: list[Any], index: int, source: Any
         return f"replays reasoning from call {source.index}, which showed no single answer"
     position = segment_index_of_item(gen.input, index)
     if position < 0 or position >= len(visible) or visible[position] != source.segment:
-        return (f"reasoning minted in call {source.index} placed before a different visible "
-                "assistant message")  # fmt: skip
+        return (
+            f"reasoning minted in call {source.index} placed before a different visible "
+            "assistant message"
+        )
     if tuple(visible[:position]) != source.prefix:
-        return (f"reasoning minted in call {source.index} replayed after a different visible "
-                "history (edited or reordered earlier messages)")  # fmt: skip
+        return (
+            f"reasoning minted in call {source.index} replayed after a different visible "
+            "history (edited or reordered earlier messages)"
+        )
     if gen.scope != source.scope:
         return f"reasoning minted in call {source.index} replayed in another scope"
     return ""
 
 
-# --- no false success -----------------------------------------------------------------------------
+# --- no false success ---------------------------------------------------------------------
 
 SUCCESS_FINISH = {"completed": ("stop", "tool_calls"), "incomplete": ("length", "content_filter")}
 
@@ -181,19 +188,32 @@ def no_false_success(history: History, gens: list[Generation] | None = None) -> 
     violations = []
     for answer in history.of("client_answer"):
         if answer.get("done") and answer.get("error"):
-            violations.append(Violation("no_false_success", f"turn {answer['turn']}: an error "
-                                        "frame and [DONE] in one stream", answer.seq))  # fmt: skip
+            violations.append(
+                Violation(
+                    "no_false_success",
+                    f"turn {answer['turn']}: an error frame and [DONE] in one stream",
+                    answer.seq,
+                )
+            )
         if answer.get("frames_after_done"):
-            violations.append(Violation("no_false_success", f"turn {answer['turn']}: frames "
-                                        "after [DONE]", answer.seq))  # fmt: skip
+            violations.append(
+                Violation(
+                    "no_false_success", f"turn {answer['turn']}: frames after [DONE]", answer.seq
+                )
+            )
         if answer.get("outcome") != "success":
             continue
         shown = _answer_segment(answer)
         match = next(
-            (g for g in backing if g.index not in used and g.segment == shown
-             and answer.get("finish_reason") in SUCCESS_FINISH[g.outcome]),
+            (
+                g
+                for g in backing
+                if g.index not in used
+                and g.segment == shown
+                and answer.get("finish_reason") in SUCCESS_FINISH[g.outcome]
+            ),
             None,
-        )  # fmt: skip
+        )
         if match is None:
             violations.append(
                 Violation(
@@ -217,12 +237,12 @@ def _answer_segment(answer: Event) -> tuple[Any, ...]:
     return ("assistant", answer.get("text") or "", answer.get("refusal") or "", calls)
 
 
-# --- process deaths and internal errors -------------------------------------------------------------
+# --- process deaths and internal errors ---------------------------------------------------
 
 
-def no_crash_on_bad_input(history: History, gens: list[Generation] | None = None) -> (
-    list[Violation]
-):
+def no_crash_on_bad_input(
+    history: History, gens: list[Generation] | None = None
+) -> list[Violation]:
     return [
         Violation(
             "no_crash_on_bad_input",
@@ -235,19 +255,18 @@ def no_crash_on_bad_input(history: History, gens: list[Generation] | None = None
     ]
 
 
-def no_internal_error(history: History, gens: list[Generation] | None = None) -> (
-    list[Violation]
-):
+def no_internal_error(history: History, gens: list[Generation] | None = None) -> list[Violation]:
     violations = []
     for answer in history.of("client_answer"):
         message = str((answer.get("error") or {}).get("message", ""))
         if message.startswith("internal relay error"):
-            violations.append(Violation("no_internal_error", f"turn {answer['turn']}: "
-                                        f"{message}", answer.seq))  # fmt: skip
+            violations.append(
+                Violation("no_internal_error", f"turn {answer['turn']}: {message}", answer.seq)
+            )
     return violations
 
 
-# --- nothing lost ---------------------------------------------------------------------------------
+# --- nothing lost -------------------------------------------------------------------------
 
 
 def nothing_lost(history: History, gens: list[Generation] | None = None) -> list[Violation]:
@@ -274,9 +293,12 @@ def nothing_lost(history: History, gens: list[Generation] | None = None) -> list
                 for item in later.input
             ):
                 violations.append(
-                    Violation("nothing_lost", f"block of upstream call {block.index} was "
-                              f"delivered in full but call {later.index} did not replay it",
-                              later.seq)  # fmt: skip
+                    Violation(
+                        "nothing_lost",
+                        f"block of upstream call {block.index} was "
+                        f"delivered in full but call {later.index} did not replay it",
+                        later.seq,
+                    )
                 )
             break  # only the first extending request is owed the replay
     return violations
@@ -284,8 +306,11 @@ def nothing_lost(history: History, gens: list[Generation] | None = None) -> list
 
 def _delivered_blocks(history: History, gens: list[Generation]) -> list[Generation]:
     """Completed generations whose whole answer reached the client ([DONE] or JSON)."""
-    shown = {_answer_segment(a) for a in history.of("client_answer") if a.get("outcome") ==
-             "success" and a.get("finish_reason") in ("stop", "tool_calls")}  # fmt: skip
+    shown = {
+        _answer_segment(a)
+        for a in history.of("client_answer")
+        if a.get("outcome") == "success" and a.get("finish_reason") in ("stop", "tool_calls")
+    }
     return [g for g in gens if g.outcome == "completed" and g.segment in shown]
 
 
@@ -304,7 +329,7 @@ def _cache_continuous(history: History, start: int, end: int) -> bool:
     return enabled
 
 
-# --- entry point ----------------------------------------------------------------------------------
+# --- entry point --------------------------------------------------------------------------
 
 Check = Callable[[History, list[Generation] | None], list[Violation]]
 CHECKS: dict[str, Check] = {
@@ -329,9 +354,8 @@ def check_history(history: History, only: tuple[str, ...] = ("all",)) -> CheckRe
         "client_answers": len(history.of("client_answer")),
         "upstream_calls": len(history.of("upstream_exchange")),
         "replayed_items": sum(
-            1 for g in gens for i in g.input
-            if isinstance(i, dict) and i.get("type") == "reasoning"
-        ),  # fmt: skip
+            1 for g in gens for i in g.input if isinstance(i, dict) and i.get("type") == "reasoning"
+        ),
         "wrong_replays": report.count("no_wrong_replay"),
         "relay_starts": sum(1 for e in history.of("process_start") if e.get("role") == "relay"),
         "faults": len(history.of("fault")),

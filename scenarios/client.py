@@ -16,7 +16,7 @@ import select
 import socket
 import struct
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -282,15 +282,6 @@ class RelayConnection:
             time.sleep(pause_s)  # the point of a slow reader: not waiting for an event
         return self.finish()
 
-    def iter_frames(self) -> Iterator[dict[str, Any] | str]:
-        seen = 0
-        while True:
-            while seen < len(self.answer.frames):
-                yield self.answer.frames[seen]
-                seen += 1
-            if self.eof or self.body_finished or not self.read_some():
-                return
-
     def finish(self) -> ChatAnswer:
         if not self.is_sse and self.status is not None:
             self.answer.set_json_body(bytes(self.raw_body))
@@ -302,9 +293,7 @@ class RelayConnection:
         """Leave mid-answer: RST (SO_LINGER 0) like a killed client, or a polite FIN."""
         if reset:
             with contextlib.suppress(OSError):
-                self.sock.setsockopt(
-                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
-                )
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.closed_by_us = True
         self.answer.disconnected = True
         self.close()

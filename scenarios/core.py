@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from scenarios.answer import ChatAnswer
@@ -162,7 +163,7 @@ class Ctx:
     seed: Seed
     clock: FakeClock | None = None
     tmpfs: TmpfsMount | None = None
-    fiu_prefix: Any = None  # Path of the libfiu control FIFO prefix when under libfiu
+    fiu_prefix: Path | None = None  # libfiu control FIFO prefix when under libfiu
     conversations: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     turns: dict[str, Turn] = field(default_factory=dict)
     last_turn: str | None = None

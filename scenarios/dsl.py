@@ -41,32 +41,34 @@ from scenarios.expect import (
     UpstreamEnded,
     UpstreamReceived,
 )
-from scenarios.faults.clock import ClockMode
-from scenarios.faults.network import default_reply, error_event, http_error, reply, toxics
-from scenarios.runner import RelayOptions
-from scenarios.steps import (
+from scenarios.fault_steps import (
     AdvanceMonotonic,
-    AnswerTools,
     AwaitCrash,
     AwaitRelayEvent,
     AwaitUpstreamEnd,
-    Chat,
-    Concurrently,
-    Disconnect,
-    Edit,
     FailWrites,
     FillDisk,
     FreeDisk,
     JumpWall,
     KillRelay,
+    RestartRelay,
+    WaitFor,
+)
+from scenarios.faults.clock import ClockMode
+from scenarios.faults.network import default_reply, error_event, http_error, reply, toxics
+from scenarios.runner import RelayOptions
+from scenarios.steps import (
+    AnswerTools,
+    Chat,
+    Concurrently,
+    Disconnect,
+    Edit,
     PostRaw,
     ReadSlowly,
     Regenerate,
-    RestartRelay,
     Resume,
     Stall,
     Upstream,
-    WaitFor,
 )
 
 
@@ -103,11 +105,51 @@ class Scenario:
 
 
 __all__ = [
-    "Action", "AdvanceMonotonic", "AnswerTools", "AtLeast", "AtMost", "InRange", "AwaitCrash", "AwaitRelayEvent",
-    "AwaitUpstreamEnd", "Chat", "ClientGot", "Concurrently", "Contains", "Ctx", "Disconnect",
-    "Edit", "Expectation", "ExpectationFailed", "FailWrites", "FillDisk", "FreeDisk", "Holds",
-    "JumpWall", "KillRelay", "Matches", "Placeholder", "PostRaw", "ReadSlowly", "Regenerate",
-    "RelayAlive", "RelayOptions", "RelayReported", "ReplayOf", "RestartRelay", "Resume",
-    "Scenario", "Stall", "Step", "Upstream", "UpstreamEnded", "UpstreamReceived", "WaitFor",
-    "default_reply", "error_event", "http_error", "reply", "toxics",
-]  # fmt: skip
+    "Action",
+    "AdvanceMonotonic",
+    "AnswerTools",
+    "AtLeast",
+    "AtMost",
+    "InRange",
+    "AwaitCrash",
+    "AwaitRelayEvent",
+    "AwaitUpstreamEnd",
+    "Chat",
+    "ClientGot",
+    "Concurrently",
+    "Contains",
+    "Ctx",
+    "Disconnect",
+    "Edit",
+    "Expectation",
+    "ExpectationFailed",
+    "FailWrites",
+    "FillDisk",
+    "FreeDisk",
+    "Holds",
+    "JumpWall",
+    "KillRelay",
+    "Matches",
+    "Placeholder",
+    "PostRaw",
+    "ReadSlowly",
+    "Regenerate",
+    "RelayAlive",
+    "RelayOptions",
+    "RelayReported",
+    "ReplayOf",
+    "RestartRelay",
+    "Resume",
+    "Scenario",
+    "Stall",
+    "Step",
+    "Upstream",
+    "UpstreamEnded",
+    "UpstreamReceived",
+    "WaitFor",
+    "default_reply",
+    "error_event",
+    "http_error",
+    "reply",
+    "toxics",
+]

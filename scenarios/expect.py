@@ -147,8 +147,11 @@ class UpstreamEnded(Expectation):
         if not calls:
             raise ExpectationFailed(f"turn {turn.name} made no upstream call")
         call = calls[-1]
-        actual = {"ended": call["ended"], "events_sent": len(call["events"]),
-                  "outcome": call["outcome"]}  # fmt: skip
+        actual = {
+            "ended": call["ended"],
+            "events_sent": len(call["events"]),
+            "outcome": call["outcome"],
+        }
         expected = {"ended": self.ended, "events_sent": self.events_sent, "outcome": self.outcome}
         _compare(f"upstream call of {turn.name}", expected, actual)
 

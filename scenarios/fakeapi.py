@@ -72,6 +72,13 @@ class FakeControl:
         if count == len(self._finished):
             return list(self._finished)
         exchanges = self._fetch()
+        if count > len(exchanges):
+            # The fake keeps only its newest records (--max-records): indices would shift
+            # and the history would silently miss calls.
+            raise RuntimeError(
+                f"the fake received {count} calls but keeps {len(exchanges)} records; "
+                "split the scenario or raise the fake's record cap"
+            )
         self._finished = exchanges if all(e["finished"] for e in exchanges) else []
         return exchanges
 
@@ -81,9 +88,7 @@ class FakeControl:
             if index not in self._assigned:
                 consumed = raw.get("path") == "/v1/responses" and raw.get("status") != 401
                 # A record whose status is still None is mid-flight but already consumed.
-                self._assigned[index] = (
-                    self._queued.pop(0) if consumed and self._queued else None
-                )
+                self._assigned[index] = self._queued.pop(0) if consumed and self._queued else None
         return [
             normalize_exchange(raw, index, self._assigned.get(index))
             for index, raw in enumerate(records)
@@ -173,8 +178,11 @@ def slim_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         data: dict[str, Any] = {}
         item = event["data"].get("item")
         if event["type"] == "response.output_item.done" and isinstance(item, dict):
-            data["item"] = {k: v for k, v in item.items()
-                            if k in ("id", "type", "encrypted_content", "call_id", "status")}
+            data["item"] = {
+                k: v
+                for k, v in item.items()
+                if k in ("id", "type", "encrypted_content", "call_id", "status")
+            }
         slim.append({"type": event["type"], "data": data})
     return slim
 

@@ -40,10 +40,17 @@ class PlayResult:
     timings: list[tuple[str, float]] = field(default_factory=list)  # (step, seconds)
 
 
-def play(scenario: Scenario, seed: Seed, *, target: str | None = None, keep: bool = False) -> (
-    PlayResult
-):
-    harness = Harness(scenario.name, seed, keep=keep)
+def play(
+    scenario: Scenario,
+    seed: Seed,
+    *,
+    target: str | None = None,
+    keep: bool = False,
+    keep_on_failure: bool = True,
+) -> PlayResult:
+    """Run ``scenario``; ``keep`` keeps the run directory always, ``keep_on_failure`` (the
+    default) only when it fails (a known, expected failure need not litter /tmp)."""
+    harness = Harness(scenario.name, seed, keep=keep, keep_on_failure=keep_on_failure)
     ctx = Ctx(harness=harness, seed=seed)
     failure: str | None = None
     report = CheckReport()
@@ -53,7 +60,8 @@ def play(scenario: Scenario, seed: Seed, *, target: str | None = None, keep: boo
         started = time.monotonic()
         _start(scenario, ctx)
         timings.append(("start processes", time.monotonic() - started))
-        for position, step in enumerate(scenario.steps):
+        for index, step in enumerate(scenario.steps):
+            position = index  # kept for the transcript if this step fails
             started = time.monotonic()
             if isinstance(step, Action):
                 step.run(ctx)
@@ -81,11 +89,12 @@ def play(scenario: Scenario, seed: Seed, *, target: str | None = None, keep: boo
         scenario.name, seed.value, report, harness.history, harness.tmp, problems, timings
     )
     if failure is not None:
+        command = replay_command(seed.value, target or scenario.name)
         raise ScenarioFailed(
             f"scenario {scenario.name} failed: {failure}\n\n"
             f"{scenario.transcript(upto=position, mark='!!')}\n\n"
-            f"seed {seed.value}; replay with:\n  {replay_command(seed.value, target or scenario.name)}"
-            f"\nrun directory (logs, history.jsonl): {harness.tmp}"
+            f"seed {seed.value}; replay with:\n  {command}\n"
+            f"run directory (logs, history.jsonl): {harness.tmp}"
         )
     return result
 

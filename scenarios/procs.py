@@ -32,6 +32,7 @@ class ManagedProcess:
         role: str,
         argv: Sequence[str],
         env: Mapping[str, str],
+        *,
         log_dir: Path,
         label: str,
         cwd: Path | None = None,

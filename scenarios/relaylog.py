@@ -11,7 +11,9 @@ import ast
 import re
 
 _LINE = re.compile(r"^\S+ \S+ (?P<level>[A-Z]+) relay (?P<event>[a-z_][a-z0-9_]*)(?P<rest>.*)$")
-_FIELD = re.compile(r"(?P<key>[A-Za-z_][\w.]*)=(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|\S+)")
+_FIELD = re.compile(
+    r"(?P<key>[A-Za-z_][\w.]*)=(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|\S+)"
+)
 
 
 def parse_relay_events(text: str) -> list[tuple[str, dict[str, str]]]:

@@ -10,13 +10,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from relay.crashpoints import KNOWN_POINTS
 from scenarios.faults.clock import missing as faketime_missing
 from scenarios.faults.disk import fiu_missing, strace_missing, tmpfs_missing
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def crash_points_missing(points: tuple[str, ...] = ("before_terminal_frame",)) -> str | None:
+def crash_points_missing(points: tuple[str, ...] = KNOWN_POINTS) -> str | None:
     """The relay must actually call the named crash points (the lead inserts the calls)."""
     source = "\n".join(
         path.read_text(encoding="utf-8", errors="replace")

@@ -87,6 +87,7 @@ class Harness:
     name: str
     seed: Seed
     keep: bool = False  # keep the temp dir even on success
+    keep_on_failure: bool = True  # keep it for the post-mortem when the run failed
     tmp: Path = field(init=False)
     history: History = field(init=False)
     fake: FakeControl | None = None
@@ -138,7 +139,9 @@ class Harness:
     def start_fake(self) -> FakeControl:
         argv = [sys.executable, "-m", "fakeupstream", "--host", "127.0.0.1", "--port", "0"]
         argv += ["--api-key", self.api_key, "--seed", str(self.seed.randint("fake", 0, 2**31))]
-        proc = ManagedProcess("fake", argv, self.base_env(), self.log_dir, "fake", cwd=self.tmp)
+        proc = ManagedProcess(
+            "fake", argv, self.base_env(), log_dir=self.log_dir, label="fake", cwd=self.tmp
+        )
         match = proc.start(FAKE_BANNER)
         self._procs.append(proc)
         self.fake = FakeControl(
@@ -171,7 +174,7 @@ class Harness:
         )
         argv, env = launch.apply(options.mods, [sys.executable, "-m", "relay", "serve"], env)
         label = f"relay-{self._incarnations}"
-        proc = ManagedProcess("relay", argv, env, self.log_dir, label, cwd=self.tmp)
+        proc = ManagedProcess("relay", argv, env, log_dir=self.log_dir, label=label, cwd=self.tmp)
         match = proc.start(RELAY_BANNER)
         self._procs.append(proc)
         port = int(match["port"])
@@ -301,7 +304,7 @@ class Harness:
         problems.extend(self.leftovers())
         if problems:
             self.failed = True
-        if self.failed or self.keep:
+        if self.keep or (self.failed and self.keep_on_failure) or problems:
             print(f"scenario {self.name}: run directory kept at {self.tmp}", file=sys.stderr)
         else:
             shutil.rmtree(self.tmp, ignore_errors=True)

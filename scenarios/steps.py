@@ -1,4 +1,5 @@
-"""Actions: what a scenario makes happen (``scenario >> Action(...)``).
+"""Conversation actions: what a client does (``scenario >> Chat(...)``); fault actions
+live in :mod:`scenarios.fault_steps`.
 
 Conversation steps keep a visible history per conversation, as a chat client does: a
 successful answer is appended as the assistant message; a failed one is not.
@@ -12,10 +13,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scenarios.client import RelayConnection
-from scenarios.core import Action, Ctx, ExpectationFailed, Placeholder, Turn, resolve, short
-from scenarios.faults import crash, network
-from scenarios.faults.disk import eio_on_writes, fiu_ctrl
-from scenarios.wait import wait_until
+from scenarios.core import (
+    Action,
+    Ctx,
+    ExpectationFailed,
+    Placeholder,
+    Turn,
+    matches,
+    resolve,
+    short,
+)
+from scenarios.faults import network
 
 DEFAULT_MODEL = "gpt-5"
 TOOLS = [
@@ -151,8 +159,8 @@ class AnswerTools(Action):
             name = call["function"]["name"]
             output = self.result if isinstance(self.result, str) else self.result[name]
             history.append({"role": "tool", "tool_call_id": call["id"], "content": output})
-        if self.call_id is not None and not self.call_id.bound:
-            self.call_id.bind(calls[0]["id"])
+        if self.call_id is not None and not matches(self.call_id, calls[0]["id"]):
+            raise ExpectationFailed(f"AnswerTools: call id {calls[0]['id']!r} != {self.call_id}")
         send_turn(ctx, Chat(None, self.conv, self.name, self.stream, tools=True), list(history))
 
 
@@ -246,144 +254,8 @@ class Upstream(Action):
         ctx.harness.fake.script(*self.scripts)
 
     def describe(self) -> str:
-        return f"Upstream({', '.join(short(json.dumps(s, sort_keys=True), 100) for s in self.scripts)})"
-
-
-# --- process faults ---------------------------------------------------------------------------
-
-
-@dataclass
-class KillRelay(Action):
-    """SIGKILL the relay now, or once the upstream sent N events of the current call."""
-
-    after_upstream_events: int | None = None
-
-    def run(self, ctx: Ctx) -> None:
-        if self.after_upstream_events is not None:
-            crash.kill_after_upstream_events(ctx.harness, self.after_upstream_events)
-        else:
-            ctx.harness.kill_relay()
-
-
-@dataclass
-class RestartRelay(Action):
-    """Stop (or ``kill`` -9) the relay and start it again, optionally changed."""
-
-    kill: bool = False
-    cache: bool | None = None
-    crash_at: str | None = None
-
-    def run(self, ctx: Ctx) -> None:
-        changes: dict[str, Any] = {"crash_at": self.crash_at}
-        if self.cache is not None:
-            changes["cache_enabled"] = self.cache
-        ctx.harness.restart_relay(kill=self.kill, **changes)
-
-
-@dataclass
-class AwaitCrash(Action):
-    """Wait for the relay to SIGKILL itself at its armed crash point."""
-
-    timeout: float = 10.0
-
-    def run(self, ctx: Ctx) -> None:
-        ctx.harness.wait_relay_exit(self.timeout)
-
-
-@dataclass
-class AwaitRelayEvent(Action):
-    """Wait for a relay log event (instead of sleeping)."""
-
-    event: str
-    timeout: float = 10.0
-
-    def run(self, ctx: Ctx) -> None:
-        relay = ctx.harness.require_relay()
-        relay.proc.wait_for_stderr(rf" relay {self.event}\b", self.timeout)
-
-
-@dataclass
-class AwaitUpstreamEnd(Action):
-    """Wait until the newest upstream call has ended (the fake closed or lost it)."""
-
-    timeout: float = 10.0
-
-    def run(self, ctx: Ctx) -> None:
-        assert ctx.harness.fake is not None
-        ctx.harness.fake.wait_for_end(self.timeout)
-
-
-# --- clock and disk faults --------------------------------------------------------------------
-
-
-@dataclass
-class JumpWall(Action):
-    """Step the relay's wall clock (seconds; None draws a seeded Jepsen-style jump)."""
-
-    seconds: float | None = None
-
-    def run(self, ctx: Ctx) -> None:
-        if ctx.clock is None:
-            raise ExpectationFailed("JumpWall needs Scenario(clock='wall')")
-        jump = self.seconds if self.seconds is not None else ctx.seed.clock_jump("wall")
-        ctx.clock.jump_wall(jump)
-
-
-@dataclass
-class AdvanceMonotonic(Action):
-    seconds: float
-
-    def run(self, ctx: Ctx) -> None:
-        if ctx.clock is None:
-            raise ExpectationFailed("AdvanceMonotonic needs Scenario(clock='both')")
-        ctx.clock.advance_monotonic(self.seconds)
-
-
-@dataclass
-class FillDisk(Action):
-    leave_bytes: int = 0
-
-    def run(self, ctx: Ctx) -> None:
-        if ctx.tmpfs is None:
-            raise ExpectationFailed("FillDisk needs Scenario(tmpfs_bytes=...)")
-        ctx.tmpfs.fill(self.leave_bytes)
-
-
-@dataclass
-class FreeDisk(Action):
-    def run(self, ctx: Ctx) -> None:
-        if ctx.tmpfs is not None:
-            ctx.tmpfs.release()
-
-
-@dataclass
-class FailWrites(Action):
-    """EIO on write/pwrite/fsync in the running relay (always, or at a probability)."""
-
-    probability: float | None = None
-    heal: bool = False
-
-    def run(self, ctx: Ctx) -> None:
-        if ctx.fiu_prefix is None:
-            raise ExpectationFailed("FailWrites needs Scenario(fiu=True)")
-        relay = ctx.harness.require_relay()
-        commands = eio_on_writes(self.probability)
-        if self.heal:
-            commands = tuple("disable " + c.split(" ", 1)[1].split(",")[0] for c in commands)
-        for command in commands:
-            fiu_ctrl(relay.proc.pid, command, ctx.fiu_prefix, ctx.harness.history)
-
-
-@dataclass
-class WaitFor(Action):
-    """Wait for a condition on the context (bounded polling, never a bare sleep)."""
-
-    what: str
-    probe: Any  # Callable[[Ctx], bool]
-    timeout: float = 10.0
-
-    def run(self, ctx: Ctx) -> None:
-        wait_until(lambda: self.probe(ctx), timeout=self.timeout, what=self.what)
+        scripts = (short(json.dumps(script, sort_keys=True), 100) for script in self.scripts)
+        return f"Upstream({', '.join(scripts)})"
 
 
 @dataclass
@@ -405,13 +277,23 @@ class PostRaw(Action):
             ctx.turns[name] = turn
             ctx.last_turn = name
         ctx.harness.history.record(
-            "client_request", turn=name, conversation="raw", stream=False,
+            "client_request",
+            turn=name,
+            conversation="raw",
+            stream=False,
             body={"raw_bytes": len(self.body), "head": self.body[:80].decode("latin-1")},
-        )  # fmt: skip
+        )
         conn = RelayConnection(relay.base_url, ctx.harness.relay_token)
-        pieces = [self.body[i : i + self.piece_bytes]
-                  for i in range(0, len(self.body), self.piece_bytes)]  # fmt: skip
-        conn.send_request("POST", self.path, pieces, headers=self.headers, chunked=self.chunked,
-                          content_length=None if self.chunked else len(self.body))  # fmt: skip
+        pieces = [
+            self.body[i : i + self.piece_bytes] for i in range(0, len(self.body), self.piece_bytes)
+        ]
+        conn.send_request(
+            "POST",
+            self.path,
+            pieces,
+            headers=self.headers,
+            chunked=self.chunked,
+            content_length=None if self.chunked else len(self.body),
+        )
         conn.read_head()
         finish_turn(ctx, turn, conn.read_all())

@@ -20,9 +20,17 @@ Segment = tuple[Any, ...]
 
 # Request fields that make one generation's context differ from another's (the "scope").
 SCOPE_KEYS = (
-    "model", "instructions", "tools", "tool_choice", "parallel_tool_calls", "reasoning",
-    "text", "max_output_tokens", "user", "safety_identifier",
-)  # fmt: skip
+    "model",
+    "instructions",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "reasoning",
+    "text",
+    "max_output_tokens",
+    "user",
+    "safety_identifier",
+)
 
 
 def canonical(value: Any) -> str:
@@ -92,8 +100,13 @@ def segments(items: Sequence[Any]) -> list[Segment]:
             out.append((str(item.get("role")), text))
         elif kind == "function_call_output":
             output = item.get("output")
-            out.append(("tool", item.get("call_id"), output if isinstance(output, str)
-                        else canonical(output)))  # fmt: skip
+            out.append(
+                (
+                    "tool",
+                    item.get("call_id"),
+                    output if isinstance(output, str) else canonical(output),
+                )
+            )
         else:
             out.append(("other", canonical(item)))
     close()
@@ -132,11 +145,7 @@ def segment_index_of_item(items: Sequence[Any], index: int) -> int:
         assistant = isinstance(item, dict) and (
             _is_assistant_side(item) or item.get("type") == "reasoning"
         )
-        if isinstance(item, dict) and item.get("type") == "reasoning":
-            if not in_assistant:
-                position += 1
-                in_assistant = True
-        elif assistant:
+        if (isinstance(item, dict) and item.get("type") == "reasoning") or assistant:
             if not in_assistant:
                 position += 1
                 in_assistant = True

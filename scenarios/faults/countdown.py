@@ -64,8 +64,9 @@ def countdown(
     for n in range(1, limit + 1):
         result = attempt(n, persistent)
         report.attempts.append(result)
-        report.problems += [f"N={n} {'persistent' if persistent else 'one-off'}: {p}"
-                            for p in check(result)]  # fmt: skip
+        report.problems += [
+            f"N={n} {'persistent' if persistent else 'one-off'}: {p}" for p in check(result)
+        ]
         if result.injected == 0:
             if not result.succeeded:
                 report.problems.append(f"N={n}: no fault fired, yet the operation failed")
@@ -111,7 +112,12 @@ def strace_attempt(
         )
         injected = injected_count(log)
         log.unlink(missing_ok=True)
-        return Attempt(n, persistent, injected, result.returncode == 0,
-                       (result.stdout + result.stderr).strip()[-300:])  # fmt: skip
+        return Attempt(
+            n,
+            persistent,
+            injected,
+            result.returncode == 0,
+            (result.stdout + result.stderr).strip()[-300:],
+        )
 
     return run

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno as errno_mod
 import os
@@ -22,7 +23,7 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from scenarios.history import History
@@ -41,13 +42,13 @@ class DiskFaultUnavailable(RuntimeError):
 
 def tmpfs_missing() -> str | None:
     if os.geteuid() != 0:
-        return "size-limited tmpfs mounts need root (the scenario runs as uid %d)" % os.geteuid()
+        return f"size-limited tmpfs mounts need root (the scenario runs as uid {os.geteuid()})"
     if shutil.which("mount") is None or shutil.which("umount") is None:
         return "mount/umount not found (Debian package 'mount')"
     return None
 
 
-@dataclass
+@dataclass(eq=False)  # identity semantics: live mounts are kept in a set
 class TmpfsMount:
     target: Path
     size_bytes: int
@@ -64,13 +65,24 @@ class TmpfsMount:
             raise ValueError(f"refusing to mount outside a scenario temp dir: {self.target}")
         self.target.mkdir(parents=True, exist_ok=True)
         result = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={self.size_bytes},mode=0700",
-             "tmpfs", str(self.target)],
-            capture_output=True, text=True, check=False, timeout=10,
-        )  # fmt: skip
+            [
+                "mount",
+                "-t",
+                "tmpfs",
+                "-o",
+                f"size={self.size_bytes},mode=0700",
+                "tmpfs",
+                str(self.target),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=10,
+        )
         if result.returncode != 0:
             raise DiskFaultUnavailable(f"mount tmpfs failed: {result.stderr.strip()}")
         self.mounted = True
+        _MOUNTED.add(self)
         if self.history is not None:
             self.history.record("fault", fault="tmpfs_mount", size_bytes=self.size_bytes)
         return self
@@ -116,6 +128,18 @@ class TmpfsMount:
             # Busy (a process still holds a file): detach lazily so nothing is left behind.
             subprocess.run(["umount", "-l", str(self.target)], check=True, timeout=10)
         self.mounted = False
+        _MOUNTED.discard(self)
+
+
+_MOUNTED: set[TmpfsMount] = set()
+
+
+@atexit.register
+def _unmount_all() -> None:
+    """Last resort when a harness is interrupted before its finally blocks ran."""
+    for mount in list(_MOUNTED):
+        with contextlib.suppress(Exception):
+            mount.unmount()
 
 
 def sweep_stale_mounts() -> list[str]:
@@ -160,26 +184,34 @@ def fiu_mod(ctrl_prefix: Path, enable: tuple[str, ...] = ()) -> LaunchMod:
         raise DiskFaultUnavailable(fiu_missing() or "libfiu missing")
     return LaunchMod(
         "libfiu",
-        env={"FIU_ENABLE": "\n".join(enable) + ("\n" if enable else ""),
-             "FIU_CTRL_FIFO": str(ctrl_prefix)},
+        env={
+            "FIU_ENABLE": "\n".join(enable) + ("\n" if enable else ""),
+            "FIU_CTRL_FIFO": str(ctrl_prefix),
+        },
         preload=(f"{directory}/fiu_run_preload.so", f"{directory}/fiu_posix_preload.so"),
-    )  # fmt: skip
+    )
 
 
 def fiu_ctrl(pid: int, command: str, ctrl_prefix: Path, history: History | None = None) -> None:
     """Enable/disable failure points in a running process started under :func:`fiu_mod`."""
     subprocess.run(
         ["fiu-ctrl", "-f", str(ctrl_prefix), "-c", command, str(pid)],
-        check=True, capture_output=True, timeout=10,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+        timeout=10,
+    )
     if history is not None:
         history.record("fault", fault="fiu", command=command, pid=pid)
 
 
 def eio_on_writes(probability: float | None = None) -> tuple[str, ...]:
     """fiu commands: EIO on write/pwrite/fsync/fdatasync, always or at a probability."""
-    points = ("posix/io/rw/write", "posix/io/rw/pwrite", "posix/io/sync/fsync",
-              "posix/io/sync/fdatasync")  # fmt: skip
+    points = (
+        "posix/io/rw/write",
+        "posix/io/rw/pwrite",
+        "posix/io/sync/fsync",
+        "posix/io/sync/fdatasync",
+    )
     if probability is None:
         return tuple(f"enable name={point},failinfo={errno_mod.EIO}" for point in points)
     return tuple(
@@ -208,9 +240,18 @@ def strace_mod(
     names = ",".join(syscalls)
     return LaunchMod(
         f"strace-{names}-{when}",
-        argv_prefix=("strace", "-f", "-qq", "-o", str(log), "-e", f"trace={names}",
-                     "-e", f"inject={names}:error={err}:when={when}"),
-    )  # fmt: skip
+        argv_prefix=(
+            "strace",
+            "-f",
+            "-qq",
+            "-o",
+            str(log),
+            "-e",
+            f"trace={names}",
+            "-e",
+            f"inject={names}:error={err}:when={when}",
+        ),
+    )
 
 
 def injected_count(log: Path) -> int:
@@ -242,10 +283,3 @@ def integrity_check(path: Path) -> str:
     finally:
         conn.close()
     return "\n".join(str(row[0]) for row in rows)
-
-
-@dataclass
-class FaultLog:
-    """Faults applied during one run (for the countdown report)."""
-
-    entries: list[str] = field(default_factory=list)

@@ -28,11 +28,20 @@ from scenarios.wait import wait_until
 
 TOXIC_KEYS = frozenset(
     {
-        "latency_ms", "slice_bytes", "slice_random", "cut_after_events", "cut_after_bytes",
-        "cut_mode", "reset_after_events", "hang_after_events", "malformed_at_event",
-        "oversized_event_bytes", "oversized_at_event", "omit_final_blank_line",
+        "latency_ms",
+        "slice_bytes",
+        "slice_random",
+        "cut_after_events",
+        "cut_after_bytes",
+        "cut_mode",
+        "reset_after_events",
+        "hang_after_events",
+        "malformed_at_event",
+        "oversized_event_bytes",
+        "oversized_at_event",
+        "omit_final_blank_line",
     }
-)  # fmt: skip
+)
 
 
 def toxics(**values: Any) -> dict[str, Any]:
@@ -85,9 +94,9 @@ def http_error(status: int, message: str, type_: str = "server_error") -> dict[s
     return {"http_error": {"status": status, "message": message, "type": type_}}
 
 
-def error_event(message: str, code: str = "server_error", after_events: int | None = None) -> (
-    dict[str, Any]
-):
+def error_event(
+    message: str, code: str = "server_error", after_events: int | None = None
+) -> dict[str, Any]:
     event: dict[str, Any] = {"message": message, "code": code}
     if after_events is not None:
         event["after_events"] = after_events
@@ -97,9 +106,9 @@ def error_event(message: str, code: str = "server_error", after_events: int | No
 # --- client side ----------------------------------------------------------------------------
 
 
-def slow_read(conn: RelayConnection, bytes_per_read: int, pause_s: float, timeout: float) -> (
-    ChatAnswer
-):
+def slow_read(
+    conn: RelayConnection, bytes_per_read: int, pause_s: float, timeout: float
+) -> ChatAnswer:
     return conn.read_slowly(bytes_per_read, pause_s, timeout)
 
 

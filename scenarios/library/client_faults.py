@@ -19,10 +19,13 @@ from scenarios.dsl import (
     Disconnect,
     Holds,
     InRange,
+    KillRelay,
     PostRaw,
     ReadSlowly,
+    Regenerate,
     RelayAlive,
     RelayOptions,
+    RestartRelay,
     Scenario,
     Stall,
     Upstream,
@@ -83,12 +86,32 @@ def slow_client_backpressure(seed: Seed) -> Scenario:
     s >> Chat("write a lot", name="big", hold=hold, rcvbuf=4096)
     s >> Stall("big")
     s >> WaitFor("the relay to stop reading the upstream", _upstream_blocked(), timeout=15)
-    s << Holds("the fake has sent only part of the answer, and is still sending",
-               lambda ctx: _still_sending(_upstream_call(ctx), 0.9 * BIG_EVENTS))
+    s << Holds(
+        "the fake has sent only part of the answer, and is still sending",
+        lambda ctx: _still_sending(_upstream_call(ctx), 0.9 * BIG_EVENTS),
+    )
     s >> ReadSlowly("big", bytes_per_read=64 * 1024, pause_s=0.001, timeout=60, rcvbuf=1 << 20)
     s << ClientGot("big", outcome="success", text=BIG_TEXT, done=True)
     s << UpstreamEnded("big", ended="finish")
     s << RelayAlive()
+    return s
+
+
+@scenario(slow=True)
+def kill_while_client_stalls(seed: Seed) -> Scenario:
+    """kill -9 while the client stalls and the relay is blocked writing to it: the client
+    ends with a cut, never a success; the restarted relay serves the regeneration."""
+    s = Scenario("kill_while_client_stalls")
+    s >> Upstream(reply(BIG_PARTS[0], more_messages=BIG_PARTS[1:], deltas=1))
+    s >> Chat("write a lot", name="big", hold=seed.randint("hold_frames", 1, 20), rcvbuf=4096)
+    s >> Stall("big")
+    s >> WaitFor("the relay to stop reading the upstream", _upstream_blocked(), timeout=15)
+    s >> KillRelay()
+    s >> ReadSlowly("big", bytes_per_read=64 * 1024, pause_s=0.0, timeout=60, rcvbuf=1 << 20)
+    s << ClientGot("big", outcome="cut", done=False)
+    s >> RestartRelay()
+    s >> Regenerate(name="again")
+    s << ClientGot("again", outcome="success", text=Contains("Echo: write a lot"))
     return s
 
 
@@ -113,7 +136,9 @@ def client_disconnect_cancels_upstream(seed: Seed) -> Scenario:
 def _oversized_body(seed: Seed, limit: int) -> bytes:
     size = limit + seed.randint("overshoot", 1, 200_000)
     content = "a" * size
-    return json.dumps({"model": "gpt-5", "messages": [{"role": "user", "content": content}]}).encode()
+    return json.dumps(
+        {"model": "gpt-5", "messages": [{"role": "user", "content": content}]}
+    ).encode()
 
 
 @scenario()
@@ -148,16 +173,23 @@ def bad_input_never_crashes(seed: Seed) -> Scenario:
     """Seeded garbage, deep nesting, bad UTF-8 and wrong types get 4xx; the relay lives."""
     rng = seed.stream("garbage")
     bodies = [
-        b"{not json", b"[]", b'{"messages": 5}', b"\xff\xfe\xfa", b"[" * 100_000,
+        b"{not json",
+        b"[]",
+        b'{"messages": 5}',
+        b"\xff\xfe\xfa",
+        b"[" * 100_000,
         b'{"model": "gpt-5", "messages": [{"role": "wizard", "content": "hi"}]}',
         bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 3000))),
-    ]  # fmt: skip
+    ]
     s = Scenario("bad_input_never_crashes")
     for index, body in enumerate(bodies):
         s >> PostRaw(body, name=f"bad{index}")
         s << ClientGot(outcome="error", status=CLIENT_ERROR)
-    s >> PostRaw(b'{"model":"gpt-5","messages":[]}', name="wrong_type",
-                 headers={"Content-Type": "text/plain"})  # fmt: skip
+    s >> PostRaw(
+        b'{"model":"gpt-5","messages":[]}',
+        name="wrong_type",
+        headers={"Content-Type": "text/plain"},
+    )
     s << ClientGot(status=CLIENT_ERROR)
     s << UpstreamReceived(calls=0)
     s << RelayAlive()

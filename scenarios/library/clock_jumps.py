@@ -45,8 +45,9 @@ def wall_clock_jumps_during_stream(seed: Seed) -> Scenario:
     forward = abs(seed.clock_jump("forward", 60, 30 * DAY))
     backward = -abs(seed.clock_jump("backward", 60, 30 * DAY))
     hold = seed.randint("hold_frames", 1, 10)
-    s = Scenario("wall_clock_jumps_during_stream", clock="wall",
-                 relay=RelayOptions(idle_timeout_ms=1500))  # fmt: skip
+    s = Scenario(
+        "wall_clock_jumps_during_stream", clock="wall", relay=RelayOptions(idle_timeout_ms=1500)
+    )
     s >> Upstream(reply(TEXT, deltas=30, latency_ms=50))  # events 50 ms apart, idle limit 1.5 s
     s >> Chat("count slowly", name="paced", hold=hold)
     s >> JumpWall(forward)
@@ -73,8 +74,11 @@ def monotonic_advance_fires_idle_timeout(seed: Seed) -> Scenario:
     The relay notices the advance the next time its event loop wakes; the 100 ms SSE
     keepalive provides those wake-ups (and shows keepalives are not upstream progress)."""
     advance = 60 + seed.randint("advance_s", 1, 600)
-    s = Scenario("monotonic_advance_fires_idle_timeout", clock="both",
-                 relay=RelayOptions(idle_timeout_ms=60_000, keepalive_ms=100))  # fmt: skip
+    s = Scenario(
+        "monotonic_advance_fires_idle_timeout",
+        clock="both",
+        relay=RelayOptions(idle_timeout_ms=60_000, keepalive_ms=100),
+    )
     s >> Upstream(reply(TEXT, deltas=30, hang_after_events=4))
     s >> Chat("hang on", name="hang", hold=1)
     s >> AdvanceMonotonic(advance)
@@ -84,4 +88,3 @@ def monotonic_advance_fires_idle_timeout(seed: Seed) -> Scenario:
     s << UpstreamEnded("hang", events_sent=AtMost(4))
     s << RelayAlive()
     return s
-

@@ -25,8 +25,12 @@ from scenarios.seed import Seed
 def disk_faults_with_cache_off(seed: Seed) -> Scenario:
     """A full data disk (tmpfs, ENOSPC) and EIO on every write/fsync (libfiu, switched on
     at run time) leave a cache-off relay serving normally."""
-    s = Scenario("disk_faults_with_cache_off", tmpfs_bytes=1 << 20, fiu=True,
-                 relay=RelayOptions(cache_enabled=False))  # fmt: skip
+    s = Scenario(
+        "disk_faults_with_cache_off",
+        tmpfs_bytes=1 << 20,
+        fiu=True,
+        relay=RelayOptions(cache_enabled=False),
+    )
     s >> FillDisk(leave_bytes=0)
     s >> Chat("disk is full", name="full")
     s << ClientGot(outcome="success", text=Contains("Echo: disk is full"))

@@ -20,7 +20,7 @@ from scenarios.dsl import (
     UpstreamReceived,
     reply,
 )
-from scenarios.faults.crash import arm
+from scenarios.faults.crash import arm, every_point
 from scenarios.library import scenario
 from scenarios.seed import Seed
 
@@ -36,8 +36,10 @@ def relay_restarts_between_turns(seed: Seed) -> Scenario:
     s >> Chat("second question", name="t2")
     s << ClientGot(outcome="success", text=Contains("Echo: second question"))
     s << UpstreamReceived(replayed=[], continuity={"replayed": 0})
-    s << Holds("t2's upstream input carries all three visible messages",
-               lambda ctx: len(ctx.upstream_of(ctx.turn("t2"))[0]["body"]["input"]) == 3)
+    s << Holds(
+        "t2's upstream input carries all three visible messages",
+        lambda ctx: len(ctx.upstream_of(ctx.turn("t2"))[0]["body"]["input"]) == 3,
+    )
     s >> RestartRelay()  # graceful: SIGTERM
     s >> Chat("third, as JSON", name="t3", stream=False)
     s << ClientGot(outcome="success", text=Contains("Echo: third, as JSON"))
@@ -49,23 +51,30 @@ def relay_restarts_between_turns(seed: Seed) -> Scenario:
 
 @scenario()
 def kill_mid_stream_then_regenerate(seed: Seed) -> Scenario:
-    """kill -9 after the client got N frames: the client sees a cut (never a success);
-    the restarted relay answers the regeneration."""
+    """kill -9 after the client got N frames, and after the upstream sent N events: the
+    client sees a cut (never a success); the restarted relay answers the regeneration."""
     frames = seed.randint("kill_after_frames", 1, 8)
+    events = seed.randint("kill_after_events", 4, 50)
     s = Scenario("kill_mid_stream_then_regenerate")
-    s >> Upstream(reply("a long answer " * 50, deltas=60, latency_ms=2))
+    s >> Upstream(reply("a long answer " * 50, deltas=60, latency_ms=10))
     s >> Chat("go", name="doomed", hold=frames)
     s >> KillRelay()
     s >> Resume("doomed")
     s << ClientGot("doomed", outcome="cut", done=False, frames=AtLeast(frames))
     s >> RestartRelay()
+    s >> Upstream(reply("a long answer " * 50, deltas=60, latency_ms=10))
+    s >> Chat("go on", name="doomed2", hold=1)
+    s >> KillRelay(after_upstream_events=events)
+    s >> Resume("doomed2")
+    s << ClientGot("doomed2", outcome="cut", done=False)
+    s >> RestartRelay()
     s >> Regenerate(name="again")
-    s << ClientGot("again", outcome="success", text=Contains("Echo: go"))
+    s << ClientGot("again", outcome="success", text=Contains("Echo: go on"))
     s << RelayAlive()
     return s
 
 
-@scenario(slow=True, needs=("crash_points",))
+@scenario(needs=("crash_points",))
 def crash_before_terminal_frame(seed: Seed) -> Scenario:
     """SIGKILL at the named point before the terminal frame: no [DONE] reaches the client;
     the restarted relay serves the retry."""
@@ -77,5 +86,23 @@ def crash_before_terminal_frame(seed: Seed) -> Scenario:
     s >> RestartRelay(crash_at=None)
     s >> Regenerate(name="retry")
     s << ClientGot("retry", outcome="success", done=True)
+    s << RelayAlive()
+    return s
+
+
+@scenario(needs=("crash_points",))
+def crash_at_every_point(seed: Seed) -> Scenario:
+    """Fail at every named crash point in turn (streamed and JSON): the dying turn never
+    looks like a success, and the restarted relay answers its regeneration."""
+    s = Scenario("crash_at_every_point")
+    for point in every_point():
+        stream = seed.choice(f"stream@{point}", ["yes", "no"]) == "yes" or "frame" in point
+        s >> RestartRelay(crash_at=arm(point))
+        s >> Chat(f"die at {point}", name=f"dies@{point}", stream=stream)
+        s >> AwaitCrash()
+        s << ClientGot(outcome=Matches("^(cut|error)$"), done=False)
+        s >> RestartRelay(crash_at=None)
+        s >> Regenerate(name=f"retry@{point}", stream=stream)
+        s << ClientGot(outcome="success", text=Contains(f"Echo: die at {point}"))
     s << RelayAlive()
     return s

@@ -8,8 +8,8 @@ event k in [3, deltas + 6] always lands before the terminal event.
 from __future__ import annotations
 
 from scenarios.dsl import (
-    ClientGot,
     Chat,
+    ClientGot,
     Contains,
     RelayAlive,
     RelayOptions,
@@ -18,6 +18,8 @@ from scenarios.dsl import (
     Upstream,
     UpstreamEnded,
     UpstreamReceived,
+    error_event,
+    http_error,
     reply,
 )
 from scenarios.library import scenario
@@ -92,5 +94,28 @@ def idle_timeout_hang(seed: Seed) -> Scenario:
     s << ClientGot(outcome="error", status=504, error_code="upstream_timeout")
     s << UpstreamEnded(ended="client_gone", events_sent=0)
     s << RelayReported("stream_failed", fields={"code": "upstream_timeout"})
+    s << RelayAlive()
+    return s
+
+
+@scenario()
+def upstream_failures_never_look_successful(seed: Seed) -> Scenario:
+    """HTTP errors keep their status, `error` events and `response.failed` become errors,
+    an incomplete answer says `length`: no failed generation reaches the client as a
+    success (the history check confirms it for every turn)."""
+    after = seed.randint("error_after_events", 3, 10)
+    s = Scenario("upstream_failures_never_look_successful")
+    s >> Upstream(http_error(429, "Rate limit reached", "rate_limit_exceeded"))
+    s >> Chat("rate limited", name="http429", stream=False)
+    s << ClientGot(outcome="error", status=429, error_message="Rate limit reached")
+    s >> Upstream({**reply(TEXT, deltas=DELTAS), **error_event("boom", after_events=after)})
+    s >> Chat("error event", name="error_event")
+    s << ClientGot(outcome="error", done=False)
+    s >> Upstream(reply(TEXT, deltas=DELTAS, status="failed"))
+    s >> Chat("failed", name="failed", stream=False)
+    s << ClientGot(outcome="error")
+    s >> Upstream(reply(TEXT, deltas=DELTAS, status="incomplete"))
+    s >> Chat("too long", name="incomplete")
+    s << ClientGot(outcome="success", finish_reason="length", done=True)
     s << RelayAlive()
     return s

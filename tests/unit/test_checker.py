@@ -19,8 +19,11 @@ def user(text: str) -> dict[str, Any]:
 
 
 def assistant(text: str) -> dict[str, Any]:
-    return {"type": "message", "role": "assistant",
-            "content": [{"type": "output_text", "text": text, "annotations": []}]}  # fmt: skip
+    return {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
 
 
 def reasoning(rid: str, token: str | None) -> dict[str, Any]:
@@ -30,37 +33,91 @@ def reasoning(rid: str, token: str | None) -> dict[str, Any]:
     return item
 
 
-def call(index: int, items: list[Any], output: list[Any], *, outcome: str = "completed",
-         model: str = "gpt-5") -> tuple[str, dict[str, Any]]:  # fmt: skip
-    terminal = {"completed": "response.completed", "incomplete": "response.incomplete",
-                "failed": "response.failed"}.get(outcome)  # fmt: skip
+def call(
+    index: int,
+    items: list[Any],
+    output: list[Any],
+    *,
+    outcome: str = "completed",
+    model: str = "gpt-5",
+) -> tuple[str, dict[str, Any]]:
+    terminal = {
+        "completed": "response.completed",
+        "incomplete": "response.incomplete",
+        "failed": "response.failed",
+    }.get(outcome)
     events = [{"type": "response.created", "data": {}}]
     if terminal:
         events.append({"type": terminal, "data": {}})
-    return ("upstream_exchange", {
-        "index": index, "path": "/v1/responses", "body": {"model": model, "input": items},
-        "continuity": {}, "status": 200, "events": events, "terminal": terminal,
-        "outcome": outcome, "output": output, "ended": "finish", "finished": True,
-    })  # fmt: skip
+    return (
+        "upstream_exchange",
+        {
+            "index": index,
+            "path": "/v1/responses",
+            "body": {"model": model, "input": items},
+            "continuity": {},
+            "status": 200,
+            "events": events,
+            "terminal": terminal,
+            "outcome": outcome,
+            "output": output,
+            "ended": "finish",
+            "finished": True,
+        },
+    )
 
 
-def answer(turn: str, text: str, *, outcome: str = "success", finish: str | None = "stop",
-           done: bool = True, error: Any = None) -> tuple[str, dict[str, Any]]:  # fmt: skip
-    return ("client_answer", {
-        "turn": turn, "status": 200 if error is None else 502, "outcome": outcome, "text": text,
-        "refusal": "", "tool_calls": [], "finish_reason": finish, "done": done,
-        "error": error, "frames": 5, "frames_after_done": 0,
-    })  # fmt: skip
+def answer(
+    turn: str,
+    text: str,
+    *,
+    outcome: str = "success",
+    finish: str | None = "stop",
+    done: bool = True,
+    error: Any = None,
+) -> tuple[str, dict[str, Any]]:
+    return (
+        "client_answer",
+        {
+            "turn": turn,
+            "status": 200 if error is None else 502,
+            "outcome": outcome,
+            "text": text,
+            "refusal": "",
+            "tool_calls": [],
+            "finish_reason": finish,
+            "done": done,
+            "error": error,
+            "frames": 5,
+            "frames_after_done": 0,
+        },
+    )
 
 
 def relay_start(cache: bool, incarnation: int = 1) -> tuple[str, dict[str, Any]]:
-    return ("process_start", {"role": "relay", "pid": 100 + incarnation,
-                              "incarnation": incarnation, "cache_enabled": cache})  # fmt: skip
+    return (
+        "process_start",
+        {
+            "role": "relay",
+            "pid": 100 + incarnation,
+            "incarnation": incarnation,
+            "cache_enabled": cache,
+        },
+    )
 
 
 def relay_exit(cause: str, incarnation: int = 1) -> tuple[str, dict[str, Any]]:
-    return ("process_exit", {"role": "relay", "pid": 100 + incarnation, "incarnation": incarnation,
-                             "returncode": -9, "cause": cause, "stderr_tail": "Traceback"})  # fmt: skip
+    return (
+        "process_exit",
+        {
+            "role": "relay",
+            "pid": 100 + incarnation,
+            "incarnation": incarnation,
+            "returncode": -9,
+            "cause": cause,
+            "stderr_tail": "Traceback",
+        },
+    )
 
 
 def good_replay(cache: bool = True) -> list[tuple[str, dict[str, Any]]]:
@@ -69,8 +126,11 @@ def good_replay(cache: bool = True) -> list[tuple[str, dict[str, Any]]]:
         relay_start(cache),
         call(0, [user("hi")], [reasoning("rs_1", "TOKEN-A"), assistant("Hello!")]),
         answer("t1", "Hello!"),
-        call(1, [user("hi"), reasoning("rs_1", "TOKEN-A"), assistant("Hello!"), user("more")],
-             [assistant("More.")]),  # fmt: skip
+        call(
+            1,
+            [user("hi"), reasoning("rs_1", "TOKEN-A"), assistant("Hello!"), user("more")],
+            [assistant("More.")],
+        ),
         answer("t2", "More."),
     ]
 
@@ -95,19 +155,26 @@ def mutate_second_call(events: list[Any], change: Any) -> list[Any]:
 @pytest.mark.parametrize(
     ("why", "change"),
     [
-        ("placed before a different visible message",
-         lambda body: body["input"].__setitem__(2, assistant("Hello?"))),
-        ("after an edited earlier message",
-         lambda body: body["input"].__setitem__(0, user("hi (edited)"))),
+        (
+            "placed before a different visible message",
+            lambda body: body["input"].__setitem__(2, assistant("Hello?")),
+        ),
+        (
+            "after an edited earlier message",
+            lambda body: body["input"].__setitem__(0, user("hi (edited)")),
+        ),
         ("in another scope (model)", lambda body: body.__setitem__("model", "gpt-5-mini")),
-        ("a token the fake never minted",
-         lambda body: body["input"].__setitem__(1, reasoning("rs_1", "FORGED"))),
-        ("an id the fake never minted, without ciphertext",
-         lambda body: body["input"].__setitem__(1, reasoning("rs_9", None))),
-        ("replayed twice",
-         lambda body: body["input"].insert(3, reasoning("rs_1", "TOKEN-A"))),
+        (
+            "a token the fake never minted",
+            lambda body: body["input"].__setitem__(1, reasoning("rs_1", "FORGED")),
+        ),
+        (
+            "an id the fake never minted, without ciphertext",
+            lambda body: body["input"].__setitem__(1, reasoning("rs_9", None)),
+        ),
+        ("replayed twice", lambda body: body["input"].insert(3, reasoning("rs_1", "TOKEN-A"))),
     ],
-)  # fmt: skip
+)
 def test_wrong_replay_is_caught(why: str, change: Any) -> None:
     report = run(mutate_second_call(good_replay(), change), "no_wrong_replay")
     assert not report.ok, why
@@ -120,8 +187,11 @@ def test_reasoning_minted_for_another_conversation_is_caught() -> None:
         *good_replay()[:3],
         call(1, [user("other chat")], [reasoning("rs_2", "TOKEN-B"), assistant("Hello!")]),
         # Same visible assistant text, but TOKEN-B was minted after "other chat", not "hi".
-        call(2, [user("hi"), reasoning("rs_2", "TOKEN-B"), assistant("Hello!"), user("more")],
-             [assistant("More.")]),  # fmt: skip
+        call(
+            2,
+            [user("hi"), reasoning("rs_2", "TOKEN-B"), assistant("Hello!"), user("more")],
+            [assistant("More.")],
+        ),
     ]
     report = run(events, "no_wrong_replay")
     assert report.count("no_wrong_replay") == 1
@@ -135,22 +205,37 @@ def test_token_from_a_later_call_is_an_impossible_history() -> None:
 
 @pytest.mark.parametrize("outcome", ["failed", "broken", "error_event", "http_error"])
 def test_failed_generation_reported_as_success_is_caught(outcome: str) -> None:
-    events = [relay_start(False), call(0, [user("hi")], [assistant("Hel")], outcome=outcome),
-              answer("t1", "Hel")]  # fmt: skip
+    events = [
+        relay_start(False),
+        call(0, [user("hi")], [assistant("Hel")], outcome=outcome),
+        answer("t1", "Hel"),
+    ]
     report = run(events, "no_false_success")
     assert report.count("no_false_success") == 1
 
 
 def test_failed_generation_reported_as_error_passes() -> None:
-    events = [relay_start(False), call(0, [user("hi")], [assistant("Hel")], outcome="broken"),
-              answer("t1", "Hel", outcome="error", finish=None, done=False,
-                     error={"code": "upstream_protocol_error"})]  # fmt: skip
+    events = [
+        relay_start(False),
+        call(0, [user("hi")], [assistant("Hel")], outcome="broken"),
+        answer(
+            "t1",
+            "Hel",
+            outcome="error",
+            finish=None,
+            done=False,
+            error={"code": "upstream_protocol_error"},
+        ),
+    ]
     assert run(events).ok
 
 
 def test_success_with_other_text_than_generated_is_caught() -> None:
-    events = [relay_start(False), call(0, [user("hi")], [assistant("Hello!")]),
-              answer("t1", "Hello")]  # fmt: skip
+    events = [
+        relay_start(False),
+        call(0, [user("hi")], [assistant("Hello!")]),
+        answer("t1", "Hello"),
+    ]
     assert run(events, "no_false_success").count("no_false_success") == 1
 
 
@@ -161,28 +246,40 @@ def test_incomplete_generation_must_say_length() -> None:
 
 
 def test_one_generation_backs_one_success_only() -> None:
-    events = [relay_start(False), call(0, [user("hi")], [assistant("Hello!")]),
-              answer("t1", "Hello!"), answer("t1-again", "Hello!")]  # fmt: skip
+    events = [
+        relay_start(False),
+        call(0, [user("hi")], [assistant("Hello!")]),
+        answer("t1", "Hello!"),
+        answer("t1-again", "Hello!"),
+    ]
     assert run(events, "no_false_success").count("no_false_success") == 1
 
 
 def test_error_frame_with_done_is_caught() -> None:
-    events = [relay_start(False), answer("t1", "", outcome="error", done=True,
-                                         error={"code": "x"})]  # fmt: skip
+    events = [relay_start(False), answer("t1", "", outcome="error", done=True, error={"code": "x"})]
     assert run(events, "no_false_success").count("no_false_success") == 1
 
 
-@pytest.mark.parametrize(("cause", "ok"),
-                         [("unexpected", False), ("harness_kill", True), ("crash_point", True),
-                          ("harness_stop", True)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("cause", "ok"),
+    [("unexpected", False), ("harness_kill", True), ("crash_point", True), ("harness_stop", True)],
+)
 def test_relay_death(cause: str, ok: bool) -> None:
     report = run([relay_start(False), relay_exit(cause)], "no_crash_on_bad_input")
     assert report.ok is ok
 
 
 def test_internal_error_is_caught() -> None:
-    events = [relay_start(False), answer("t1", "", outcome="error", done=False,
-              error={"message": "internal relay error; the relay log has details"})]  # fmt: skip
+    events = [
+        relay_start(False),
+        answer(
+            "t1",
+            "",
+            outcome="error",
+            done=False,
+            error={"message": "internal relay error; the relay log has details"},
+        ),
+    ]
     assert run(events, "no_internal_error").count("no_internal_error") == 1
 
 

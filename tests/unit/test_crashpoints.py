@@ -104,8 +104,10 @@ def test_environment_is_read_once_at_import() -> None:
     [
         ("", {}),
         ("before_terminal_frame", {"before_terminal_frame": 1}),
-        ("after_terminal_frame@4,before_upstream_send", {"after_terminal_frame": 4,
-                                                         "before_upstream_send": 1}),
+        (
+            "after_terminal_frame@4,before_upstream_send",
+            {"after_terminal_frame": 4, "before_upstream_send": 1},
+        ),
         (" , before_terminal_frame@ 2", {"before_terminal_frame": 2}),
     ],
 )
@@ -137,6 +139,7 @@ def test_only_the_environment_can_arm_a_point() -> None:
 
 def test_cost_when_unset_is_negligible() -> None:
     assert crashpoints.armed_points() == {} or os.environ.get("RELAY_TEST_CRASH_AT")
-    seconds = timeit.timeit(lambda: crashpoints.crash_point("before_terminal_frame"),
-                            number=100_000)  # fmt: skip
+    seconds = timeit.timeit(
+        lambda: crashpoints.crash_point("before_terminal_frame"), number=100_000
+    )
     assert seconds < 0.5  # ~50 ns a call; generous for loaded CI machines

@@ -14,8 +14,29 @@ from hypothesis import strategies as st
 from scenarios import launch
 from scenarios.answer import ChatAnswer, parse_sse_data
 from scenarios.client import _Body
-from scenarios.core import AtLeast, AtMost, Contains, InRange, Matches, Placeholder, matches, resolve
-from scenarios.dsl import Chat, ClientGot, RelayAlive, Scenario, Upstream, reply, toxics
+from scenarios.core import (
+    AtLeast,
+    AtMost,
+    Contains,
+    InRange,
+    Matches,
+    Placeholder,
+    Turn,
+    matches,
+    resolve,
+)
+from scenarios.dsl import (
+    Chat,
+    ClientGot,
+    Ctx,
+    RelayAlive,
+    ReplayOf,
+    Scenario,
+    Upstream,
+    UpstreamReceived,
+    reply,
+    toxics,
+)
 from scenarios.history import History
 from scenarios.launch import LaunchMod
 from scenarios.library import REGISTRY, load_all
@@ -78,12 +99,18 @@ def test_unbound_placeholder_in_a_request_fails_clearly() -> None:
 @pytest.mark.parametrize(
     ("expected", "actual", "ok"),
     [
-        (Contains("lo w"), "hello world", True), (Contains("x"), None, False),
-        (Matches(r"^(cut|error)$"), "cut", True), (Matches("^cut$"), "success", False),
-        (AtLeast(3), 3, True), (AtLeast(3), 2, False), (AtMost(2), 2, True),
-        (InRange(400, 499), 413, True), (InRange(400, 499), 500, False), (5, 5, True),
+        (Contains("lo w"), "hello world", True),
+        (Contains("x"), None, False),
+        (Matches(r"^(cut|error)$"), "cut", True),
+        (Matches("^cut$"), "success", False),
+        (AtLeast(3), 3, True),
+        (AtLeast(3), 2, False),
+        (AtMost(2), 2, True),
+        (InRange(400, 499), 413, True),
+        (InRange(400, 499), 500, False),
+        (5, 5, True),
     ],
-)  # fmt: skip
+)
 def test_matchers(expected: object, actual: object, ok: bool) -> None:
     assert matches(expected, actual) is ok
 
@@ -169,8 +196,10 @@ def test_history_rejects_unknown_kinds() -> None:
 # --- the raw client's decoders --------------------------------------------------------------------
 
 
-@given(st.lists(st.binary(min_size=1, max_size=40), min_size=1, max_size=12),
-       st.lists(st.integers(min_value=1, max_value=17), min_size=1, max_size=50))  # fmt: skip
+@given(
+    st.lists(st.binary(min_size=1, max_size=40), min_size=1, max_size=12),
+    st.lists(st.integers(min_value=1, max_value=17), min_size=1, max_size=50),
+)
 def test_chunked_decoder_survives_any_split(chunks: list[bytes], cuts: list[int]) -> None:
     wire = b"".join(b"%x;ext=1\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
     body, out, position = _Body("chunked"), bytearray(), 0
@@ -188,12 +217,35 @@ def test_stream_answer_folds_deltas_and_tool_calls() -> None:
     frames = [
         {"id": "c1", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "He"}}]},
         {"id": "c1", "choices": [{"index": 0, "delta": {"content": "llo"}}]},
-        {"id": "c1", "choices": [{"index": 0, "delta": {"tool_calls": [
-            {"index": 0, "id": "call_1", "type": "function",
-             "function": {"name": "read_file", "arguments": "{\"pa"}}]}}]},
-        {"id": "c1", "choices": [{"index": 0, "delta": {"tool_calls": [
-            {"index": 0, "function": {"arguments": "th\": 1}"}}]}, "finish_reason": "tool_calls"}]},
-    ]  # fmt: skip
+        {
+            "id": "c1",
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "call_1",
+                                "type": "function",
+                                "function": {"name": "read_file", "arguments": '{"pa'},
+                            }
+                        ]
+                    },
+                }
+            ],
+        },
+        {
+            "id": "c1",
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"tool_calls": [{"index": 0, "function": {"arguments": 'th": 1}'}}]},
+                    "finish_reason": "tool_calls",
+                }
+            ],
+        },
+    ]
     for frame in frames:
         parse_sse_data(answer, json.dumps(frame))
     parse_sse_data(answer, "[DONE]")
@@ -219,15 +271,27 @@ def test_stream_outcomes() -> None:
 
 def test_a_replayed_block_looks_like_the_plain_message() -> None:
     user = {"role": "user", "content": "hi"}
-    plain = [user, {"role": "assistant", "content": "Let me look.The answer."},
-             {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}]
-    replayed = [user, {"type": "reasoning", "id": "rs_1", "encrypted_content": "T"},
-                {"type": "message", "role": "assistant",
-                 "content": [{"type": "output_text", "text": "Let me look."}]},
-                {"type": "reasoning", "id": "rs_2", "encrypted_content": "U"},
-                {"type": "message", "role": "assistant",
-                 "content": [{"type": "output_text", "text": "The answer."}]},
-                {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}]  # fmt: skip
+    plain = [
+        user,
+        {"role": "assistant", "content": "Let me look.The answer."},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+    ]
+    replayed = [
+        user,
+        {"type": "reasoning", "id": "rs_1", "encrypted_content": "T"},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "Let me look."}],
+        },
+        {"type": "reasoning", "id": "rs_2", "encrypted_content": "U"},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "The answer."}],
+        },
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+    ]
     assert segments(plain) == segments(replayed)
     assert len(segments(replayed)) == 2
 
@@ -244,3 +308,50 @@ def test_every_scenario_builds_and_fits_a_screen() -> None:
         assert entry.doc, f"{name} needs a docstring saying what it shows"
         lines = len(inspect.getsource(entry.build).splitlines())
         assert lines <= 40, f"{name} is {lines} lines; split it (a scenario fits a screen)"
+
+
+# --- replay expectations on recorded upstream calls -------------------------------------------
+
+
+class _StubFake:
+    def __init__(self, exchanges: list[dict[str, object]]) -> None:
+        self._exchanges = exchanges
+
+    def exchanges(self) -> list[dict[str, object]]:
+        return self._exchanges
+
+
+class _StubHarness:
+    def __init__(self, exchanges: list[dict[str, object]]) -> None:
+        self.fake = _StubFake(exchanges)
+
+
+def _call(index: int, items: list[object], output: list[object]) -> dict[str, object]:
+    return {"index": index, "path": "/v1/responses", "body": {"input": items},
+            "continuity": {"replayed": sum(1 for i in items if "encrypted_content" in i)},
+            "output": output, "events": []}  # fmt: skip
+
+
+def _ctx_with_replay(token: str) -> Ctx:
+    user = {"role": "user", "content": "hi"}
+    said = {"type": "message", "role": "assistant", "content": "Hello"}
+    calls = [
+        _call(0, [user], [{"type": "reasoning", "id": "rs_1", "encrypted_content": "T1"}, said]),
+        _call(1, [user, {"type": "reasoning", "id": "rs_1", "encrypted_content": token}, said,
+                  {"role": "user", "content": "more"}], [said]),
+    ]  # fmt: skip
+    ctx = Ctx(harness=_StubHarness(calls), seed=Seed(1))  # type: ignore[arg-type]
+    ctx.turns["t1"] = Turn("t1", "main", {"messages": [user]}, upstream_from=0, upstream_to=1)
+    ctx.turns["t2"] = Turn("t2", "main", {"messages": []}, upstream_from=1)
+    return ctx
+
+
+def test_upstream_received_checks_exact_replays() -> None:
+    ctx = _ctx_with_replay("T1")
+    UpstreamReceived("t2", replayed=[ReplayOf("t1", at=1)], continuity={"replayed": 1}).check(ctx)
+    with pytest.raises(AssertionError, match="expected replayed items at \\[2\\]"):
+        UpstreamReceived("t2", replayed=[ReplayOf("t1", at=2)]).check(ctx)
+    with pytest.raises(AssertionError, match="expected replayed items at \\[\\]"):
+        UpstreamReceived("t2", replayed=[]).check(ctx)
+    with pytest.raises(AssertionError, match="minted in \\['t1'\\]"):
+        UpstreamReceived("t2", replayed=[ReplayOf("t1", at=1)]).check(_ctx_with_replay("T9"))
