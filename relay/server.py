@@ -61,15 +61,16 @@ class RelayServer:
 
             self.fake = FakeUpstream(clock=self.clock)
             await self.fake.start("127.0.0.1", 0)
-            base_url, api_key = self.fake.base_url, EMBEDDED_FAKE_KEY
+            upstream_url = self.fake.base_url.rstrip("/") + "/responses"
+            api_key = EMBEDDED_FAKE_KEY
         else:
             assert config.openai_api_key is not None
-            base_url, api_key = config.openai_base_url, config.openai_api_key
+            upstream_url, api_key = config.responses_url, config.openai_api_key
         self.runtime = Runtime(
             config=config,
             clock=self.clock,
             relay_token=token,
-            upstream_url=base_url.rstrip("/") + "/responses",
+            upstream_url=upstream_url,
             upstream_api_key=api_key,
             http_client=make_http_client(),
         )
