@@ -5,16 +5,35 @@ and is just as opaque to the relay::
 
     0x80 | issued_at (8 bytes) | nonce (16) | payload XOR keystream | HMAC-SHA256 tag (32)
 
-The payload names a random *secret* and the items minted right after the reasoning item in
-the same response (its *followers*). The tag binds the token to the API key, the model and
-the reasoning item's id, so a token replayed under another key, model or id, or altered in
-any byte, does not verify. This is a test fixture, not cryptography.
+The payload names a random *secret*, the items minted right after the reasoning item in
+the same response (its *followers*) and a digest of the *history* it was generated after.
+The tag binds the token to the API key, the model and the reasoning item's id, so a token
+replayed under another key, model or id, or altered in any byte, does not verify. This is
+a test fixture, not cryptography.
+
+The history digest (:class:`History`) covers what the model saw before it reasoned: the
+request's ``instructions`` (and ``previous_response_id``, if any), the request's input
+items and whatever the same response showed before the reasoning item, all in their
+*visible* form, so one conversation digests equally whether its earlier turns are sent as
+plain visible items or as replayed original items: reasoning items are skipped; a user,
+system or developer message is its role and text (string or text parts, images by their
+url); a run of consecutive assistant-side items (assistant messages, function calls) is
+one assistant turn: the messages' text joined, and each call's ``call_id``, ``name`` and
+``arguments`` (JSON re-serialized with sorted keys when it parses); a
+``function_call_output`` is its ``call_id`` and output. Ids, ``status``, ``phase`` and
+content-part decorations do not count.
 
 The continuity probe (:func:`probe`) looks at the reasoning items a request replays:
-each one is ``invalid`` (does not verify), ``intact`` (verifies and is immediately followed
-by its followers, in order) or ``misplaced`` (verifies but sits elsewhere). A follower
-matches an input item by id, or, because relays usually drop output ids, a function call by
-its ``call_id`` and an assistant message by its exact text.
+each one is ``invalid`` (does not verify), ``intact`` (verifies, is immediately followed
+by its followers, in order, and comes after the same visible history it was generated
+after) or ``misplaced`` (verifies but sits elsewhere: ``reason`` ``"followers"`` when its
+followers are not right after it, ``"history"`` when what precedes it differs -- an edited
+or dropped earlier message, a different tool result, other instructions). Real models
+silently ignore reasoning replayed into a conversation it was not generated for. A
+follower matches an input item by id, or, because relays usually drop output ids, a
+function call by its ``call_id`` and an assistant message by its exact text. Tool results
+that answer a block's calls come after the block, so they belong to the next generation's
+history, not to the block's.
 
 :class:`Ledger` is the fake's memory of what it minted: which items require which reasoning
 item, and what was stored (``store: true``) for later references by id.
@@ -52,6 +71,8 @@ class Sealed:
 
     secret: str
     followers: tuple[Follower, ...]
+    # History.digest() before the item was generated; None: not sealed, so not checked.
+    history: str | None = None
 
 
 def text_digest(text: str) -> str:
@@ -79,10 +100,13 @@ class Cipher:
     ) -> str:
         if len(nonce) != _NONCE:
             raise ValueError(f"nonce must be {_NONCE} bytes")
-        payload = json.dumps(
-            {"s": sealed.secret, "f": [[f.kind, f.item_id, f.key] for f in sealed.followers]},
-            separators=(",", ":"),
-        ).encode()
+        contents: dict[str, Any] = {
+            "s": sealed.secret,
+            "f": [[f.kind, f.item_id, f.key] for f in sealed.followers],
+        }
+        if sealed.history is not None:
+            contents["h"] = sealed.history
+        payload = json.dumps(contents, separators=(",", ":")).encode()
         header = _VERSION + issued_at.to_bytes(8, "big") + nonce
         body = header + _xor(payload, self._keystream(nonce, len(payload)))
         tag = self._tag(body, api_key=api_key, model=model, item_id=item_id)
@@ -105,7 +129,12 @@ class Cipher:
         try:
             data = json.loads(_xor(ciphertext, self._keystream(nonce, len(ciphertext))))
             followers = tuple(Follower(str(k), str(i), str(d)) for k, i, d in data["f"])
-            return Sealed(secret=str(data["s"]), followers=followers)
+            history = data.get("h")
+            return Sealed(
+                secret=str(data["s"]),
+                followers=followers,
+                history=history if isinstance(history, str) else None,
+            )
         except (ValueError, KeyError, TypeError):
             return None  # a valid tag over garbage cannot happen unless the key leaked
 
@@ -126,9 +155,143 @@ def _xor(data: bytes, stream: bytes) -> bytes:
     return bytes(a ^ b for a, b in zip(data, stream, strict=True))
 
 
+# --- the visible history ---------------------------------------------------------------
+
+
+class History:
+    """A running digest of a conversation's visible form (see the module docstring).
+
+    Feed it the context once and the items in order with :meth:`add`; :meth:`digest` is
+    the digest of everything so far and may be taken at any point (the probe takes one per
+    replayed reasoning item in a single pass). :meth:`fork` copies the state.
+    """
+
+    def __init__(self, *, instructions: Any = None, previous_response_id: Any = None) -> None:
+        self._hash = hashlib.sha256()
+        self._text: list[str] = []  # the open assistant turn, if any
+        self._calls: list[list[Any]] = []
+        self._in_turn = False
+        context = None if instructions is None else _as_text(instructions)
+        previous = previous_response_id if isinstance(previous_response_id, str) else None
+        self._feed(["context", context, previous])
+
+    def add(self, item: Any) -> None:
+        if not isinstance(item, Mapping):
+            self._close()
+            self._feed(["other", _canonical(item)])
+            return
+        kind = item.get("type", "message")
+        if kind == "reasoning":
+            return  # invisible
+        if kind == "message" and item.get("role") == "assistant":
+            self._in_turn = True
+            self._text.append(message_text(item))
+            return
+        if kind == "function_call":
+            self._in_turn = True
+            call = [item.get("call_id"), item.get("name"), _arguments(item.get("arguments"))]
+            self._calls.append(call)
+            return
+        self._close()
+        if kind == "message":
+            self._feed(["message", item.get("role"), _input_text(item.get("content"))])
+        elif kind == "function_call_output":
+            self._feed(["tool", item.get("call_id"), _as_text(item.get("output"))])
+        else:
+            # A reference is its id; any other item is itself, minus what a relay may drop.
+            keep = {k: v for k, v in item.items() if k != "status"}
+            if kind != "item_reference":
+                keep.pop("id", None)
+            self._feed(["other", _canonical(keep)])
+
+    def digest(self) -> str:
+        hasher = self._hash.copy()
+        if self._in_turn:
+            hasher.update(self._turn())
+        return hasher.hexdigest()[:32]
+
+    def fork(self) -> History:
+        twin = History.__new__(History)
+        twin._hash = self._hash.copy()
+        twin._text = list(self._text)
+        twin._calls = list(self._calls)
+        twin._in_turn = self._in_turn
+        return twin
+
+    def _close(self) -> None:
+        if self._in_turn:
+            self._hash.update(self._turn())
+            self._text.clear()
+            self._calls.clear()
+            self._in_turn = False
+
+    def _turn(self) -> bytes:
+        return _segment(["assistant", "".join(self._text), self._calls])
+
+    def _feed(self, segment: list[Any]) -> None:
+        self._hash.update(_segment(segment))
+
+
+def history_digest(
+    items: Iterable[Any], *, instructions: Any = None, previous_response_id: Any = None
+) -> str:
+    """:meth:`History.digest` over ``items`` in one go."""
+    history = History(instructions=instructions, previous_response_id=previous_response_id)
+    for item in items:
+        history.add(item)
+    return history.digest()
+
+
+def _segment(segment: list[Any]) -> bytes:
+    # JSON escapes newlines, so one segment a line is unambiguous.
+    return json.dumps(segment, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else _canonical(value)
+
+
+def _arguments(value: Any) -> str:
+    if isinstance(value, str):
+        try:
+            return json.dumps(json.loads(value), sort_keys=True)
+        except (ValueError, RecursionError):
+            return value
+    return _canonical(value)
+
+
+def _input_text(content: Any) -> str:
+    """A user/system/developer message's text, images as ``\\0image:<url>`` markers."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return _canonical(content)
+    parts = []
+    for part in content:
+        if not isinstance(part, Mapping):
+            parts.append("\0" + _canonical(part))
+        elif part.get("type") in ("input_image", "image_url"):
+            url = part.get("image_url")
+            if isinstance(url, Mapping):  # the Chat shape, {"url": ..., "detail": ...}
+                url = url.get("url")
+            if url is None:
+                url = part.get("file_id")
+            parts.append("\0image:" + _as_text(url))
+        elif isinstance(part.get("text"), str):
+            parts.append(part["text"])
+        else:
+            parts.append("\0" + _canonical(part))
+    return "".join(parts)
+
+
 # --- continuity probe ----------------------------------------------------------------
 
 Placement = Literal["intact", "misplaced", "invalid"]
+Reason = Literal["followers", "history"]
 
 
 @dataclass(frozen=True)
@@ -137,6 +300,7 @@ class ReplayedReasoning:
     item_id: str
     placement: Placement
     secret: str | None
+    reason: Reason | None = None  # why it is misplaced
 
 
 @dataclass(frozen=True)
@@ -164,7 +328,13 @@ class ContinuityReport:
             "invalid": self.count("invalid"),
             "secrets": self.secrets,
             "items": [
-                {"index": i.index, "id": i.item_id, "placement": i.placement, "secret": i.secret}
+                {
+                    "index": i.index,
+                    "id": i.item_id,
+                    "placement": i.placement,
+                    "secret": i.secret,
+                    "reason": i.reason,
+                }
                 for i in self.items
             ],
         }
@@ -173,22 +343,43 @@ class ContinuityReport:
 Opener = Callable[[str, str], Sealed | None]  # (item_id, token) -> contents
 
 
-def probe(items: Sequence[Any], open_token: Opener) -> ContinuityReport:
-    """Classify every reasoning item in ``items`` that carries ``encrypted_content``."""
+def probe(
+    items: Sequence[Any],
+    open_token: Opener,
+    *,
+    instructions: Any = None,
+    previous_response_id: Any = None,
+) -> ContinuityReport:
+    """Classify every reasoning item in ``items`` that carries ``encrypted_content``.
+
+    ``instructions`` and ``previous_response_id`` are the request's: with the items before
+    a replayed reasoning item they make up the history its token must have been sealed for.
+    """
+    history = History(instructions=instructions, previous_response_id=previous_response_id)
     found = []
     for index, item in enumerate(items):
-        if not _is_replayed_reasoning(item):
-            continue
-        item_id = item.get("id")
-        item_id = item_id if isinstance(item_id, str) else ""
-        sealed = open_token(item_id, item["encrypted_content"])
-        if sealed is None:
-            found.append(ReplayedReasoning(index, item_id, "invalid", None))
-            continue
-        in_place = _followed_by(items, index + 1, sealed.followers)
-        placement: Placement = "intact" if in_place else "misplaced"
-        found.append(ReplayedReasoning(index, item_id, placement, sealed.secret))
+        if _is_replayed_reasoning(item):
+            found.append(_classify(items, index, open_token, history))
+        history.add(item)
     return ContinuityReport(tuple(found))
+
+
+def _classify(
+    items: Sequence[Any], index: int, open_token: Opener, history: History
+) -> ReplayedReasoning:
+    item = items[index]
+    item_id = item.get("id")
+    item_id = item_id if isinstance(item_id, str) else ""
+    sealed = open_token(item_id, item["encrypted_content"])
+    if sealed is None:
+        return ReplayedReasoning(index, item_id, "invalid", None)
+    reason: Reason | None = None
+    if not _followed_by(items, index + 1, sealed.followers):
+        reason = "followers"
+    elif sealed.history is not None and sealed.history != history.digest():
+        reason = "history"
+    placement: Placement = "intact" if reason is None else "misplaced"
+    return ReplayedReasoning(index, item_id, placement, sealed.secret, reason)
 
 
 def _is_replayed_reasoning(item: Any) -> bool:

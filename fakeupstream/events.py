@@ -23,8 +23,9 @@ from fakeupstream.ciphertext import Follower, text_digest
 from fakeupstream.rules import is_reasoning_model
 from fakeupstream.scripts import FunctionCall, Message, OutputSpec, Reasoning, Refusal, Script
 
-# (item_id, secret, followers) -> a fresh token; called again for a second, different one.
-Mint = Callable[[str, str, tuple[Follower, ...]], str]
+# (item_id, secret, followers, shown) -> a fresh token; called again for a second, different
+# one. ``shown``: the visible items the response put before the reasoning item, in input form.
+Mint = Callable[[str, str, tuple[Follower, ...], tuple[dict[str, Any], ...]], str]
 
 ENCRYPTED = "reasoning.encrypted_content"
 
@@ -164,9 +165,10 @@ def _mint_all(planned: list[_Planned], mode: str, mint: Mint) -> None:
         if not isinstance(item.spec, Reasoning):
             continue
         followers = tuple(_follower(p) for p in planned[index + 1 :])
-        item.final_token = mint(item.item_id, item.secret, followers)
+        shown = tuple(s for s in map(_shown, planned[:index]) if s is not None)
+        item.final_token = mint(item.item_id, item.secret, followers, shown)
         if mode == "differ":
-            item.done_token = mint(item.item_id, item.secret, followers)
+            item.done_token = mint(item.item_id, item.secret, followers, shown)
         elif mode == "normal":
             item.done_token = item.final_token
 
@@ -178,6 +180,24 @@ def _follower(item: _Planned) -> Follower:
     if isinstance(spec, Message | Refusal):
         return Follower("message", item.item_id, text_digest(spec.text))
     return Follower("reasoning", item.item_id, "")
+
+
+def _shown(item: _Planned) -> dict[str, Any] | None:
+    """An output item as the next request would carry it (None: reasoning, invisible)."""
+    spec = item.spec
+    if isinstance(spec, FunctionCall):
+        return {
+            "type": "function_call",
+            "call_id": item.call_id,
+            "name": spec.name,
+            "arguments": spec.arguments,
+        }
+    if isinstance(spec, Refusal):
+        content = [{"type": "refusal", "refusal": spec.text}]
+        return {"type": "message", "role": "assistant", "content": content}
+    if isinstance(spec, Message):
+        return {"type": "message", "role": "assistant", "content": spec.text}
+    return None
 
 
 def _with_token(item: Mapping[str, Any], token: str | None) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from tornado.httputil import HTTPServerRequest
 from tornado.iostream import StreamClosedError
 from tornado.netutil import bind_sockets
 
-from fakeupstream.ciphertext import Cipher, Follower, Ledger, Sealed, probe
+from fakeupstream.ciphertext import Cipher, Follower, History, Ledger, Sealed, probe
 from fakeupstream.events import build, sse_frame
 from fakeupstream.rules import (
     ApiError,
@@ -236,7 +236,11 @@ class FakeUpstream:
         def open_token(item_id: str, token: str) -> Sealed | None:
             return self.cipher.open(token, api_key=api_key, model=model, item_id=item_id)
 
-        report = probe(items, open_token)
+        context = {
+            "instructions": body.get("instructions"),
+            "previous_response_id": body.get("previous_response_id"),
+        }
+        report = probe(items, open_token, **context)
         if script.http_error is not None:
             error = script.http_error
             failure = ApiError(
@@ -255,9 +259,21 @@ class FakeUpstream:
             output = default_output(body, items, report, reasoning=is_reasoning_model(model))
         created_at = int(self.clock.wall())
 
-        def mint(item_id: str, secret: str, followers: tuple[Follower, ...]) -> str:
+        seen = History(**context)  # what the model saw before generating
+        for item in items:
+            seen.add(item)
+
+        def mint(
+            item_id: str,
+            secret: str,
+            followers: tuple[Follower, ...],
+            shown: tuple[dict[str, Any], ...],
+        ) -> str:
+            before = seen.fork()
+            for item in shown:  # what this response showed before the reasoning item
+                before.add(item)
             return self.cipher.seal(
-                Sealed(secret, followers),
+                Sealed(secret, followers, before.digest()),
                 api_key=api_key,
                 model=model,
                 item_id=item_id,

@@ -46,6 +46,11 @@ class Config:
     openai_base_url: str = DEFAULT_OPENAI_BASE_URL
     model_aliases: Mapping[str, ModelAlias] = field(default_factory=dict)
     reasoning_cache_enabled: bool = False
+    reasoning_cache_path: Path | None = None  # None: <data_dir>/reasoning-cache.sqlite
+    reasoning_cache_retention_days: int = 30
+    reasoning_cache_max_entry_bytes: int = 4 * 1024 * 1024
+    reasoning_cache_max_replay_bytes: int = 16 * 1024 * 1024
+    reasoning_cache_max_plan_records: int = 256
     reasoning_summaries_as_content: bool = False
     max_request_bytes: int = 64 * 1024 * 1024
     max_response_bytes: int = 64 * 1024 * 1024
@@ -58,6 +63,10 @@ class Config:
     @property
     def responses_url(self) -> str:
         return self.openai_base_url.rstrip("/") + "/responses"
+
+    @property
+    def cache_path(self) -> Path:
+        return self.reasoning_cache_path or self.data_dir / "reasoning-cache.sqlite"
 
     @property
     def uses_embedded_fake(self) -> bool:
@@ -76,6 +85,11 @@ def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0) -
     if value < minimum:
         raise ConfigError(f"{name}={raw!r}: expected a whole number >= {minimum}")
     return value
+
+
+def _path(env: Mapping[str, str], name: str) -> Path | None:
+    raw = env.get(name, "").strip()
+    return Path(raw) if raw else None
 
 
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -177,6 +191,17 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
         openai_base_url=_base_url(env),
         model_aliases=parse_model_aliases(env.get("RELAY_MODEL_ALIASES")),
         reasoning_cache_enabled=_bool(env, "REASONING_CACHE_ENABLED", False),
+        reasoning_cache_path=_path(env, "REASONING_CACHE_PATH"),
+        reasoning_cache_retention_days=_int(env, "REASONING_CACHE_RETENTION_DAYS", 30, minimum=30),
+        reasoning_cache_max_entry_bytes=_int(
+            env, "REASONING_CACHE_MAX_ENTRY_BYTES", 4 * 1024 * 1024, minimum=64 * 1024
+        ),
+        reasoning_cache_max_replay_bytes=_int(
+            env, "REASONING_CACHE_MAX_REPLAY_BYTES", 16 * 1024 * 1024, minimum=64 * 1024
+        ),
+        reasoning_cache_max_plan_records=_int(
+            env, "REASONING_CACHE_MAX_PLAN_RECORDS", 256, minimum=1
+        ),
         reasoning_summaries_as_content=_bool(env, "RELAY_REASONING_SUMMARIES", False),
         max_request_bytes=_int(env, "RELAY_MAX_REQUEST_BYTES", 64 * 1024 * 1024, minimum=1024),
         max_response_bytes=_int(env, "RELAY_MAX_RESPONSE_BYTES", 64 * 1024 * 1024, minimum=1024),

@@ -89,6 +89,31 @@ class CacheUnavailable(RelayError):
     default_code = "cache_unavailable"
 
 
+class StoreError(CacheUnavailable):
+    """The replay store (SQLite) failed. Messages name the database path and SQLite's
+    error code only: never payload JSON, secrets or SQL parameters."""
+
+    def __init__(self, message: str, *, sqlite_error: str | None = None):
+        super().__init__(message)
+        self.sqlite_error = sqlite_error  # e.g. "SQLITE_FULL"; None when SQLite gave none
+
+
+class StoreLocked(StoreError):
+    """Another process (or connection) owns the store's exclusive lock."""
+
+
+class StoreCorrupt(StoreError):
+    """The file is damaged, not SQLite, not a reasoning cache, or from a newer relay."""
+
+
+class StoreFull(StoreError):
+    """The disk, or the database's size limit, is full (SQLITE_FULL)."""
+
+
+class StoreIOError(StoreError):
+    """The operating system refused a read or write (I/O, permissions, cannot open)."""
+
+
 class ShuttingDown(RelayError):
     status = 503
     error_type = "server_error"

@@ -9,6 +9,8 @@ from tornado.simple_httpclient import SimpleAsyncHTTPClient
 
 from relay.clock import Clock
 from relay.config import Config
+from relay.reasoning.cache import ReplayCache
+from relay.reasoning.session import CacheSession
 from relay.transport.upstream import UpstreamExchange, UpstreamLimits
 
 
@@ -20,8 +22,10 @@ class Runtime:
     upstream_url: str
     upstream_api_key: str
     http_client: SimpleAsyncHTTPClient
+    cache: ReplayCache
     shutting_down: bool = False
     active: set[UpstreamExchange] = field(default_factory=set)
+    sessions: set[CacheSession] = field(default_factory=set)
 
     @property
     def upstream_limits(self) -> UpstreamLimits:

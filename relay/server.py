@@ -18,6 +18,7 @@ from relay.clock import Clock, SystemClock
 from relay.config import Config
 from relay.handlers.base import HealthHandler, ModelsHandler, NotFoundHandler
 from relay.handlers.chat import ChatCompletionsHandler
+from relay.reasoning.cache import ReplayCache
 from relay.runtime import Runtime
 from relay.transport.upstream import ClientGone, make_http_client
 
@@ -66,6 +67,13 @@ class RelayServer:
         else:
             assert config.openai_api_key is not None
             upstream_url, api_key = config.responses_url, config.openai_api_key
+        cache = ReplayCache.open(
+            config,
+            self.clock,
+            upstream_credential=api_key,
+            relay_token=token,
+            new_id=Runtime.new_id,
+        )
         self.runtime = Runtime(
             config=config,
             clock=self.clock,
@@ -73,6 +81,7 @@ class RelayServer:
             upstream_url=upstream_url,
             upstream_api_key=api_key,
             http_client=make_http_client(),
+            cache=cache,
         )
         self._http = HTTPServer(
             make_app(self.runtime),
@@ -102,8 +111,10 @@ class RelayServer:
             lines.append(f"relay token: stored in {self.token_path} (send it as a Bearer token)")
         else:
             lines.append("relay token: from RELAY_TOKEN")
-        cache = "on" if self.config.reasoning_cache_enabled else "off"
-        lines.append(f"reasoning cache: {cache}")
+        if self.runtime.cache.enabled:
+            lines.append(f"reasoning cache: on ({self.config.cache_path})")
+        else:
+            lines.append("reasoning cache: off (REASONING_CACHE_ENABLED=1 turns it on)")
         return lines
 
     async def stop(self) -> None:
@@ -115,10 +126,13 @@ class RelayServer:
         if self.runtime is not None:
             for exchange in list(self.runtime.active):
                 exchange.abort(ClientGone())
+            for session in list(self.runtime.sessions):
+                session.abort("shutdown")  # poisons what was generating, before the store closes
         if self._http is not None:
             await self._http.close_all_connections()
         if self.runtime is not None:
             self.runtime.http_client.close()
+            self.runtime.cache.close()
         if self.fake is not None:
             await self.fake.stop()
         log.event("relay_stopped")

@@ -6,12 +6,15 @@ import contextlib
 import json
 from typing import Any
 
+from tornado.iostream import StreamClosedError
 from tornado.web import stream_request_body
 
 from relay import log
 from relay.crashpoints import crash_point
 from relay.errors import PayloadTooLarge, RelayError, UpstreamProtocolError
 from relay.handlers.base import BaseHandler
+from relay.reasoning.capture import ClientProjection
+from relay.reasoning.session import CacheSession
 from relay.request_body import parse_json_object
 from relay.routing import resolve_model
 from relay.translate.chat_sse import DONE, KEEPALIVE, encode_chunk, encode_error
@@ -32,10 +35,10 @@ class ChatCompletionsHandler(BaseHandler):
         declared = self.request.headers.get("Content-Length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise PayloadTooLarge(_too_large(limit))
-        # Chunked uploads: Tornado stops reading a little past our own limit, which
-        # data_received enforces with a proper 413.
-        assert self.request.connection is not None
-        self.request.connection.set_max_body_size(limit * 2)  # type: ignore[attr-defined]
+        # Chunked uploads are limited by data_received alone. Tornado's own body limit
+        # (left at the server's "unlimited") must not fire first: Tornado 6.6 coalesces
+        # small chunks and would answer a bare 400 before we see the data. Once we have
+        # answered 413, Tornado drops the rest of the body and closes the connection.
 
     def data_received(self, chunk: bytes) -> None:
         if self._finished:
@@ -66,6 +69,7 @@ class ChatCompletionsHandler(BaseHandler):
             stream=request.stream,
             shape=request.shape,
         )
+        session = self.runtime.cache.begin(request, body, self.request_id)
         self._completion_id = self.runtime.new_id("chatcmpl-")
         self._created = int(self.runtime.clock.wall())
         converter = ChatStreamConverter(
@@ -75,20 +79,30 @@ class ChatCompletionsHandler(BaseHandler):
             include_usage=request.include_usage,
             reasoning_summaries=config.reasoning_summaries_as_content,
         )
-        if request.stream:
-            await self._relay_stream(request, converter)
-        else:
-            await self._relay_json(request, converter)
+        if session is not None:
+            self.runtime.sessions.add(session)
+        try:
+            if request.stream:
+                await self._relay_stream(request, converter, session)
+            else:
+                await self._relay_json(request, converter, session)
+        finally:
+            if session is not None:
+                session.abort("unfinished")  # a no-op once delivered
+                self.runtime.sessions.discard(session)
 
     def _exchange_for(
         self,
         request: TranslatedRequest,
+        session: CacheSession | None,
         sink: Any,
         *,
         buffered: bool,
         batch_done: BatchDone | None = None,
     ) -> UpstreamExchange:
-        upstream_body = dict(request.upstream_body)
+        # The cache plans and records its dispatch intent here, synchronously; _run_exchange
+        # starts sending with no await in between.
+        upstream_body = session.dispatch() if session else dict(request.upstream_body)
         # Always streamed upstream, so the idle timer and capture work alike in both modes.
         upstream_body["stream"] = True
         exchange = UpstreamExchange(
@@ -114,12 +128,19 @@ class ChatCompletionsHandler(BaseHandler):
             self.runtime.active.discard(exchange)
             self._exchange = None
 
-    async def _relay_json(self, request: TranslatedRequest, converter: ChatStreamConverter) -> None:
+    async def _relay_json(
+        self,
+        request: TranslatedRequest,
+        converter: ChatStreamConverter,
+        session: CacheSession | None,
+    ) -> None:
         async def sink(event_type: str, data: dict[str, Any]) -> None:
+            if session is not None:
+                session.feed(event_type, data)
             converter.feed(event_type, data)
 
         try:
-            await self._run_exchange(self._exchange_for(request, sink, buffered=True))
+            await self._run_exchange(self._exchange_for(request, session, sink, buffered=True))
         except ClientGone:
             log.event("client_disconnected", request_id=self.request_id, frames=0)
             return
@@ -132,11 +153,24 @@ class ChatCompletionsHandler(BaseHandler):
             model=request.client_model,
             reasoning_summaries=self.runtime.config.reasoning_summaries_as_content,
         )
-        self.finish(json.dumps(completion, ensure_ascii=False))
+        if session is not None:
+            session.complete(ClientProjection.from_completion(completion))
+        crash_point("before_terminal_frame")
+        try:
+            await self.finish(json.dumps(completion, ensure_ascii=False))
+        except StreamClosedError:
+            log.event("client_disconnected", request_id=self.request_id, frames=0)
+            return
+        crash_point("after_terminal_frame")
+        if session is not None:
+            session.delivered()
         log.event("chat_done", request_id=self.request_id, finish=converter.finish_reason)
 
     async def _relay_stream(
-        self, request: TranslatedRequest, converter: ChatStreamConverter
+        self,
+        request: TranslatedRequest,
+        converter: ChatStreamConverter,
+        session: CacheSession | None,
     ) -> None:
         config = self.runtime.config
         down = Downstream(
@@ -147,8 +181,16 @@ class ChatCompletionsHandler(BaseHandler):
             keepalive_frame=KEEPALIVE,
         )
 
+        sent = ClientProjection()
+
         async def sink(event_type: str, data: dict[str, Any]) -> None:
+            if session is not None:
+                session.feed(event_type, data)
             chunks = converter.feed(event_type, data)
+            for chunk in chunks:
+                sent.feed_chunk(chunk)
+            if converter.finished and session is not None:
+                session.complete(sent)  # committed before any terminal frame is queued
             for chunk in chunks:
                 if not self._headers_written:
                     self._start_sse(down)
@@ -160,11 +202,15 @@ class ChatCompletionsHandler(BaseHandler):
                 crash_point("after_terminal_frame")
 
         try:
-            exchange = self._exchange_for(request, sink, buffered=False, batch_done=down.drain)
+            exchange = self._exchange_for(
+                request, session, sink, buffered=False, batch_done=down.drain
+            )
             await self._run_exchange(exchange)
             if not self._headers_written:
                 self._start_sse(down)
             await down.send(DONE)
+            if session is not None:
+                session.delivered()
             log.event("chat_done", request_id=self.request_id, finish=converter.finish_reason)
         except ClientGone:
             log.event("client_disconnected", request_id=self.request_id, frames=down.frames_sent)

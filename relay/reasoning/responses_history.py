@@ -52,23 +52,37 @@ def visible_messages_from_responses_input(
     input_value: Any, instructions: Any
 ) -> list[dict[str, Any]] | None:
     """The Chat envelopes a Responses-shaped body stands for, or ``None`` (underivable)."""
+    history = visible_history_from_responses_input(input_value, instructions)
+    return None if history is None else history[0]
+
+
+def visible_history_from_responses_input(
+    input_value: Any, instructions: Any
+) -> tuple[list[dict[str, Any]], tuple[tuple[int, int] | None, ...]] | None:
+    """The envelopes plus, for each, the ``[start, end)`` range of ``input`` items it
+    stands for (``None`` for ``instructions``), or ``None`` (underivable)."""
     try:
         return _map(input_value, instructions)
     except _Underivable:
         return None
 
 
-def _map(input_value: Any, instructions: Any) -> list[dict[str, Any]]:
+def _map(
+    input_value: Any, instructions: Any
+) -> tuple[list[dict[str, Any]], tuple[tuple[int, int] | None, ...]]:
     messages: list[dict[str, Any]] = []
+    spans: list[tuple[int, int] | None] = []
     if instructions is not None:
         messages.append({"role": "system", "content": _string(instructions)})
+        spans.append(None)
     if isinstance(input_value, str):
         messages.append({"role": "user", "content": input_value})
-        return messages
+        spans.append(None)  # the string is the whole input, never a replaceable item
+        return messages, tuple(spans)
     if not isinstance(input_value, list):
         raise _Underivable
     open_assistant: dict[str, Any] | None = None  # the envelope function calls attach to
-    for item in input_value:
+    for index, item in enumerate(input_value):
         if not isinstance(item, dict):
             raise _Underivable
         kind = item.get("type", "message")
@@ -76,7 +90,11 @@ def _map(input_value: Any, instructions: Any) -> list[dict[str, Any]]:
             if open_assistant is None:
                 open_assistant = {"role": "assistant", "content": "", "tool_calls": []}
                 messages.append(open_assistant)
+                spans.append((index, index))
             open_assistant["tool_calls"].append(_tool_call(item))
+            span = spans[-1]
+            assert span is not None  # the open assistant's own span
+            spans[-1] = (span[0], index + 1)
             continue
         open_assistant = None
         if kind == "function_call_output":
@@ -88,7 +106,8 @@ def _map(input_value: Any, instructions: Any) -> list[dict[str, Any]]:
                 open_assistant = message
         else:
             raise _Underivable
-    return messages
+        spans.append((index, index + 1))
+    return messages, tuple(spans)
 
 
 def _string(value: Any) -> str:

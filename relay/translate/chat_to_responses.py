@@ -54,6 +54,9 @@ class TranslatedRequest:
     client_model: str  # echoed in answers
     caller: str | None  # the client's `user` value; partitions the cache
     shape: str  # "chat" or "responses"
+    # Chat shape: for each client message, the [start, end) range of upstream ``input``
+    # items it became (None: merged into ``instructions``). Replay swaps these ranges.
+    message_spans: tuple[tuple[int, int] | None, ...] | None = None
 
 
 def _is_zero(value: Any) -> bool:
@@ -141,7 +144,7 @@ def _translate_chat(
         _check_known_key(key, value)
     client_model = client_model_name(body)
     stream, include_usage = stream_flags(body)
-    instructions, items = _translate_messages(body["messages"])
+    instructions, items, spans = _translate_messages(body["messages"])
 
     out: dict[str, Any] = {"model": target.model}
     if instructions is not None:
@@ -173,7 +176,7 @@ def _translate_chat(
         if body.get(key) is not None:
             out[key] = body[key]
     user = body.get("user")
-    return TranslatedRequest(out, stream, include_usage, client_model, user, "chat")
+    return TranslatedRequest(out, stream, include_usage, client_model, user, "chat", spans)
 
 
 # --- shared with responses_input ----------------------------------------------------
@@ -408,28 +411,31 @@ def _translate_tool_choice(choice: Any) -> str | dict[str, Any] | None:
 # --- messages ------------------------------------------------------------------------
 
 
-def _translate_messages(messages: Any) -> tuple[str | None, list[dict[str, Any]]]:
+def _translate_messages(
+    messages: Any,
+) -> tuple[str | None, list[dict[str, Any]], tuple[tuple[int, int] | None, ...]]:
     if not isinstance(messages, list):
         raise InvalidRequest("'messages' must be an array of message objects", param="messages")
     if not messages:
         raise InvalidRequest("'messages' must contain at least one message", param="messages")
     instructions: list[str] = []
     items: list[dict[str, Any]] = []
+    spans: list[tuple[int, int] | None] = []
     leading = True  # still in the run of system/developer messages that opens the chat
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(message, dict):
             raise InvalidRequest(f"'{where}' must be an object with a 'role'", param=where)
         role = message.get("role")
+        start = len(items)
         if role in ("system", "developer"):
             text = _text_content(message.get("content"), where, allow_null=False)
             if leading:
                 instructions.append(text)
-            else:
-                items.append({"role": role, "content": [{"type": "input_text", "text": text}]})
-            continue
-        leading = False
-        if role == "user":
+                spans.append(None)
+                continue
+            items.append({"role": role, "content": [{"type": "input_text", "text": text}]})
+        elif role == "user":
             items.append({"role": "user", "content": _user_content(message.get("content"), where)})
         elif role == "assistant":
             items.extend(_assistant_items(message, where))
@@ -447,7 +453,9 @@ def _translate_messages(messages: Any) -> tuple[str | None, list[dict[str, Any]]
                 f"got {role!r}",
                 param=f"{where}.role",
             )
-    return ("\n\n".join(instructions) if instructions else None), items
+        leading = False
+        spans.append((start, len(items)))
+    return ("\n\n".join(instructions) if instructions else None), items, tuple(spans)
 
 
 def _text_content(content: Any, where: str, *, allow_null: bool) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 
@@ -98,6 +99,33 @@ def test_chunked_oversized_upload_is_413(stack_factory) -> None:  # type: ignore
             f"{s.base_url}/chat/completions", data=chunks(), headers=s.headers(), timeout=10
         )
         assert_envelope(resp, 413, "RELAY_MAX_REQUEST_BYTES")
+
+
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        pytest.param([b"y" * 1024] * 9, id="1KiB-chunks"),
+        pytest.param([b"y" * 100] * 60, id="100B-chunks"),
+    ],
+)
+def test_chunked_upload_sent_at_once_is_413(stack_factory, pieces) -> None:  # type: ignore[no-untyped-def]
+    """Tornado coalesces small chunks that arrive together; its own body limit must not
+    answer a bare 400 before the handler's 413."""
+    with stack_factory({"RELAY_MAX_REQUEST_BYTES": "4096"}) as s:
+        head = (
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: relay\r\n"
+            f"Authorization: Bearer {s.token}\r\nContent-Type: application/json\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n"
+        ).encode()
+        body = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+        with socket.create_connection(("127.0.0.1", s.relay.port), timeout=10) as sock:
+            with contextlib.suppress(OSError):  # the relay may close before reading it all
+                sock.sendall(head + body)
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 413"), answer[:100]
+        assert b"RELAY_MAX_REQUEST_BYTES" in answer
 
 
 @pytest.mark.parametrize(

@@ -311,6 +311,33 @@ def test_replay_in_the_wrong_place_is_misplaced_not_rejected(fake):
     )
 
 
+def test_replay_after_an_edited_history_is_misplaced_and_recorded(fake):
+    first = post(fake, {**BASE, "instructions": "Be brief.", "stream": True})
+    final = sse_events(first.text)[-1]["response"]
+    after = [*final["output"], {"role": "user", "content": "next"}]
+    same = {**BASE, "instructions": "Be brief.", "input": [USER, *after]}
+    edited = {**same, "input": [{"role": "user", "content": "hello!"}, *after]}
+    dropped = {**same, "input": after}
+    bodies = (same, edited, dropped)
+    texts = [post(fake, body).json()["output"][-1]["content"][0]["text"] for body in bodies]
+    assert [text.rsplit("\n", 1)[1] for text in texts] == [
+        "continuity: replayed=1 intact=1 misplaced=0",
+        "continuity: replayed=1 intact=0 misplaced=1",
+        "continuity: replayed=1 intact=0 misplaced=1",
+    ]
+    root = f"http://127.0.0.1:{fake.fake.port}/__fake"
+    records = requests.get(root + "/requests", params={"wait_for": 4}).json()
+    reports = [record["continuity"] for record in records[1:]]
+    assert [(r["intact"], r["misplaced"], r["invalid"]) for r in reports] == [
+        (1, 0, 0),
+        (0, 1, 0),
+        (0, 1, 0),
+    ]
+    assert [r["items"][0]["reason"] for r in reports] == [None, "history", "history"]
+    assert [r["items"][0]["index"] for r in reports] == [1, 1, 0]
+    assert reports[0]["secrets"] == reports[1]["secrets"] == reports[2]["secrets"]
+
+
 def test_replay_under_another_key_is_rejected(fake):
     first = post(fake, BASE).json()
     replay = {**BASE, "input": [USER, *first["output"], USER]}

@@ -17,12 +17,7 @@ load_all()
 
 # Scenarios that currently expose a relay bug: strict xfail, so the fix turns them green
 # loudly (XPASS fails the run) and the entry must then be removed.
-KNOWN_RELAY_BUGS = {
-    "oversized_chunked_upload_413": (
-        "a chunked upload over RELAY_MAX_REQUEST_BYTES gets Tornado's bare '400 Bad Request' "
-        "(chunked body too large) instead of the 413 envelope"
-    ),
-}
+KNOWN_RELAY_BUGS: dict[str, str] = {}
 
 
 def _params() -> list[object]:

@@ -48,6 +48,7 @@ def test_minimal_request() -> None:
         client_model="gpt-5",
         caller=None,
         shape="chat",
+        message_spans=((0, 1),),
     )
 
 
@@ -669,3 +670,48 @@ def test_unsupported_parameters_name_the_key(key: str, value: Any) -> None:
 )
 def test_neutral_values_are_accepted_and_not_forwarded(key: str, value: Any) -> None:
     assert upstream(chat(user(), **{key: value})) == {"model": "gpt-5", "input": [user_item()]}
+
+
+@pytest.mark.parametrize(
+    ("messages", "spans"),
+    [
+        pytest.param([user("a")], ((0, 1),), id="one-user"),
+        pytest.param(
+            [{"role": "system", "content": "s"}, {"role": "developer", "content": "d"}, user("a")],
+            (None, None, (0, 1)),
+            id="leading-system-become-instructions",
+        ),
+        pytest.param(
+            [
+                user("a"),
+                {
+                    "role": "assistant",
+                    "content": "t",
+                    "tool_calls": [
+                        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+                        {"id": "c2", "type": "function", "function": {"name": "g", "arguments": "{}"}},
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "c1", "content": "r1"},
+                {"role": "tool", "tool_call_id": "c2", "content": "r2"},
+                {"role": "system", "content": "late"},
+            ],
+            ((0, 1), (1, 4), (4, 5), (5, 6), (6, 7)),
+            id="assistant-text-and-calls",
+        ),
+        pytest.param(
+            [user("a"), {"role": "assistant", "content": None}, user("b")],
+            ((0, 1), (1, 1), (1, 2)),
+            id="empty-assistant-has-empty-span",
+        ),
+    ],
+)
+def test_message_spans_cover_each_message(
+    messages: list[dict[str, Any]], spans: tuple[tuple[int, int] | None, ...]
+) -> None:
+    result = translate(chat(*messages))
+    assert result.message_spans == spans
+    items = result.upstream_body["input"]
+    covered = [i for span in spans if span for i in range(*span)]
+    assert covered == list(range(len(items)))
+

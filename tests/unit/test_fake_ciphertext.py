@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 from fakeupstream.ciphertext import (
     Cipher,
     Follower,
+    History,
     Ledger,
     Sealed,
+    history_digest,
     message_text,
     probe,
     text_digest,
@@ -107,7 +109,9 @@ def test_probe_intact_when_followers_come_next_matched_without_ids():
         "misplaced": 0,
         "invalid": 0,
         "secrets": ["s3cr3t"],
-        "items": [{"index": 1, "id": "rs_1", "placement": "intact", "secret": "s3cr3t"}],
+        "items": [
+            {"index": 1, "id": "rs_1", "placement": "intact", "secret": "s3cr3t", "reason": None}
+        ],
     }
     assert report.summary() == "continuity: replayed=1 intact=1 misplaced=0"
 
@@ -136,6 +140,7 @@ def test_probe_misplaced_when_not_immediately_followed_in_order(items):
     report = probe(items, opener)
     assert (report.count("intact"), report.count("misplaced")) == (0, 1)
     assert report.secrets == ["s3cr3t"]
+    assert report.to_json()["items"][0]["reason"] == "followers"
 
 
 def test_probe_invalid_for_foreign_tokens_and_skips_reasoning_without_content():
@@ -146,6 +151,190 @@ def test_probe_invalid_for_foreign_tokens_and_skips_reasoning_without_content():
     ]
     report = probe(items, opener)
     assert (len(report.items), report.count("invalid"), report.secrets) == (1, 1, [])
+
+
+# --- the sealed history --------------------------------------------------------------
+
+INSTRUCTIONS = "Be brief."
+USER_1 = {"role": "user", "content": "read a.txt"}
+USER_2 = {"role": "user", "content": "now b.txt"}
+
+
+def sealed_after(*history: object, instructions: str | None = INSTRUCTIONS) -> str:
+    """A token for SEALED's followers, generated after ``history``."""
+    digest = history_digest(history, instructions=instructions)
+    return seal(Sealed(SEALED.secret, SEALED.followers, digest))
+
+
+def probed(items: list, instructions: str | None = INSTRUCTIONS) -> dict:
+    return probe(items, opener, instructions=instructions).to_json()
+
+
+def test_history_roundtrips_through_the_token_and_stays_hidden():
+    digest = history_digest([USER_1], instructions=INSTRUCTIONS)
+    token = seal(Sealed("s", (), digest))
+    assert Cipher(KEY).open(token, **BINDING) == Sealed("s", (), digest)
+    assert digest.encode() not in base64.urlsafe_b64decode(token)
+
+
+def test_same_history_replay_is_intact():
+    items = [USER_1, reasoning(sealed_after(USER_1)), MESSAGE, CALL, USER_2]
+    report = probed(items)
+    assert (report["intact"], report["misplaced"]) == (1, 0)
+    assert report["items"][0]["reason"] is None
+
+
+@pytest.mark.parametrize(
+    ("before", "instructions"),
+    [
+        ([{"role": "user", "content": "read c.txt"}], INSTRUCTIONS),  # edited user message
+        ([], INSTRUCTIONS),  # the earlier turn dropped
+        ([USER_1, USER_1], INSTRUCTIONS),  # a message duplicated
+        ([{"role": "system", "content": "read a.txt"}], INSTRUCTIONS),  # another role
+        ([USER_1], "Be verbose."),  # other instructions
+        ([USER_1], None),  # instructions dropped
+    ],
+    ids=["edited", "dropped", "duplicated", "role", "instructions", "no-instructions"],
+)
+def test_replay_after_a_different_history_is_misplaced_for_history(before, instructions):
+    items = [*before, reasoning(sealed_after(USER_1)), MESSAGE, CALL]
+    report = probed(items, instructions)
+    assert (report["intact"], report["misplaced"], report["invalid"]) == (0, 1, 0)
+    assert report["items"][0]["reason"] == "history"
+    assert report["secrets"] == ["s3cr3t"]  # verified, just not in its place
+
+
+def test_a_different_earlier_tool_result_is_misplaced():
+    call = {"type": "function_call", "call_id": "call_0", "name": "read", "arguments": "{}"}
+    result = {"type": "function_call_output", "call_id": "call_0", "output": "AAA"}
+    token = sealed_after(USER_1, call, result)
+    edited = {**result, "output": "BBB"}
+    assert probed([USER_1, call, result, reasoning(token), MESSAGE, CALL])["intact"] == 1
+    report = probed([USER_1, call, edited, reasoning(token), MESSAGE, CALL])
+    assert report["items"][0]["reason"] == "history"
+
+
+def test_what_follows_the_block_is_not_part_of_its_history():
+    token = sealed_after(USER_1)
+    result = {"type": "function_call_output", "call_id": "call_1", "output": "x"}
+    for after in ([], [result], [result, USER_2], [USER_2, USER_2]):
+        items = [USER_1, reasoning(token), MESSAGE, CALL, *after]
+        assert probed(items)["intact"] == 1, after
+
+
+def test_tokens_without_a_sealed_history_are_judged_by_followers_only():
+    assert probed([USER_2, USER_2, reasoning(seal()), MESSAGE, CALL])["intact"] == 1
+
+
+def test_followers_are_checked_before_history():
+    items = [USER_2, reasoning(sealed_after(USER_1)), CALL, MESSAGE]
+    assert probed(items)["items"][0]["reason"] == "followers"
+
+
+VISIBLE_EQUIVALENTS = [
+    # (as minted / replayed originally, as a relay might send it visibly)
+    (
+        {
+            "type": "message",
+            "role": "user",
+            "id": "x",
+            "content": [
+                {"type": "input_text", "text": "look at "},
+                {"type": "input_image", "image_url": "https://img/1.png", "detail": "high"},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": "look at "},
+                {"type": "input_image", "image_url": "https://img/1.png", "detail": "auto"},
+            ],
+        },
+    ),
+    (
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+        {"role": "user", "content": "hi"},
+    ),
+    (
+        {
+            "type": "message",
+            "role": "assistant",
+            "id": "msg_9",
+            "status": "completed",
+            "phase": "final_answer",
+            "content": [{"type": "output_text", "text": "Hi", "annotations": [], "logprobs": []}],
+        },
+        {"role": "assistant", "content": "Hi"},
+    ),
+    (
+        {
+            "type": "function_call",
+            "id": "fc_9",
+            "status": "completed",
+            "call_id": "c",
+            "name": "f",
+            "arguments": '{"b": 1, "a": [1, 2]}',
+        },
+        {"type": "function_call", "call_id": "c", "name": "f", "arguments": '{"a":[1,2],"b":1}'},
+    ),
+    (
+        {
+            "type": "function_call_output",
+            "id": "fco_1",
+            "status": "completed",
+            "call_id": "c",
+            "output": "ok",
+        },
+        {"type": "function_call_output", "call_id": "c", "output": "ok"},
+    ),
+]
+
+
+@pytest.mark.parametrize(("original", "visible"), VISIBLE_EQUIVALENTS)
+def test_visible_form_digests_like_the_original(original, visible):
+    assert history_digest([USER_1, original]) == history_digest([USER_1, visible])
+
+
+def test_an_assistant_turn_is_one_unit_however_it_is_split():
+    preamble = {"type": "message", "role": "assistant", "content": "Let me look. "}
+    answer = {"type": "message", "role": "assistant", "content": "Found it."}
+    call = {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}
+    rs = {"type": "reasoning", "id": "rs_2", "summary": []}
+    merged = {"role": "assistant", "content": "Let me look. Found it."}
+    replayed = history_digest([USER_1, preamble, rs, answer, call])
+    assert replayed == history_digest([USER_1, merged, call])
+    assert replayed != history_digest([USER_1, merged])  # the call counts
+    assert replayed != history_digest([USER_1, preamble, USER_2, answer, call])  # not one turn
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"content": "read a.txt "},
+        {"role": "developer"},
+        {"type": "function_call_output", "call_id": "c", "output": "read a.txt"},
+    ],
+)
+def test_visible_differences_change_the_digest(change):
+    assert history_digest([USER_1]) != history_digest([{**USER_1, **change}])
+
+
+def test_unparseable_arguments_are_compared_raw():
+    call = {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{not json"}
+    assert history_digest([call]) == history_digest([dict(call)])
+    assert history_digest([call]) != history_digest([{**call, "arguments": "{not json "}])
+
+
+def test_history_digest_can_be_taken_midway_and_forked():
+    history = History(instructions=INSTRUCTIONS)
+    history.add(USER_1)
+    history.add(MESSAGE)
+    midway = history.digest()
+    fork = history.fork()
+    history.add(CALL)
+    assert midway == history_digest([USER_1, MESSAGE], instructions=INSTRUCTIONS)
+    assert fork.digest() == midway
+    assert history.digest() == history_digest([USER_1, MESSAGE, CALL], instructions=INSTRUCTIONS)
 
 
 def test_message_text_reads_every_content_form():

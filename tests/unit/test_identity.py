@@ -762,3 +762,29 @@ def test_recorded_cursor_histories(name: str, body: dict[str, Any]) -> None:
             before.extend(envelope)[0]
             == digests.assistant_blocks[assistant_positions.index(position)]
         )
+
+
+def test_responses_input_spans_cover_each_visible_message() -> None:
+    from relay.reasoning.responses_history import visible_history_from_responses_input
+
+    items = [
+        {"role": "user", "content": "hi"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "t"}]},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call", "call_id": "c2", "name": "g", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "r1"},
+        {"type": "function_call_output", "call_id": "c2", "output": "r2"},
+        {"type": "function_call", "call_id": "c3", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c3", "output": "r3"},
+    ]
+    history = visible_history_from_responses_input(items, "rules")
+    assert history is not None
+    messages, spans = history
+    assert [m["role"] for m in messages] == [
+        "system", "user", "assistant", "tool", "tool", "assistant", "tool",
+    ]  # fmt: skip
+    assert spans == (None, (0, 1), (1, 4), (4, 5), (5, 6), (6, 7), (7, 8))
+    assert visible_history_from_responses_input("hi", None) == (
+        [{"role": "user", "content": "hi"}],
+        (None,),
+    )

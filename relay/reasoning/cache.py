@@ -1,0 +1,162 @@
+"""The replay cache as the request handler sees it: one object per process.
+
+``ReplayCache.open`` owns the store (or nothing, when caching is off). ``begin`` decides
+whether a translated request is eligible and computes its identity (pure, CPU only);
+everything stateful for that request lives in the returned :class:`CacheSession`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from relay import log
+from relay.clock import Clock
+from relay.config import Config
+from relay.reasoning.canonical import CanonicalRefused
+from relay.reasoning.identity import build_scope, history_digests
+from relay.reasoning.planner import PlanLimits
+from relay.reasoning.receipts import Reason
+from relay.reasoning.responses_history import visible_history_from_responses_input
+from relay.reasoning.session import CacheSession, SessionContext
+from relay.reasoning.store import ReasoningStore
+from relay.translate.chat_to_responses import TranslatedRequest
+from relay.translate.sampling import is_reasoning_model
+
+
+@dataclass
+class CacheMetrics:
+    """Process-local counters (diagnostics, not the safety ledger)."""
+
+    requests: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+    replayed_blocks: int = 0  # dispatched replacements, not upstream acceptance
+    rejections: Counter[str] = field(default_factory=Counter)
+    observations: Counter[str] = field(default_factory=Counter)
+
+
+class ReplayCache:
+    def __init__(
+        self,
+        config: Config,
+        clock: Clock,
+        store: ReasoningStore | None,
+        *,
+        upstream_credential: str,
+        relay_token: str,
+        new_id: Callable[[str], str],
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.store = store
+        self.metrics = CacheMetrics()
+        url = urlsplit(config.responses_url)
+        self._context = SessionContext(
+            clock=clock,
+            metrics=self.metrics,
+            plan_limits=PlanLimits(
+                max_plan_records=config.reasoning_cache_max_plan_records,
+                max_replay_bytes=config.reasoning_cache_max_replay_bytes,
+                retention_s=config.reasoning_cache_retention_days * 24 * 3600.0,
+            ),
+            max_entry_bytes=config.reasoning_cache_max_entry_bytes,
+            new_id=new_id,
+        )
+        self._origin = f"{url.scheme}://{url.netloc}"
+        self._endpoint = url.path
+        self._credential = upstream_credential
+        self._relay_token = relay_token
+
+    @classmethod
+    def open(
+        cls,
+        config: Config,
+        clock: Clock,
+        *,
+        upstream_credential: str,
+        relay_token: str,
+        new_id: Callable[[str], str],
+    ) -> ReplayCache:
+        """Open the store when caching is on. Off: touch nothing on disk."""
+        store = None
+        if config.reasoning_cache_enabled:
+            store = ReasoningStore.open(config.cache_path, clock=clock)
+        return cls(
+            config,
+            clock,
+            store,
+            upstream_credential=upstream_credential,
+            relay_token=relay_token,
+            new_id=new_id,
+        )
+
+    @property
+    def enabled(self) -> bool:
+        return self.store is not None
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+
+    def begin(
+        self, request: TranslatedRequest, body: Mapping[str, Any], request_id: str
+    ) -> CacheSession | None:
+        """A session for an eligible request, or ``None`` (ordinary translation, the
+        caller's own ``store``/``include`` untouched)."""
+        if self.store is None:
+            return None
+        self.metrics.requests += 1
+        model = request.upstream_body.get("model")
+        if not isinstance(model, str) or not is_reasoning_model(model):
+            self._skip(request_id, "not_a_reasoning_model")
+            return None
+        visible = _visible_history(request, body)
+        if visible is None:
+            self._skip(request_id, Reason.UNDERIVABLE_HISTORY.value)
+            return None
+        messages, spans = visible
+        summaries = self.config.reasoning_summaries_as_content
+        try:
+            scope = build_scope(
+                secret=self.store.secret,
+                upstream_origin=self._origin,
+                endpoint=self._endpoint,
+                credential=self._credential,
+                relay_token=self._relay_token,
+                caller=request.caller,
+                upstream_body=request.upstream_body,
+                openai_beta=None,  # the relay sends no openai-beta header upstream
+                body_shape=request.shape,
+            )
+            # Summaries sent as reasoning_content may or may not come back from the
+            # client: leave that field out of the identity when they are on.
+            history = history_digests(scope, messages, exclude_reasoning_content=summaries)
+        except CanonicalRefused:
+            self._skip(request_id, Reason.CANONICAL_LIMIT.value)
+            return None
+        return CacheSession(
+            self._context,
+            self.store,
+            request_id=request_id,
+            request=request,
+            scope=scope,
+            history=history,
+            messages=messages,
+            spans=spans,
+        )
+
+    def _skip(self, request_id: str, reason: str) -> None:
+        self.metrics.skipped[reason] += 1
+        log.event("cache_skipped", request_id=request_id, reason=reason)
+
+
+def _visible_history(
+    request: TranslatedRequest, body: Mapping[str, Any]
+) -> tuple[Sequence[Any], Sequence[tuple[int, int] | None]] | None:
+    if request.shape == "chat":
+        assert request.message_spans is not None
+        return body["messages"], request.message_spans
+    return visible_history_from_responses_input(body.get("input"), body.get("instructions"))

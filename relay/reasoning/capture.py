@@ -1,0 +1,327 @@
+"""Capture one generation's original output and decide its fate (spec §4).
+
+Two sides are collected separately while a response is relayed:
+
+- :class:`OutputCapture` gets every upstream Responses event (the relay always streams
+  upstream, JSON answers included) and keeps the finalized original items: each
+  ``output_item.done`` item and the terminal response's ``output``;
+- :class:`~relay.reasoning.projection.ClientProjection` gets every Chat chunk produced for
+  the client (or the JSON completion) and keeps what the client was told.
+
+:func:`finish_capture` then decides, conservatively:
+
+==========  ==========================================================================
+``poison``  the output at this position is unknown (no envelope): ``INCOMPLETE_RESPONSE``
+            (no terminal event, failed / incomplete / ``error``, capture or projection
+            over ``max_bytes``, malformed or non-serializable upstream data),
+            ``CIPHERTEXT_MISMATCH`` (done vs completed items differ beyond the accepted
+            ciphertext difference, or one side has items the other lacks),
+            ``PROJECTION_MISMATCH`` (the original items do not project to what was sent),
+            ``REFUSAL`` / ``UNKNOWN_PREDICTION`` (the client's next envelope cannot be
+            predicted).
+``observe`` envelope known, block not replayable: ``UNSUPPORTED_OUTPUT`` (item types other
+            than reasoning / assistant ``output_text`` message / function_call, or a
+            reasoning item with nothing after it), ``NO_REASONING`` (no reasoning item,
+            or one without nonempty ``encrypted_content``), ``EMPTY_ENVELOPE``.
+``admit``   everything above holds: the completed ``output`` is the replay block.
+==========  ==========================================================================
+
+Pure: no I/O, clock or randomness. Bad upstream data never raises here; it poisons.
+Nothing here puts text or ciphertext into a message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from relay.errors import RelayError
+from relay.reasoning.predict import predict_envelope
+from relay.reasoning.projection import DEFAULT_MAX_BYTES, ClientProjection, utf8_length
+from relay.reasoning.receipts import Reason
+from relay.translate.responses_to_chat import response_to_chat_completion
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "PAYLOAD_DOMAIN",
+    "CaptureResult",
+    "ClientProjection",
+    "OutputCapture",
+    "finish_capture",
+]
+
+PAYLOAD_DOMAIN: Final = b"rrr/payload/v1\0"
+_TERMINAL_EVENTS: Final = ("response.completed", "response.incomplete", "response.failed")
+# Whatever json.dumps or a malformed value can throw at us; each means "not known exactly".
+_BAD_DATA: Final = (ValueError, TypeError, RecursionError)
+
+
+@dataclass(frozen=True)
+class CaptureResult:
+    """The decision for one generation. ``envelope`` is None exactly when poisoned; the
+    payload fields are set for ``admit`` and ``observe`` (an observation still needs a
+    payload fingerprint to detect conflicts)."""
+
+    kind: Literal["admit", "observe", "poison"]
+    reason: Reason | None  # None only for admit
+    envelope: dict[str, Any] | None  # normalized, predicted from what the client was sent
+    output: tuple[dict[str, Any], ...] | None  # the completed response's items, as received
+    output_json: str | None  # compact JSON of ``list(output)``: the stored payload bytes
+    payload_fingerprint: str | None  # sha256(PAYLOAD_DOMAIN + output_json) hex
+    output_hash: str | None  # sha256(output_json) hex
+    snapshot: str | None  # the terminal response's ``model``
+
+
+@dataclass(frozen=True)
+class _Finalized:
+    """A finalized item reduced to what the done-vs-completed check compares."""
+
+    rest: str  # canonical JSON of the item, a reasoning item's encrypted_content left out
+    ciphertext: Any  # a reasoning item's encrypted_content (None: absent, null, or no reasoning)
+    item_id: Any
+
+    @property
+    def size(self) -> int:
+        cipher = self.ciphertext if isinstance(self.ciphertext, str) else ""
+        return utf8_length(self.rest) + utf8_length(cipher)
+
+
+def _canonical(value: Any) -> str:
+    # sort_keys: key order is not a difference (deployments insert encrypted_content late);
+    # JSON text, unlike ==, tells 1, 1.0 and true apart.
+    return json.dumps(
+        value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+    )
+
+
+def _finalized(item: dict[str, Any]) -> _Finalized:
+    """Raises one of ``_BAD_DATA`` on values that are not plain JSON."""
+    reasoning = item.get("type") == "reasoning"
+    rest = {k: v for k, v in item.items() if not (reasoning and k == "encrypted_content")}
+    cipher = item.get("encrypted_content") if reasoning else None
+    return _Finalized(_canonical(rest), cipher, item.get("id"))
+
+
+def _same_item(done: _Finalized, final: _Finalized) -> bool:
+    """Equal in every field, except that a reasoning item's completed ciphertext wins."""
+    if done.rest != final.rest:
+        return False
+    a, b = done.ciphertext, final.ciphertext
+    if a is None:
+        return True  # some deployments fill encrypted_content only on response.completed
+    if type(a) is not str or type(b) is not str:
+        return False
+    # Different bytes are accepted only for two nonempty tokens of one identified item.
+    return a == b or bool(a and b and isinstance(done.item_id, str) and done.item_id)
+
+
+class OutputCapture:
+    """The original finalized items of one generation, bounded by ``max_bytes``.
+
+    Finalized ``output_item.done`` items and the terminal ``output`` each count against
+    ``max_bytes`` (UTF-8 bytes of their JSON); over it the capture is *exhausted*: held
+    items are dropped and the result is poison (``INCOMPLETE_RESPONSE``, spec §4 "capture
+    exhaustion poisons the position"; :attr:`exhausted` tells it apart for logs).
+    """
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self._max_bytes = max_bytes
+        self._done: dict[int, _Finalized] = {}  # output_index → finalized item
+        self._done_bytes = 0
+        self._conflict = False  # two different done items at one output_index
+        self._terminal: str | None = None
+        self._completed = False
+        self._output: list[dict[str, Any]] | None = None
+        self._output_json: str | None = None
+        self.snapshot: str | None = None
+        self.malformed = False
+        self.exhausted = False
+
+    @property
+    def finished(self) -> bool:
+        """Whether a terminal event was seen."""
+        return self._terminal is not None
+
+    def feed(self, event_type: str, data: Mapping[str, Any]) -> None:
+        """One upstream SSE event, as given to the stream converter."""
+        if self._terminal is not None:
+            return  # the converter ignores anything after the terminal event too
+        if event_type == "response.output_item.done":
+            self._item_done(data)
+        elif event_type in _TERMINAL_EVENTS:
+            self._finish(event_type, data.get("response"))
+        elif event_type == "error":
+            self._terminal = event_type
+            self._done.clear()  # poisoned: free the items now
+
+    def _item_done(self, data: Mapping[str, Any]) -> None:
+        if self.exhausted:
+            return
+        index, item = data.get("output_index"), data.get("item")
+        if type(index) is not int or index < 0 or not isinstance(item, dict):
+            self.malformed = True
+            return
+        try:
+            finalized = _finalized(item)
+        except _BAD_DATA:
+            self.malformed = True
+            return
+        self._done_bytes += finalized.size
+        if self._done_bytes > self._max_bytes:
+            self._exhaust()
+            return
+        if self._done.setdefault(index, finalized) != finalized:
+            self._conflict = True
+
+    def _finish(self, event_type: str, response: Any) -> None:
+        self._terminal = event_type
+        if not isinstance(response, dict):
+            self.malformed = True
+            return
+        model = response.get("model")
+        self.snapshot = model if isinstance(model, str) else None
+        # Only a completed response is known output; incomplete for any reason is not.
+        status = response.get("status")
+        self._completed = event_type == "response.completed" and status == "completed"
+        if not self._completed or self.exhausted:
+            self._done.clear()  # poison either way: free the items now
+            return
+        output = response.get("output")
+        if not isinstance(output, list) or not all(isinstance(item, dict) for item in output):
+            self.malformed = True
+            return
+        try:
+            text = json.dumps(output, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+            size = len(text.encode("utf-8"))  # raises on a lone surrogate: not storable
+        except (*_BAD_DATA, UnicodeEncodeError):
+            self.malformed = True
+            return
+        if size > self._max_bytes:
+            self._exhaust()
+            return
+        self._output, self._output_json = output, text
+
+    def _exhaust(self) -> None:
+        self.exhausted = True
+        self._done.clear()
+        self._output = self._output_json = None
+
+    def _authoritative(self) -> Reason | tuple[list[dict[str, Any]], str]:
+        """The completed output and its JSON, or why it is not known exactly."""
+        if self.exhausted or self.malformed or not self._completed:
+            return Reason.INCOMPLETE_RESPONSE
+        if self._output is None or self._output_json is None:
+            return Reason.INCOMPLETE_RESPONSE
+        output = self._output
+        # The stream must have finalized every completed item, and nothing else.
+        if self._conflict or self._done.keys() != set(range(len(output))):
+            return Reason.CIPHERTEXT_MISMATCH
+        for index, done in self._done.items():
+            try:
+                final = _finalized(output[index])
+            except _BAD_DATA:
+                return Reason.INCOMPLETE_RESPONSE
+            if not _same_item(done, final):
+                return Reason.CIPHERTEXT_MISMATCH
+        return output, self._output_json
+
+
+def _projects_to(output: list[dict[str, Any]], sent: ClientProjection) -> bool:
+    """Whether the original items give the client exactly what it was sent.
+
+    The items go through the very code that builds the JSON answer, so "several message
+    items in one choice" and call order are decided in one place.
+    """
+    try:
+        completion = response_to_chat_completion(
+            {"status": "completed", "output": output},
+            completion_id="",
+            created=0,
+            model="",
+            reasoning_summaries=False,
+        )
+    except RelayError:
+        return False
+    original = ClientProjection.from_completion(completion, max_bytes=None)
+    if not original.known:
+        return False
+    if (original.text, original.refusal, original.tool_calls) != (
+        sent.text,
+        sent.refusal,
+        sent.tool_calls,
+    ):
+        return False
+    # No finish reason yet is fine: the decision is committed before terminal frames go out.
+    return sent.finish_reason in (None, original.finish_reason)
+
+
+def _is_supported(item: dict[str, Any]) -> bool:
+    kind = item.get("type")
+    if kind in ("reasoning", "function_call"):
+        return True
+    content = item.get("content")
+    return (
+        kind == "message"
+        and item.get("role") == "assistant"
+        and isinstance(content, list)
+        and all(isinstance(part, dict) and part.get("type") == "output_text" for part in content)
+    )
+
+
+def _has_ciphertext(item: dict[str, Any]) -> bool:
+    token = item.get("encrypted_content")
+    return isinstance(token, str) and bool(token)
+
+
+def _observation_reason(output: list[dict[str, Any]], envelope: dict[str, Any]) -> Reason | None:
+    if not all(_is_supported(item) for item in output):
+        return Reason.UNSUPPORTED_OUTPUT
+    reasoning = [item for item in output if item.get("type") == "reasoning"]
+    # A reasoning item without its ciphertext cannot be sent back under store:false (404).
+    if not reasoning or not all(_has_ciphertext(item) for item in reasoning):
+        return Reason.NO_REASONING
+    if envelope.get("content") == "" and not envelope.get("tool_calls"):
+        return Reason.EMPTY_ENVELOPE
+    if output[-1].get("type") == "reasoning":
+        # Upstream rejects a reasoning item "provided without its required following item".
+        return Reason.UNSUPPORTED_OUTPUT
+    return None
+
+
+def finish_capture(capture: OutputCapture, sent: ClientProjection) -> CaptureResult:
+    """Admit, observe or poison one finished generation (see the module docstring).
+
+    Feed ``sent`` every chunk produced for the terminal event (catch-up text and the finish
+    chunk) before calling this.
+    """
+
+    def poison(reason: Reason) -> CaptureResult:
+        return CaptureResult("poison", reason, None, None, None, None, None, capture.snapshot)
+
+    original = capture._authoritative()
+    if isinstance(original, Reason):
+        return poison(original)
+    output, output_json = original
+    if sent.exhausted:
+        return poison(Reason.INCOMPLETE_RESPONSE)
+    if not _projects_to(output, sent):
+        return poison(Reason.PROJECTION_MISMATCH)
+    envelope = predict_envelope(sent.text, sent.tool_calls, sent.refusal) if sent.known else None
+    if envelope is None:
+        # A refusal is its own code: how a client echoes one back is unknown (predict.py).
+        return poison(Reason.REFUSAL if sent.refusal is not None else Reason.UNKNOWN_PREDICTION)
+    payload = output_json.encode("utf-8")
+    reason = _observation_reason(output, envelope)
+    return CaptureResult(
+        kind="admit" if reason is None else "observe",
+        reason=reason,
+        envelope=envelope,
+        output=tuple(output),
+        output_json=output_json,
+        payload_fingerprint=hashlib.sha256(PAYLOAD_DOMAIN + payload).hexdigest(),
+        output_hash=hashlib.sha256(payload).hexdigest(),
+        snapshot=capture.snapshot,
+    )

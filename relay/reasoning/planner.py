@@ -1,0 +1,300 @@
+"""Which stored output blocks may replace which visible assistant messages (spec §3).
+
+Pure decision code over a :class:`RecordSource` (the store, bound to one scope, or a test
+double). The planner starts from the newest record matching an assistant message of the
+visible history. Its proposed plan is that record's recorded ancestors (the exact plan
+dispatched when it was generated) followed by the record itself. Every block of the plan
+must be in this very history at its recorded position, hold intact bytes, carry no marker,
+belong to the scope's current generation, and pair its calls with the visible ones. When
+the newest plan fails, older candidates are tried; a plan is never placed under a later
+record that was generated without it. Anything doubtful means no replay plus a receipt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from relay.reasoning.identity import AssistantBlockKey, HistoryDigests
+from relay.reasoning.receipts import Reason
+from relay.reasoning.records import BlockRef, Observation, StoredPayload, StoredSizeExceeded
+
+DAY_S: Final = 24 * 3600.0
+REPLAYABLE_ITEM_TYPES: Final = frozenset({"reasoning", "message", "function_call"})
+
+
+class RecordSource(Protocol):
+    """Read access to one scope's records (all generations)."""
+
+    def observations_at(self, end_digest: str) -> Sequence[Observation]: ...
+    def observation_by_ref(self, ref: BlockRef) -> Observation | None: ...
+    def poisoned_starts(self, start_digests: Iterable[str]) -> set[str]: ...
+    def conflicted_ends(self, end_digests: Iterable[str]) -> set[str]: ...
+    def unresolved_intents_at(self, start_digest: str) -> set[str]: ...
+    def latest_snapshot(self) -> str | None: ...
+    def snapshot_last_seen(self, snapshot: str) -> float | None: ...
+    def load_payload(self, observation_id: int, *, max_bytes: int) -> StoredPayload | None: ...
+
+
+@dataclass(frozen=True)
+class PlanLimits:
+    max_plan_records: int = 256
+    max_replay_bytes: int = 16 * 1024 * 1024  # distinct serialized payload bytes
+    retention_s: float = 30 * DAY_S  # sliding idle window of a payload
+    snapshot_window_s: float = DAY_S
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A receipt: why a candidate plan was not replayed (no payload content)."""
+
+    reason: Reason
+    position: int
+    observation_id: int | None = None
+
+
+@dataclass(frozen=True)
+class SelectedBlock:
+    observation: Observation
+    items: tuple[dict[str, Any], ...]  # the original output items, exactly as stored
+    size: int  # serialized payload bytes
+
+
+@dataclass(frozen=True)
+class Plan:
+    blocks: tuple[SelectedBlock, ...] = ()  # ancestors first, positions increasing
+    rejections: tuple[Rejection, ...] = ()
+
+    @property
+    def refs(self) -> tuple[BlockRef, ...]:
+        return tuple(block.observation.ref for block in self.blocks)
+
+    @property
+    def replay_bytes(self) -> int:
+        return sum(block.size for block in self.blocks)
+
+
+class _Rejected(Exception):
+    def __init__(self, reason: Reason, observation: Observation | None = None) -> None:
+        super().__init__(reason.value)
+        self.reason = reason
+        self.observation = observation
+
+
+class _BudgetExhausted(Exception):
+    pass
+
+
+@dataclass
+class _Planning:
+    """One synchronous planning operation: loads and verdicts are shared inside it only."""
+
+    history: HistoryDigests
+    messages: Sequence[Any]
+    source: RecordSource
+    generation: int
+    now: float
+    limits: PlanLimits
+    work: int = 0
+    blocks_by_position: dict[int, AssistantBlockKey] = field(default_factory=dict)
+    verified: dict[int, SelectedBlock] = field(default_factory=dict)
+
+    def spend(self) -> None:
+        self.work += 1
+        if self.work > 4 * self.limits.max_plan_records:
+            raise _BudgetExhausted
+
+
+def plan_replay(
+    history: HistoryDigests,
+    messages: Sequence[Any],
+    source: RecordSource,
+    *,
+    generation: int,
+    now: float,
+    limits: PlanLimits = PlanLimits(),
+) -> Plan:
+    """The replay plan for one visible history (``messages`` as the client sent them)."""
+    state = _Planning(history, messages, source, generation, now, limits)
+    state.blocks_by_position = {block.position: block for block in history.assistant_blocks}
+    rejections: list[Rejection] = []
+    try:
+        for block in reversed(history.assistant_blocks):
+            for record in source.observations_at(block.end_digest):
+                state.spend()
+                try:
+                    return Plan(_plan_for(state, block, record), tuple(rejections))
+                except _Rejected as err:
+                    failed = err.observation or record
+                    rejections.append(Rejection(err.reason, failed.position, failed.id))
+    except _BudgetExhausted:
+        position = history.assistant_blocks[-1].position if history.assistant_blocks else 0
+        rejections.append(Rejection(Reason.VERIFICATION_BUDGET, position))
+    return Plan((), tuple(rejections))
+
+
+def _plan_for(
+    state: _Planning, block: AssistantBlockKey, record: Observation
+) -> tuple[SelectedBlock, ...]:
+    if len(record.prior_plan) + 1 > state.limits.max_plan_records:
+        raise _Rejected(Reason.PLAN_TOO_LONG, record)
+    _check_snapshot(state, record)
+    chain: list[Observation] = []
+    for index, ref in enumerate(record.prior_plan):
+        state.spend()
+        ancestor = state.source.observation_by_ref(ref)
+        if ancestor is None:
+            raise _Rejected(Reason.ANCESTOR_MISSING, record)
+        if ancestor.prior_plan != record.prior_plan[:index]:
+            raise _Rejected(Reason.ANCESTOR_REORDERED, ancestor)
+        chain.append(ancestor)
+    chain.append(record)
+    positions = [member.position for member in chain]
+    if positions != sorted(set(positions)):
+        raise _Rejected(Reason.ANCESTOR_REORDERED, record)
+    for member in chain:
+        _check_identity(state, member)
+    _check_markers(state, chain)
+    _check_descendants(state, chain)
+    selected = tuple(_verified_block(state, member) for member in chain)
+    if sum(block.size for block in selected) > state.limits.max_replay_bytes:
+        raise _Rejected(Reason.REPLAY_TOO_LARGE, record)
+    _check_unique_items(selected)
+    return selected
+
+
+def _check_snapshot(state: _Planning, record: Observation) -> None:
+    """The record that determines the plan must come from an accepted model snapshot:
+    the scope's latest one, or one seen within the snapshot window."""
+    if record.snapshot is None or record.snapshot == state.source.latest_snapshot():
+        return
+    seen = state.source.snapshot_last_seen(record.snapshot)
+    if seen is None or seen < state.now - state.limits.snapshot_window_s:
+        raise _Rejected(Reason.SNAPSHOT_NOT_ACCEPTED, record)
+
+
+def _check_identity(state: _Planning, record: Observation) -> None:
+    block = state.blocks_by_position.get(record.position)
+    if block is None or block.end_digest != record.end_digest:
+        raise _Rejected(Reason.ANCESTOR_MISSING, record)
+    if (
+        block.start_digest != record.start_digest
+        or block.envelope_fingerprint != record.envelope_fingerprint
+    ):
+        raise _Rejected(Reason.ENVELOPE_MISMATCH, record)
+    if record.generation != state.generation:
+        raise _Rejected(Reason.STALE_GENERATION, record)
+    if not record.replayable:
+        raise _Rejected(Reason.NOT_REPLAYABLE, record)
+    others = state.source.unresolved_intents_at(record.start_digest) - {record.intent_id}
+    if others:
+        raise _Rejected(Reason.COMPETING_INTENT, record)
+
+
+def _check_markers(state: _Planning, chain: Sequence[Observation]) -> None:
+    poisoned = state.source.poisoned_starts(member.start_digest for member in chain)
+    conflicted = state.source.conflicted_ends(member.end_digest for member in chain)
+    for member in chain:
+        if member.start_digest in poisoned:
+            raise _Rejected(Reason.START_POISONED, member)
+        if member.end_digest in conflicted:
+            raise _Rejected(Reason.END_CONFLICT, member)
+
+
+def _check_descendants(state: _Planning, chain: Sequence[Observation]) -> None:
+    """Every record at a later assistant message of this history must have been generated
+    on top of this chain; otherwise the chain would sit beneath a descendant that never
+    saw it."""
+    refs = [member.ref for member in chain]
+    last = chain[-1].position
+    for block in state.history.assistant_blocks:
+        if block.position <= last:
+            continue
+        for later in state.source.observations_at(block.end_digest):
+            state.spend()
+            if list(later.prior_plan[: len(refs)]) != refs:
+                raise _Rejected(Reason.DESCENDANT_WITHOUT_BLOCK, later)
+
+
+def _verified_block(state: _Planning, record: Observation) -> SelectedBlock:
+    cached = state.verified.get(record.id)
+    if cached is not None:
+        return cached
+    try:
+        payload = state.source.load_payload(record.id, max_bytes=state.limits.max_replay_bytes)
+    except StoredSizeExceeded:
+        raise _Rejected(Reason.REPLAY_TOO_LARGE, record) from None
+    if payload is None:
+        raise _Rejected(Reason.PAYLOAD_MISSING, record)
+    if payload.touched_at < state.now - state.limits.retention_s:
+        raise _Rejected(Reason.RECORD_EXPIRED, record)
+    raw = payload.output_json.encode("utf-8", "surrogatepass")
+    if hashlib.sha256(raw).hexdigest() != record.output_hash:
+        raise _Rejected(Reason.PAYLOAD_DIGEST_MISMATCH, record)
+    items = _parse_block(payload.output_json, record)
+    _check_call_pairing(items, state.messages, record)
+    selected = SelectedBlock(record, items, len(raw))
+    state.verified[record.id] = selected
+    return selected
+
+
+def _parse_block(output_json: str, record: Observation) -> tuple[dict[str, Any], ...]:
+    try:
+        items = json.loads(output_json)
+    except ValueError:
+        raise _Rejected(Reason.PAYLOAD_MALFORMED, record) from None
+    if not isinstance(items, list) or not items:
+        raise _Rejected(Reason.PAYLOAD_MALFORMED, record)
+    has_reasoning = False
+    for item in items:
+        if not isinstance(item, dict) or item.get("type") not in REPLAYABLE_ITEM_TYPES:
+            raise _Rejected(Reason.PAYLOAD_MALFORMED, record)
+        if item["type"] == "reasoning":
+            ciphertext = item.get("encrypted_content")
+            if not isinstance(ciphertext, str) or not ciphertext:
+                raise _Rejected(Reason.PAYLOAD_MALFORMED, record)
+            has_reasoning = True
+    if not has_reasoning:
+        raise _Rejected(Reason.PAYLOAD_MALFORMED, record)
+    return tuple(items)
+
+
+def _check_call_pairing(
+    items: Sequence[Mapping[str, Any]], messages: Sequence[Any], record: Observation
+) -> None:
+    """The block's calls must be exactly the visible message's calls (ids and names, in
+    order), and each must be answered by a tool result after it and never before it."""
+    calls = [(i.get("call_id"), i.get("name")) for i in items if i["type"] == "function_call"]
+    message = messages[record.position]
+    visible = []
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") if isinstance(call, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        visible.append((call.get("id") if isinstance(call, dict) else None, name))
+    if calls != visible:
+        raise _Rejected(Reason.CALL_PAIRING_BROKEN, record)
+
+    def results(part: Sequence[Any]) -> set[Any]:
+        return {
+            m.get("tool_call_id") for m in part if isinstance(m, dict) and m.get("role") == "tool"
+        }
+
+    before, after = results(messages[: record.position]), results(messages[record.position + 1 :])
+    for call_id, _ in calls:
+        if call_id in before or call_id not in after:
+            raise _Rejected(Reason.CALL_PAIRING_BROKEN, record)
+
+
+def _check_unique_items(selected: Sequence[SelectedBlock]) -> None:
+    seen: set[tuple[str, str]] = set()
+    for block in selected:
+        for item in block.items:
+            for key in ("id", "call_id"):
+                value = item.get(key)
+                if isinstance(value, str):
+                    if (key, value) in seen:
+                        raise _Rejected(Reason.DUPLICATE_ITEM, block.observation)
+                    seen.add((key, value))

@@ -1,0 +1,278 @@
+"""One cached request, from dispatch to delivery (spec §1 steps 4-8, §4).
+
+The handler calls, in order: ``dispatch`` (plan, intent and the upstream body, in one
+synchronous transaction right before sending), ``feed`` for every upstream event,
+``complete`` before any terminal output (commits the observation), then ``delivered``;
+or ``abort`` when the generation ends any other way. Each step is synchronous: nothing
+can interleave between a commit and the byte it guards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from relay import log
+from relay.clock import Clock
+from relay.errors import StoreError
+from relay.reasoning.canonical import CanonicalRefused
+from relay.reasoning.capture import CaptureResult, ClientProjection, OutputCapture, finish_capture
+from relay.reasoning.identity import AssistantBlockKey, HistoryDigests, Scope, merged_include
+from relay.reasoning.planner import Plan, PlanLimits, plan_replay
+from relay.reasoning.records import BlockRef, MarkerKind, Observation, ScopeRow, StoredPayload
+from relay.reasoning.replace import replace_blocks
+from relay.reasoning.store import ReasoningStore
+from relay.translate.chat_to_responses import TranslatedRequest
+
+if TYPE_CHECKING:
+    from relay.reasoning.cache import CacheMetrics
+
+
+@dataclass(frozen=True)
+class SessionContext:
+    clock: Clock
+    metrics: CacheMetrics
+    plan_limits: PlanLimits
+    max_entry_bytes: int
+    new_id: Callable[[str], str]
+
+
+class ScopedSource:
+    """The planner's view of the store, bound to one scope."""
+
+    def __init__(self, store: ReasoningStore, scope_id: int) -> None:
+        self._store = store
+        self._scope_id = scope_id
+
+    def observations_at(self, end_digest: str) -> Sequence[Observation]:
+        return self._store.observations_at(self._scope_id, end_digest)
+
+    def observation_by_ref(self, ref: BlockRef) -> Observation | None:
+        return self._store.observation_by_ref(self._scope_id, ref)
+
+    def poisoned_starts(self, start_digests: Iterable[str]) -> set[str]:
+        return self._store.poisoned_starts(self._scope_id, start_digests)
+
+    def conflicted_ends(self, end_digests: Iterable[str]) -> set[str]:
+        return self._store.conflicted_ends(self._scope_id, end_digests)
+
+    def unresolved_intents_at(self, start_digest: str) -> set[str]:
+        return self._store.unresolved_intents_at(self._scope_id, start_digest)
+
+    def latest_snapshot(self) -> str | None:
+        return self._store.latest_snapshot(self._scope_id)
+
+    def snapshot_last_seen(self, snapshot: str) -> float | None:
+        return self._store.snapshot_last_seen(self._scope_id, snapshot)
+
+    def load_payload(self, observation_id: int, *, max_bytes: int) -> StoredPayload | None:
+        return self._store.load_payload(observation_id, max_bytes=max_bytes)
+
+
+class CacheSession:
+    def __init__(
+        self,
+        context: SessionContext,
+        store: ReasoningStore,
+        *,
+        request_id: str,
+        request: TranslatedRequest,
+        scope: Scope,
+        history: HistoryDigests,
+        messages: Sequence[Any],
+        spans: Sequence[tuple[int, int] | None],
+    ) -> None:
+        self._ctx = context
+        self._store = store
+        self.request_id = request_id
+        self._request = request
+        self._scope = scope
+        self._history = history
+        self._messages = messages
+        self._spans = spans
+        self.capture = OutputCapture(max_bytes=context.max_entry_bytes)
+        self.plan = Plan()
+        self._row: ScopeRow | None = None
+        self._intent: str | None = None
+        self._open = True
+        self._completed = False  # the observation is committed
+
+    @property
+    def position(self) -> int:
+        """Where the generated assistant message will sit in the visible history."""
+        return len(self._messages)
+
+    def dispatch(self) -> dict[str, Any]:
+        """Plan, pin and record the dispatch intent in one transaction; the upstream body.
+
+        Call it right before sending, with no ``await`` in between: the plan is validated
+        against the store as it is at that instant. Raises ``StoreError`` (503).
+        """
+        now = self._ctx.clock.wall()
+        with self._store.transaction():
+            self._row = self._store.scope_for(self._scope.digest, self._scope.targeting)
+            self.plan = plan_replay(
+                self._history,
+                self._messages,
+                ScopedSource(self._store, self._row.id),
+                generation=self._row.generation,
+                now=now,
+                limits=self._ctx.plan_limits,
+            )
+            self._intent = self._ctx.new_id("intent_")
+            ids = [block.observation.id for block in self.plan.blocks]
+            self._store.create_intent(
+                self._intent,
+                scope_id=self._row.id,
+                position=self.position,
+                start_digest=self._history.final_state.digest,
+                prior_plan=self.plan.refs,
+                now=now,
+                deadline_at=None,
+            )
+            self._store.pin(self._intent, ids)
+            self._store.touch_payloads(ids, now)
+        self._report_plan()
+        body = dict(self._request.upstream_body)
+        body["store"] = False
+        body["include"] = merged_include(body.get("include"))
+        if self.plan.blocks:
+            blocks = {block.observation.position: block.items for block in self.plan.blocks}
+            body["input"] = replace_blocks(body["input"], self._spans, blocks)
+        return body
+
+    def feed(self, event_type: str, data: Any) -> None:
+        self.capture.feed(event_type, data)
+
+    def complete(self, sent: ClientProjection) -> CaptureResult:
+        """Commit what this generation was, before the client sees its end.
+
+        Raises ``StoreError``: the caller must then fail the answer rather than deliver a
+        generation the cache could not record.
+        """
+        assert self._row is not None, "dispatch() first"
+        assert self._intent is not None
+        result = finish_capture(self.capture, sent)
+        now = self._ctx.clock.wall()
+        with self._store.transaction():
+            outcome = self._observe(result, now)
+            self._store.set_intent_phase(self._intent, "delivery")
+        self._completed = True
+        self._ctx.metrics.observations[outcome] += 1
+        log.event(
+            "cache_observed",
+            request_id=self.request_id,
+            outcome=outcome,
+            reason=result.reason.value if result.reason else None,
+            position=self.position,
+        )
+        return result
+
+    def _observe(self, result: CaptureResult, now: float) -> str:
+        assert self._row is not None
+        start = self._history.final_state.digest
+        if result.kind == "poison" or result.envelope is None:
+            self._store.add_marker(self._row.id, MarkerKind.START_POISON, start, self.position, now)
+            return "poisoned"
+        try:
+            key, _ = self._history.final_state.extend(result.envelope)
+        except CanonicalRefused:
+            return "beyond_limits"  # no request can carry this history within the limits
+        existing = self._store.observations_at(self._row.id, key.end_digest)
+        same = [o for o in existing if self._is_repeat(o, key, result)]
+        conflict = any(o.payload_fingerprint != result.payload_fingerprint
+                       or o.prior_plan != self.plan.refs for o in existing)  # fmt: skip
+        if conflict:
+            self._store.add_marker(
+                self._row.id, MarkerKind.END_CONFLICT, key.end_digest, self.position, now
+            )
+        if same:
+            self._store.touch_payloads([o.id for o in same], now)
+            return "conflict" if conflict else "repeat"
+        admit = result.kind == "admit" and not conflict
+        assert result.payload_fingerprint is not None
+        assert result.output_hash is not None
+        observation = self._store.add_observation(
+            scope_id=self._row.id,
+            generation=self._row.generation,
+            position=key.position,
+            start_digest=key.start_digest,
+            end_digest=key.end_digest,
+            envelope_fingerprint=key.envelope_fingerprint,
+            payload_fingerprint=result.payload_fingerprint,
+            output_hash=result.output_hash,
+            prior_plan=self.plan.refs,
+            intent_id=self._intent,
+            snapshot=result.snapshot,
+            replayable=admit,
+            now=now,
+        )
+        if admit:
+            assert result.output_json is not None
+            self._store.put_payload(observation.id, result.output_json, now)
+            self._store.add_dependencies(
+                observation.id, [block.observation.id for block in self.plan.blocks]
+            )
+            return "admitted"
+        return "conflict" if conflict else "observed"
+
+    def _is_repeat(self, old: Observation, key: AssistantBlockKey, result: CaptureResult) -> bool:
+        assert self._row is not None
+        return (
+            old.generation == self._row.generation
+            and old.position == key.position
+            and old.start_digest == key.start_digest
+            and old.envelope_fingerprint == key.envelope_fingerprint
+            and old.payload_fingerprint == result.payload_fingerprint
+            and old.prior_plan == self.plan.refs
+        )
+
+    def delivered(self) -> None:
+        """The client has the whole answer: resolve the intent."""
+        self._close(poison=False, reason="delivered")
+
+    def abort(self, reason: str) -> None:
+        """The generation ended without a committed observation (failure, disconnect,
+        timeout): poison its position, since its output is unknown. Best effort. After
+        ``complete`` the generation is already known, so only the intent is resolved."""
+        self._close(poison=not self._completed, reason=reason)
+
+    def _close(self, *, poison: bool, reason: str) -> None:
+        if not self._open:
+            return
+        self._open = False
+        if self._row is None or self._intent is None:
+            return  # never dispatched: nothing was generated
+        now = self._ctx.clock.wall()
+        try:
+            with self._store.transaction():
+                if poison:
+                    self._store.add_marker(
+                        self._row.id,
+                        MarkerKind.START_POISON,
+                        self._history.final_state.digest,
+                        self.position,
+                        now,
+                    )
+                self._store.delete_intent(self._intent)
+        except StoreError as err:
+            # The intent row stays: startup recovery poisons it (issue 5 lifecycle).
+            log.event("cache_close_failed", request_id=self.request_id, code=err.code)
+            return
+        if poison:
+            log.event("cache_poisoned", request_id=self.request_id, reason=reason)
+
+    def _report_plan(self) -> None:
+        metrics = self._ctx.metrics
+        metrics.replayed_blocks += len(self.plan.blocks)
+        for rejection in self.plan.rejections:
+            metrics.rejections[rejection.reason.value] += 1
+        log.event(
+            "cache_plan",
+            request_id=self.request_id,
+            scope=self._scope.digest[:12],
+            replayed=len(self.plan.blocks),
+            replay_bytes=self.plan.replay_bytes,
+            rejected=sorted({r.reason.value for r in self.plan.rejections}),
+        )

@@ -1,0 +1,670 @@
+"""The replay cache's SQLite store: the one module that talks to SQLite (spec §6).
+
+One process owns the database: ``locking_mode=EXCLUSIVE`` plus a startup write means a
+second relay on the same file fails at :meth:`ReasoningStore.open` with
+:class:`~relay.errors.StoreLocked` instead of silently sharing safety state. WAL,
+``synchronous=FULL`` and foreign keys are always on.
+
+Writes happen only inside :meth:`ReasoningStore.transaction` (``BEGIN IMMEDIATE``), so a
+caller groups every row of one decision into one all-or-nothing commit; a write method
+called outside one raises ``RuntimeError``. Reads work inside or outside.
+
+Every ``sqlite3`` error leaving this module is a :class:`~relay.errors.StoreError`
+subclass whose message names the database path and SQLite's error code, never a value:
+payloads are ciphertext and scope values are credential fingerprints.
+
+Stored plans are bounded before they are parsed: their descriptor count and text length
+are checked in SQL first. A row whose stored plan is malformed is returned with
+``prior_plan=()`` and ``replayable=False`` (counted in :attr:`malformed_plans_seen`), so
+damage can only ever withhold replay, never enable it. An empty plan is the conservative
+reading: the planner then treats the record as made without any ancestors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Final, Literal, TypeVar
+
+from relay.clock import Clock
+from relay.errors import StoreCorrupt, StoreError, StoreFull, StoreIOError, StoreLocked
+from relay.reasoning.identity import ScopeTargeting
+from relay.reasoning.records import (
+    BlockRef,
+    MarkerKind,
+    Observation,
+    ScopeRow,
+    StoredPayload,
+    StoredSizeExceeded,
+    is_hex_digest,
+    plan_json,
+)
+from relay.reasoning.store_schema import TABLES, SchemaRefused, migrate
+
+SECRET_BYTES: Final = 32
+MAX_STORED_PLAN: Final = 4096  # descriptors; far above the 256-record plan limit
+PLAN_CHARS_PER_DESCRIPTOR: Final = 140  # ["<64 hex>","<64 hex>"], plus a comma
+IN_CHUNK: Final = 500  # bound on "IN (?, ...)" lists
+
+_T = TypeVar("_T")
+
+# SQL built with f-strings interpolates only these constants and "?" placeholder lists.
+# The plan column is bounded in SQL, so an oversized stored plan never reaches Python.
+_BOUNDED_PLAN: Final = f"""CASE WHEN prior_plan_count <= {MAX_STORED_PLAN}
+    AND length(prior_plan) <= prior_plan_count * {PLAN_CHARS_PER_DESCRIPTOR} + 2
+    THEN prior_plan END"""
+_OBSERVATION_COLUMNS: Final = f"""id, scope_id, generation, position, start_digest,
+    end_digest, envelope_fp, payload_fp, output_hash, {_BOUNDED_PLAN}, prior_plan_count,
+    intent_id, snapshot, replayable, observed_at"""
+_SELECT_INTENTS: Final = f"""SELECT id, scope_id, phase, position, start_digest,
+    {_BOUNDED_PLAN}, prior_plan_count, created_at, deadline_at
+    FROM intents ORDER BY created_at, id"""  # noqa: S608
+
+
+class IntentPhase(StrEnum):
+    DISPATCH = "dispatch"  # forwarded upstream, output not yet committed
+    DELIVERY = "delivery"  # observation committed, terminal output being delivered
+
+
+@dataclass(frozen=True)
+class IntentRow:
+    """An unresolved generation; resolved intents are deleted."""
+
+    id: str
+    scope_id: int
+    phase: IntentPhase
+    position: int
+    start_digest: str
+    prior_plan: tuple[BlockRef, ...]  # () when the stored plan is malformed
+    created_at: float
+    deadline_at: float | None
+
+
+def _store_error(exc: sqlite3.Error, path: Path, action: str) -> StoreError:
+    """Translate a sqlite3 error using its code only: its text may quote stored values."""
+    name = getattr(exc, "sqlite_errorname", None)
+    code = getattr(exc, "sqlite_errorcode", None)
+    label = name or type(exc).__name__
+    primary = -1 if code is None else code & 0xFF
+    if primary in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        return StoreLocked(
+            f"another relay process owns the reasoning cache {path} ({label}); stop it "
+            "or set REASONING_CACHE_PATH to another file",
+            sqlite_error=name,
+        )
+    if primary == sqlite3.SQLITE_FULL:
+        return StoreFull(
+            f"reasoning cache {path}: {action} failed: the disk or the database size "
+            f"limit is full ({label}); free disk space",
+            sqlite_error=name,
+        )
+    if primary in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_FORMAT):
+        return StoreCorrupt(
+            f"reasoning cache {path}: {action} failed: the file is damaged or not a SQLite "
+            f"database ({label}); move it aside or set REASONING_CACHE_PATH to another file",
+            sqlite_error=name,
+        )
+    io_codes = (sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY,
+                sqlite3.SQLITE_PERM, sqlite3.SQLITE_NOMEM, sqlite3.SQLITE_PROTOCOL)  # fmt: skip
+    if primary in io_codes:
+        return StoreIOError(
+            f"reasoning cache {path}: {action} failed ({label}); check the file, its "
+            "directory and their permissions",
+            sqlite_error=name,
+        )
+    return StoreError(f"reasoning cache {path}: {action} failed ({label})", sqlite_error=name)
+
+
+def _chunks(values: Iterable[_T]) -> Iterator[list[_T]]:
+    batch: list[_T] = []
+    for value in values:
+        batch.append(value)
+        if len(batch) == IN_CHUNK:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _marks(count: int) -> str:
+    return ", ".join("?" * count)
+
+
+def _checked_plan(plan: Sequence[BlockRef]) -> tuple[str, int]:
+    """A plan as stored JSON; ``ValueError`` for anything that would not read back."""
+    if len(plan) > MAX_STORED_PLAN:
+        raise ValueError(f"a plan of {len(plan)} records is over {MAX_STORED_PLAN}")
+    for ref in plan:
+        if not (is_hex_digest(ref.end_digest) and is_hex_digest(ref.payload_fingerprint)):
+            raise ValueError("plan descriptors must be lowercase hex digests")
+    return json.dumps(plan_json(plan), separators=(",", ":")), len(plan)
+
+
+def _parse_plan(text: str | None, count: int) -> tuple[BlockRef, ...] | None:
+    """A stored plan, or ``None`` when malformed (``text`` is ``None`` when the SQL bound
+    check already refused it)."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+        if not isinstance(value, list) or len(value) != count:
+            return None
+        return tuple(BlockRef.from_json(item) for item in value)
+    except (ValueError, RecursionError):
+        return None
+
+
+class ReasoningStore:
+    """The replay cache's persistent state, owned exclusively by this process."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path, secret: bytes, clock: Clock):
+        """Use :meth:`open`."""
+        self._conn: sqlite3.Connection | None = conn
+        self._path = path
+        self._secret = secret
+        self._clock = clock
+        self._in_transaction = False
+        self._malformed_plans = 0
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    @staticmethod
+    def exists(path: Path) -> bool:
+        """Whether a store file is there (disabled startup must not create one)."""
+        return path.exists()
+
+    @classmethod
+    def open(cls, path: Path, *, clock: Clock) -> ReasoningStore:
+        """Open (creating if needed) and take exclusive ownership of the store at ``path``.
+
+        Raises :class:`StoreLocked` when another process holds it, :class:`StoreCorrupt`
+        for a file that is not a usable reasoning cache, other :class:`StoreError`\\ s for
+        I/O trouble.
+        """
+        try:
+            if not path.parent.exists():
+                path.parent.mkdir(mode=0o700, parents=True)
+                path.parent.chmod(0o700)  # mkdir's mode is filtered by the umask
+            if not path.exists():
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+                os.close(os.open(path, flags, 0o600))
+        except OSError as exc:
+            raise StoreIOError(
+                f"cannot create the reasoning cache {path}: {exc.strerror}; check the "
+                "directory and its permissions"
+            ) from None
+        try:
+            conn = sqlite3.connect(path, timeout=0, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise _store_error(exc, path, "open") from None
+        try:
+            secret = cls._take_ownership(conn, path, clock)
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                sibling = path.with_name(path.name + suffix)
+                if sibling.exists():
+                    sibling.chmod(0o600)
+        except OSError as exc:
+            conn.close()
+            raise StoreIOError(f"cannot restrict {path} to its owner: {exc.strerror}") from None
+        except BaseException:
+            conn.close()
+            raise
+        return cls(conn, path, secret, clock)
+
+    @staticmethod
+    def _take_ownership(conn: sqlite3.Connection, path: Path, clock: Clock) -> bytes:
+        """Set the PRAGMAs, migrate, and prove the lock with a write; returns the secret."""
+        action = "open"
+        try:
+            # EXCLUSIVE before WAL: the WAL index then lives in process memory (no -shm)
+            # and the first write's lock is kept until close.
+            conn.execute("PRAGMA locking_mode = EXCLUSIVE")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreIOError(f"reasoning cache {path}: cannot enable WAL (got {mode})")
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            action = "the startup write"
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                migrate(conn)
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES ('secret', ?) "
+                    "ON CONFLICT (key) DO NOTHING",
+                    (secrets.token_bytes(SECRET_BYTES),),
+                )
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES ('opened_at', ?) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (clock.wall(),),
+                )
+                secret = conn.execute("SELECT value FROM meta WHERE key = 'secret'").fetchone()
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except SchemaRefused as exc:
+            raise StoreCorrupt(
+                f"{path} is not a usable reasoning cache: {exc}; move it aside or set "
+                "REASONING_CACHE_PATH to another file"
+            ) from None
+        except sqlite3.Error as exc:
+            raise _store_error(exc, path, action) from None
+        if not isinstance(secret[0], bytes) or len(secret[0]) != SECRET_BYTES:
+            raise StoreCorrupt(f"reasoning cache {path}: the cache secret is malformed")
+        return secret[0]
+
+    def close(self) -> None:
+        """Release the lock and the file; calling it again does nothing."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def __enter__(self) -> ReasoningStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def secret(self) -> bytes:
+        """The persistent cache-local secret that keys scope fingerprints."""
+        return self._secret
+
+    @property
+    def malformed_plans_seen(self) -> int:
+        """Rows read since open whose stored plan was malformed (returned non-replayable)."""
+        return self._malformed_plans
+
+    # --- transactions and error translation -------------------------------------------
+
+    @contextmanager
+    def _sqlite(self, action: str) -> Iterator[sqlite3.Connection]:
+        if self._conn is None:
+            raise StoreError(f"reasoning cache {self._path} is closed")
+        try:
+            yield self._conn
+        except sqlite3.Error as exc:
+            raise _store_error(exc, self._path, action) from None
+
+    def _writer(self, action: str) -> AbstractContextManager[sqlite3.Connection]:
+        if not self._in_transaction:
+            raise RuntimeError(f"{action} must run inside ReasoningStore.transaction()")
+        return self._sqlite(action)
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT``; ``ROLLBACK`` when the body raises."""
+        if self._in_transaction:
+            raise RuntimeError("ReasoningStore transactions do not nest")
+        with self._sqlite("begin a transaction") as conn:
+            conn.execute("BEGIN IMMEDIATE")
+        self._in_transaction = True
+        try:
+            yield
+            with self._sqlite("commit") as conn:
+                conn.execute("COMMIT")
+        except BaseException:
+            # SQLite may already have rolled back (e.g. after SQLITE_FULL).
+            with self._sqlite("roll back") as conn:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            raise
+        finally:
+            self._in_transaction = False
+
+    # --- scopes ------------------------------------------------------------------------
+
+    def find_scope(self, digest: str) -> ScopeRow | None:
+        with self._sqlite("read a scope") as conn:
+            row = conn.execute(
+                "SELECT id, digest, generation, credential, model, caller FROM scopes "
+                "WHERE digest = ?",
+                (digest,),
+            ).fetchone()
+        return None if row is None else ScopeRow(*row)
+
+    def scope_for(self, digest: str, targeting: ScopeTargeting) -> ScopeRow:
+        """The scope with ``digest``, created (generation 1) if new; opens its own short
+        transaction when called outside one."""
+        found = self.find_scope(digest)
+        if found is not None:
+            return found
+        if not self._in_transaction:
+            with self.transaction():
+                return self.scope_for(digest, targeting)
+        with self._writer("create a scope") as conn:
+            conn.execute(
+                "INSERT INTO scopes (digest, credential, model, caller, created_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (digest, targeting.credential, targeting.model, targeting.caller,
+                 self._clock.wall()),
+            )  # fmt: skip
+        created = self.find_scope(digest)
+        assert created is not None
+        return created
+
+    def scopes_targeted(self, *, credential: str, model: str, caller: str | None) -> list[int]:
+        """Ids of scopes fencing must advance: credential/model, and caller unless None."""
+        sql = "SELECT id FROM scopes WHERE credential = ? AND model = ?"
+        params: tuple[str, ...] = (credential, model)
+        if caller is not None:
+            sql, params = sql + " AND caller = ?", (*params, caller)
+        with self._sqlite("read scopes") as conn:
+            return [row[0] for row in conn.execute(sql + " ORDER BY id", params)]
+
+    def latest_snapshot(self, scope_id: int) -> str | None:
+        with self._sqlite("read a scope") as conn:
+            row = conn.execute(
+                "SELECT latest_snapshot FROM scopes WHERE id = ?", (scope_id,)
+            ).fetchone()
+        return None if row is None else row[0]
+
+    def advance_generations(self, scope_ids: Iterable[int] | None = None) -> int:
+        """Start a new generation in the given scopes (``None``: all); returns how many."""
+        with self._writer("advance generations") as conn:
+            if scope_ids is None:
+                return conn.execute("UPDATE scopes SET generation = generation + 1").rowcount
+            changed = 0
+            for batch in _chunks(dict.fromkeys(scope_ids)):
+                changed += conn.execute(
+                    "UPDATE scopes SET generation = generation + 1 "  # noqa: S608
+                    f"WHERE id IN ({_marks(len(batch))})",
+                    batch,
+                ).rowcount
+            return changed
+
+    # --- observations ------------------------------------------------------------------
+
+    def _observations(
+        self, where: str, params: Sequence[object], *, limit: int = -1
+    ) -> list[Observation]:
+        with self._sqlite("read observations") as conn:
+            rows = conn.execute(
+                f"SELECT {_OBSERVATION_COLUMNS} FROM observations WHERE {where} "  # noqa: S608
+                "ORDER BY id DESC LIMIT ?",
+                (*params, limit),
+            ).fetchall()
+        return [self._observation(row) for row in rows]
+
+    def _observation(self, row: Sequence[Any]) -> Observation:
+        (id_, scope_id, generation, position, start, end, envelope_fp, payload_fp,
+         output_hash, plan_text, plan_count, intent_id, snapshot, replayable,
+         observed_at) = row  # fmt: skip
+        plan = _parse_plan(plan_text, plan_count)
+        if plan is None:
+            self._malformed_plans += 1
+        return Observation(
+            id=id_, scope_id=scope_id, generation=generation, position=position,
+            start_digest=start, end_digest=end, envelope_fingerprint=envelope_fp,
+            payload_fingerprint=payload_fp, output_hash=output_hash, prior_plan=plan or (),
+            intent_id=intent_id, snapshot=snapshot,
+            replayable=bool(replayable) and plan is not None, observed_at=observed_at,
+        )  # fmt: skip
+
+    def observation(self, observation_id: int) -> Observation | None:
+        found = self._observations("id = ?", (observation_id,), limit=1)
+        return found[0] if found else None
+
+    def observations_at(self, scope_id: int, end_digest: str) -> list[Observation]:
+        """Every observation ending at ``end_digest``, all generations, newest first."""
+        return self._observations("scope_id = ? AND end_digest = ?", (scope_id, end_digest))
+
+    def observations_starting_at(self, scope_id: int, start_digest: str) -> list[Observation]:
+        """Every observation generated at ``start_digest`` (competitors), newest first."""
+        return self._observations("scope_id = ? AND start_digest = ?", (scope_id, start_digest))
+
+    def observation_by_ref(self, scope_id: int, ref: BlockRef) -> Observation | None:
+        """The newest observation of ``ref`` (end digest + payload fingerprint)."""
+        found = self._observations(
+            "scope_id = ? AND end_digest = ? AND payload_fp = ?",
+            (scope_id, ref.end_digest, ref.payload_fingerprint),
+            limit=1,
+        )
+        return found[0] if found else None
+
+    def snapshot_last_seen(self, scope_id: int, snapshot: str) -> float | None:
+        with self._sqlite("read observations") as conn:
+            row = conn.execute(
+                "SELECT max(observed_at) FROM observations WHERE scope_id = ? AND snapshot = ?",
+                (scope_id, snapshot),
+            ).fetchone()
+        return None if row is None else row[0]
+
+    def add_observation(
+        self, *, scope_id: int, generation: int, position: int, start_digest: str,
+        end_digest: str, envelope_fingerprint: str, payload_fingerprint: str,
+        output_hash: str, prior_plan: Sequence[BlockRef], intent_id: str | None,
+        snapshot: str | None, replayable: bool, now: float,
+    ) -> Observation:  # fmt: skip
+        """Record one observed generation; a snapshot also becomes the scope's latest."""
+        plan_text, plan_count = _checked_plan(prior_plan)
+        with self._writer("record an observation") as conn:
+            cursor = conn.execute(
+                "INSERT INTO observations (scope_id, generation, position, start_digest, "
+                "end_digest, envelope_fp, payload_fp, output_hash, prior_plan, "
+                "prior_plan_count, intent_id, snapshot, replayable, observed_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (scope_id, generation, position, start_digest, end_digest,
+                 envelope_fingerprint, payload_fingerprint, output_hash, plan_text,
+                 plan_count, intent_id, snapshot, int(replayable), now),
+            )  # fmt: skip
+            if snapshot is not None:
+                conn.execute(
+                    "UPDATE scopes SET latest_snapshot = ? WHERE id = ?", (snapshot, scope_id)
+                )
+        assert cursor.lastrowid is not None
+        return Observation(
+            cursor.lastrowid, scope_id, generation, position, start_digest, end_digest,
+            envelope_fingerprint, payload_fingerprint, output_hash, tuple(prior_plan),
+            intent_id, snapshot, replayable, now,
+        )  # fmt: skip
+
+    def add_dependencies(self, observation_id: int, ancestor_ids: Iterable[int]) -> None:
+        """Record the retained ancestry of an observation (idempotent)."""
+        with self._writer("record dependencies") as conn:
+            conn.executemany(
+                "INSERT OR IGNORE INTO dependencies (observation_id, ancestor_id) VALUES (?, ?)",
+                [(observation_id, ancestor) for ancestor in ancestor_ids],
+            )
+
+    # --- payloads ----------------------------------------------------------------------
+
+    def load_payload(self, observation_id: int, *, max_bytes: int) -> StoredPayload | None:
+        """The stored payload, or ``None``. Raises :class:`StoredSizeExceeded` — deciding
+        on the stored size column, so oversize text is never loaded. The hash is not
+        checked here: the planner does, to name the refusal."""
+        with self._sqlite("load a payload") as conn:
+            row = conn.execute(
+                "SELECT size, touched_at, CASE WHEN size <= ? THEN output_json END "
+                "FROM payloads WHERE observation_id = ?",
+                (max_bytes, observation_id),
+            ).fetchone()
+        if row is None:
+            return None
+        size, touched_at, text = row
+        # Measured after loading too: a wrong size column must not let larger text through.
+        actual = size if text is None else len(text.encode("utf-8"))
+        if text is None or actual > max_bytes:
+            raise StoredSizeExceeded(
+                f"stored payload of observation {observation_id} is {actual} bytes, over "
+                f"the {max_bytes} byte load limit"
+            )
+        return StoredPayload(observation_id, text, actual, touched_at)
+
+    def put_payload(self, observation_id: int, output_json: str, now: float) -> None:
+        """Store an admitted observation's original output (once per observation)."""
+        size = len(output_json.encode("utf-8"))
+        with self._writer("store a payload") as conn:
+            conn.execute(
+                "INSERT INTO payloads (observation_id, output_json, size, touched_at) "
+                "VALUES (?, ?, ?, ?)",
+                (observation_id, output_json, size, now),
+            )
+
+    def touch_payloads(self, observation_ids: Iterable[int], now: float) -> None:
+        """Renew idle retention: ``touched_at = max(touched_at, now)``, so a clock that
+        stepped backwards never shortens a payload's life."""
+        with self._writer("touch payloads") as conn:
+            for batch in _chunks(dict.fromkeys(observation_ids)):
+                conn.execute(
+                    "UPDATE payloads SET touched_at = max(touched_at, ?) "  # noqa: S608
+                    f"WHERE observation_id IN ({_marks(len(batch))})",
+                    (now, *batch),
+                )
+
+    # --- markers -----------------------------------------------------------------------
+
+    def add_marker(
+        self, scope_id: int, kind: MarkerKind, digest: str, position: int, now: float
+    ) -> bool:
+        """Record a safety marker; ``False`` when it was already there (idempotent)."""
+        with self._writer("record a marker") as conn:
+            return bool(
+                conn.execute(
+                    "INSERT OR IGNORE INTO markers (scope_id, kind, digest, position, "
+                    "created_at) VALUES (?, ?, ?, ?, ?)",
+                    (scope_id, MarkerKind(kind).value, digest, position, now),
+                ).rowcount
+            )
+
+    def _marked(self, scope_id: int, kind: MarkerKind, digests: Iterable[str]) -> set[str]:
+        found: set[str] = set()
+        with self._sqlite("read markers") as conn:
+            for batch in _chunks(dict.fromkeys(digests)):
+                rows = conn.execute(
+                    "SELECT digest FROM markers WHERE scope_id = ? AND kind = ? "  # noqa: S608
+                    f"AND digest IN ({_marks(len(batch))})",
+                    (scope_id, kind.value, *batch),
+                )
+                found.update(row[0] for row in rows)
+        return found
+
+    def poisoned_starts(self, scope_id: int, start_digests: Iterable[str]) -> set[str]:
+        return self._marked(scope_id, MarkerKind.START_POISON, start_digests)
+
+    def conflicted_ends(self, scope_id: int, end_digests: Iterable[str]) -> set[str]:
+        return self._marked(scope_id, MarkerKind.END_CONFLICT, end_digests)
+
+    # --- intents -----------------------------------------------------------------------
+
+    def create_intent(
+        self, intent_id: str, *, scope_id: int, position: int, start_digest: str,
+        prior_plan: Sequence[BlockRef], now: float, deadline_at: float | None,
+    ) -> None:  # fmt: skip
+        """Record a generation about to be dispatched (phase ``dispatch``)."""
+        plan_text, plan_count = _checked_plan(prior_plan)
+        with self._writer("record an intent") as conn:
+            conn.execute(
+                "INSERT INTO intents (id, scope_id, phase, position, start_digest, "
+                "prior_plan, prior_plan_count, created_at, deadline_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (intent_id, scope_id, IntentPhase.DISPATCH.value, position, start_digest,
+                 plan_text, plan_count, now, deadline_at),
+            )  # fmt: skip
+
+    def pin(self, intent_id: str, observation_ids: Iterable[int]) -> None:
+        """Keep these observations' payloads from cleanup while the intent lives."""
+        with self._writer("pin dependencies") as conn:
+            conn.executemany(
+                "INSERT OR IGNORE INTO dependencies (intent_id, ancestor_id) VALUES (?, ?)",
+                [(intent_id, observation_id) for observation_id in observation_ids],
+            )
+
+    def set_intent_phase(
+        self, intent_id: str, phase: IntentPhase | Literal["dispatch", "delivery"]
+    ) -> bool:
+        """``False`` when the intent does not exist."""
+        with self._writer("update an intent") as conn:
+            return bool(
+                conn.execute(
+                    "UPDATE intents SET phase = ? WHERE id = ?",
+                    (IntentPhase(phase).value, intent_id),
+                ).rowcount
+            )
+
+    def set_intent_deadline(self, intent_id: str, deadline_at: float | None) -> bool:
+        """Diagnostic deadline metadata (coalesced by the caller); ``False`` if absent."""
+        with self._writer("update an intent") as conn:
+            return bool(
+                conn.execute(
+                    "UPDATE intents SET deadline_at = ? WHERE id = ?", (deadline_at, intent_id)
+                ).rowcount
+            )
+
+    def delete_intent(self, intent_id: str) -> bool:
+        """Resolve an intent; its pins go with it. ``False`` when it was already gone."""
+        with self._writer("delete an intent") as conn:
+            return bool(conn.execute("DELETE FROM intents WHERE id = ?", (intent_id,)).rowcount)
+
+    def unresolved_intents_at(self, scope_id: int, start_digest: str) -> set[str]:
+        with self._sqlite("read intents") as conn:
+            rows = conn.execute(
+                "SELECT id FROM intents WHERE scope_id = ? AND start_digest = ?",
+                (scope_id, start_digest),
+            )
+            return {row[0] for row in rows}
+
+    def unresolved_intents(self) -> list[IntentRow]:
+        """Every intent still in the table, oldest first (startup recovery poisons them)."""
+        with self._sqlite("read intents") as conn:
+            rows = conn.execute(_SELECT_INTENTS).fetchall()
+        intents = []
+        for id_, scope_id, phase, position, start, text, count, created, deadline in rows:
+            plan = _parse_plan(text, count)
+            if plan is None:
+                self._malformed_plans += 1
+            intents.append(IntentRow(
+                id_, scope_id, IntentPhase(phase), position, start, plan or (), created,
+                deadline,
+            ))  # fmt: skip
+        return intents
+
+    # --- meta and diagnostics ----------------------------------------------------------
+
+    def meta(self, key: str) -> str | int | float | bytes | None:
+        """A small stored fact (e.g. ``coverage-gap``); ``None`` when unset."""
+        with self._sqlite("read metadata") as conn:
+            row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def set_meta(self, key: str, value: str | int | float | None) -> None:
+        """Set (``None``: delete) a stored fact; the secret cannot be changed."""
+        if key == "secret":
+            raise ValueError("the cache secret is created once and never replaced")
+        with self._writer("write metadata") as conn:
+            if value is None:
+                conn.execute("DELETE FROM meta WHERE key = ?", (key,))
+            else:
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES (?, ?) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (key, value),
+                )
+
+    def integrity_check(self) -> list[str]:
+        """``PRAGMA integrity_check`` rows: ``["ok"]`` for a healthy database."""
+        with self._sqlite("check integrity") as conn:
+            return [str(row[0]) for row in conn.execute("PRAGMA integrity_check")]
+
+    def stats(self) -> dict[str, int]:
+        """Row counts per table plus stored payload bytes, for diagnostics."""
+        with self._sqlite("count rows") as conn:
+            count = "SELECT count(*) FROM {}"  # table names are constants
+            counts = {t: conn.execute(count.format(t)).fetchone()[0] for t in TABLES}
+            counts["payload_bytes"] = conn.execute(
+                "SELECT coalesce(sum(size), 0) FROM payloads"
+            ).fetchone()[0]
+        return counts

@@ -1,0 +1,132 @@
+"""The replay store's SQLite schema and its migrations (spec §6).
+
+``PRAGMA user_version`` is the schema version: ``MIGRATIONS[k]`` takes a database from
+version ``k`` to ``k + 1``, and :func:`migrate` applies every pending step inside the
+caller's open transaction, so a crash mid-migration leaves the old version intact.
+``PRAGMA application_id`` marks the file as ours, so an unrelated SQLite database is
+refused instead of having tables added to it.
+
+Statements are listed one by one rather than run as a script: ``executescript`` would
+commit the surrounding transaction first.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Final
+
+APPLICATION_ID: Final = 0x52525231  # "RRR1"
+
+_VERSION_1: Final = (
+    # Small key/value facts: the cache-local secret, opened_at, coverage-gap.
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value ANY) STRICT",
+    """CREATE TABLE scopes (
+        id INTEGER PRIMARY KEY,
+        digest TEXT NOT NULL UNIQUE,
+        generation INTEGER NOT NULL DEFAULT 1 CHECK (generation >= 1),
+        credential TEXT NOT NULL,
+        model TEXT NOT NULL,
+        caller TEXT,
+        latest_snapshot TEXT,
+        created_at REAL NOT NULL
+    ) STRICT""",
+    "CREATE INDEX scopes_by_target ON scopes (credential, model, caller)",
+    # AUTOINCREMENT: an id is never reused, so a cached object keyed by id stays valid.
+    # intent_id is deliberately not a foreign key: it outlives the intent row.
+    """CREATE TABLE observations (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        scope_id INTEGER NOT NULL REFERENCES scopes (id),
+        generation INTEGER NOT NULL,
+        position INTEGER NOT NULL CHECK (position >= 0),
+        start_digest TEXT NOT NULL,
+        end_digest TEXT NOT NULL,
+        envelope_fp TEXT NOT NULL,
+        payload_fp TEXT NOT NULL,
+        output_hash TEXT NOT NULL,
+        prior_plan TEXT NOT NULL,
+        prior_plan_count INTEGER NOT NULL CHECK (prior_plan_count >= 0),
+        intent_id TEXT,
+        snapshot TEXT,
+        replayable INTEGER NOT NULL CHECK (replayable IN (0, 1)),
+        observed_at REAL NOT NULL
+    ) STRICT""",
+    "CREATE INDEX observations_by_end ON observations (scope_id, end_digest)",
+    "CREATE INDEX observations_by_start ON observations (scope_id, start_digest)",
+    "CREATE INDEX observations_by_snapshot ON observations (scope_id, snapshot, observed_at)",
+    """CREATE TABLE payloads (
+        observation_id INTEGER PRIMARY KEY REFERENCES observations (id) ON DELETE CASCADE,
+        output_json TEXT NOT NULL,
+        size INTEGER NOT NULL CHECK (size >= 0),
+        touched_at REAL NOT NULL
+    ) STRICT""",
+    "CREATE INDEX payloads_by_touch ON payloads (touched_at)",
+    # No generation column: markers apply across generations (spec §4).
+    """CREATE TABLE markers (
+        scope_id INTEGER NOT NULL REFERENCES scopes (id),
+        kind TEXT NOT NULL CHECK (kind IN ('start_poison', 'end_conflict')),
+        digest TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (scope_id, kind, digest)
+    ) STRICT, WITHOUT ROWID""",
+    """CREATE TABLE intents (
+        id TEXT PRIMARY KEY,
+        scope_id INTEGER NOT NULL REFERENCES scopes (id),
+        phase TEXT NOT NULL CHECK (phase IN ('dispatch', 'delivery')),
+        position INTEGER NOT NULL,
+        start_digest TEXT NOT NULL,
+        prior_plan TEXT NOT NULL,
+        prior_plan_count INTEGER NOT NULL CHECK (prior_plan_count >= 0),
+        created_at REAL NOT NULL,
+        deadline_at REAL
+    ) STRICT""",
+    "CREATE INDEX intents_by_start ON intents (scope_id, start_digest)",
+    # Retained ancestry (observation holder) and active pins (intent holder).
+    """CREATE TABLE dependencies (
+        observation_id INTEGER REFERENCES observations (id),
+        intent_id TEXT REFERENCES intents (id) ON DELETE CASCADE,
+        ancestor_id INTEGER NOT NULL REFERENCES observations (id),
+        CHECK ((observation_id IS NULL) <> (intent_id IS NULL))
+    ) STRICT""",
+    """CREATE UNIQUE INDEX dependencies_of_observation
+        ON dependencies (observation_id, ancestor_id) WHERE observation_id IS NOT NULL""",
+    """CREATE UNIQUE INDEX dependencies_of_intent
+        ON dependencies (intent_id, ancestor_id) WHERE intent_id IS NOT NULL""",
+    "CREATE INDEX dependencies_by_ancestor ON dependencies (ancestor_id)",
+)
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_VERSION_1,)
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+TABLES: Final = ("scopes", "observations", "payloads", "markers", "dependencies", "intents")
+
+
+class SchemaRefused(Exception):
+    """The file is SQLite but not a reasoning cache this code may use; the message says why."""
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Bring the schema to :data:`SCHEMA_VERSION` inside the caller's transaction.
+
+    Returns the version found. Raises :class:`SchemaRefused` for a newer schema or a
+    foreign database; ``sqlite3.Error`` propagates for the caller to translate.
+    """
+    found = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    application_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
+    if application_id not in (0, APPLICATION_ID):
+        raise SchemaRefused("it is a SQLite database of another application")
+    if found > SCHEMA_VERSION:
+        raise SchemaRefused(
+            f"it was written by a newer relay (schema version {found}; this relay knows "
+            f"up to {SCHEMA_VERSION}); upgrade the relay"
+        )
+    if found == 0 and conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+        raise SchemaRefused("it has tables but no reasoning-cache schema version")
+    for statements in MIGRATIONS[found:]:
+        for statement in statements:
+            conn.execute(statement)
+    if found < SCHEMA_VERSION:
+        # PRAGMAs take no parameters; both values are integers from this module.
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION:d}")
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID:d}")
+    return found

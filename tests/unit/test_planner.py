@@ -1,0 +1,395 @@
+"""The replay planner over an in-memory record source: plans, fallbacks and receipts."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from relay.reasoning.identity import HistoryDigests, build_scope, history_digests
+from relay.reasoning.planner import Plan, PlanLimits, plan_replay
+from relay.reasoning.receipts import Reason
+from relay.reasoning.records import (
+    BlockRef,
+    Observation,
+    StoredPayload,
+    StoredSizeExceeded,
+)
+
+NOW = 1_800_000_000.0
+SCOPE = build_scope(
+    secret=b"k" * 32,
+    upstream_origin="http://fake",
+    endpoint="/v1/responses",
+    credential="sk",
+    relay_token="token",
+    caller=None,
+    upstream_body={"model": "gpt-5"},
+    openai_beta=None,
+)
+
+
+@dataclass
+class MemorySource:
+    """A RecordSource double: what the store would answer for one scope."""
+
+    observations: list[Observation] = field(default_factory=list)
+    payloads: dict[int, StoredPayload] = field(default_factory=dict)
+    poisoned: set[str] = field(default_factory=set)
+    conflicted: set[str] = field(default_factory=set)
+    intents: dict[str, set[str]] = field(default_factory=dict)
+    latest: str | None = "snap-1"
+    seen: dict[str, float] = field(default_factory=dict)
+    loads: int = 0
+
+    def observations_at(self, end_digest: str) -> Sequence[Observation]:
+        found = [o for o in self.observations if o.end_digest == end_digest]
+        return sorted(found, key=lambda o: -o.id)
+
+    def observation_by_ref(self, ref: BlockRef) -> Observation | None:
+        found = [o for o in self.observations if o.ref == ref]
+        return max(found, key=lambda o: o.id) if found else None
+
+    def poisoned_starts(self, start_digests: Iterable[str]) -> set[str]:
+        return self.poisoned & set(start_digests)
+
+    def conflicted_ends(self, end_digests: Iterable[str]) -> set[str]:
+        return self.conflicted & set(end_digests)
+
+    def unresolved_intents_at(self, start_digest: str) -> set[str]:
+        return set(self.intents.get(start_digest, set()))
+
+    def latest_snapshot(self) -> str | None:
+        return self.latest
+
+    def snapshot_last_seen(self, snapshot: str) -> float | None:
+        return self.seen.get(snapshot)
+
+    def load_payload(self, observation_id: int, *, max_bytes: int) -> StoredPayload | None:
+        payload = self.payloads.get(observation_id)
+        if payload is not None and payload.size > max_bytes:
+            raise StoredSizeExceeded("too large")
+        self.loads += 1
+        return payload
+
+
+def reasoning(tag: str) -> dict[str, Any]:
+    return {
+        "type": "reasoning",
+        "id": f"rs_{tag}",
+        "summary": [],
+        "encrypted_content": f"enc-{tag}",
+    }
+
+
+def message(tag: str, text: str) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": f"msg_{tag}",
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
+def function_call(tag: str, call_id: str) -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "id": f"fc_{tag}",
+        "call_id": call_id,
+        "name": "read",
+        "arguments": "{}",
+        "status": "completed",
+    }
+
+
+def tool_call(call_id: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": "read", "arguments": "{}"}}
+
+
+# A conversation: u0, a1 (text), u2, a3 (a tool call), t4 (its result), a5 (text).
+MESSAGES: list[dict[str, Any]] = [
+    {"role": "user", "content": "hello"},
+    {"role": "assistant", "content": "one"},
+    {"role": "user", "content": "read it"},
+    {"role": "assistant", "content": None, "tool_calls": [tool_call("call_1")]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "data"},
+    {"role": "assistant", "content": "three"},
+    {"role": "user", "content": "next"},
+]
+BLOCKS = {
+    1: [reasoning("1"), message("1", "one")],
+    3: [reasoning("3"), function_call("3", "call_1")],
+    5: [reasoning("5"), message("5", "three")],
+}
+
+
+def digests(messages: Sequence[Any] = MESSAGES) -> HistoryDigests:
+    return history_digests(SCOPE, messages)
+
+
+class Builder:
+    """Records as the session would write them for MESSAGES."""
+
+    def __init__(self) -> None:
+        self.source = MemorySource()
+        self.history = digests()
+        self.keys = {block.position: block for block in self.history.assistant_blocks}
+
+    def record(
+        self,
+        position: int,
+        prior: Sequence[Observation] = (),
+        *,
+        items: list[dict[str, Any]] | None = None,
+        **changes: Any,
+    ) -> Observation:
+        key = self.keys[position]
+        output_json = json.dumps(items or BLOCKS[position], separators=(",", ":"))
+        observation = Observation(
+            id=len(self.source.observations) + 1,
+            scope_id=1,
+            generation=1,
+            position=position,
+            start_digest=key.start_digest,
+            end_digest=key.end_digest,
+            envelope_fingerprint=key.envelope_fingerprint,
+            payload_fingerprint=hashlib.sha256(b"p" + output_json.encode()).hexdigest(),
+            output_hash=hashlib.sha256(output_json.encode()).hexdigest(),
+            prior_plan=tuple(o.ref for o in prior),
+            intent_id=f"intent_{position}",
+            snapshot="snap-1",
+            replayable=True,
+            observed_at=NOW - 10,
+        )
+        observation = dataclasses.replace(observation, **changes)
+        self.source.observations.append(observation)
+        self.source.payloads[observation.id] = StoredPayload(
+            observation.id, output_json, len(output_json.encode()), NOW - 10
+        )
+        return observation
+
+    def chain(self) -> tuple[Observation, Observation, Observation]:
+        """Three turns, each generated with the earlier ones replayed."""
+        a1 = self.record(1)
+        a3 = self.record(3, [a1])
+        a5 = self.record(5, [a1, a3])
+        return a1, a3, a5
+
+    def plan(self, **limits: Any) -> Plan:
+        return plan_replay(
+            self.history, MESSAGES, self.source, generation=1, now=NOW, limits=PlanLimits(**limits)
+        )
+
+
+def positions(plan: Plan) -> list[int]:
+    return [block.observation.position for block in plan.blocks]
+
+
+def reasons(plan: Plan) -> list[Reason]:
+    return [rejection.reason for rejection in plan.rejections]
+
+
+def test_empty_store_plans_nothing() -> None:
+    plan = Builder().plan()
+    assert plan.blocks == () and plan.rejections == ()
+
+
+def test_newest_record_brings_its_recorded_ancestors() -> None:
+    b = Builder()
+    a1, a3, a5 = b.chain()
+    plan = b.plan()
+    assert positions(plan) == [1, 3, 5]
+    assert plan.refs == (a1.ref, a3.ref, a5.ref)
+    assert plan.blocks[1].items == tuple(BLOCKS[3])  # exact original items
+    assert plan.replay_bytes == sum(b.source.payloads[o.id].size for o in (a1, a3, a5))
+
+
+def test_a_record_generated_without_its_predecessor_replays_alone() -> None:
+    b = Builder()
+    b.record(1)
+    b.record(3, [])  # a3 was generated while a1 was sent as plain text
+    assert positions(b.plan()) == [3]
+
+
+def test_no_earlier_block_beneath_a_descendant_generated_without_it() -> None:
+    b = Builder()
+    a1 = b.record(1)
+    b.record(3, [], replayable=False)  # a3 was observed, not admitted, made without a1
+    plan = b.plan()
+    assert plan.blocks == ()
+    assert Reason.DESCENDANT_WITHOUT_BLOCK in reasons(plan)
+    assert a1.id in [r.observation_id for r in plan.rejections] or plan.rejections
+
+
+def test_falls_back_to_an_older_coherent_plan() -> None:
+    b = Builder()
+    a1 = b.record(1)
+    a3 = b.record(3, [a1])
+    b.record(5, [a1, a3], replayable=False)  # never admitted, generated on top of a1, a3
+    plan = b.plan()
+    assert positions(plan) == [1, 3]
+    assert reasons(plan) == [Reason.NOT_REPLAYABLE]
+
+
+def test_fallback_stops_where_a_descendant_was_generated_without_the_block() -> None:
+    b = Builder()
+    a1 = b.record(1)
+    b.record(3, [a1])
+    b.record(5, [a1], replayable=False)  # generated while a3 went as plain text
+    plan = b.plan()
+    assert positions(plan) == [1]
+    assert reasons(plan) == [Reason.NOT_REPLAYABLE, Reason.DESCENDANT_WITHOUT_BLOCK]
+
+
+def test_own_intent_does_not_compete_but_another_does() -> None:
+    b = Builder()
+    a1 = b.record(1)
+    b.source.intents[a1.start_digest] = {"intent_1"}  # its own producing intent
+    assert positions(b.plan()) == [1]
+    b.source.intents[a1.start_digest] = {"intent_1", "intent_other"}
+    plan = b.plan()
+    assert plan.blocks == () and reasons(plan) == [Reason.COMPETING_INTENT]
+
+
+def _tamper(b: Builder, o: Observation) -> None:
+    payload = b.source.payloads[o.id]
+    b.source.payloads[o.id] = dataclasses.replace(
+        payload, output_json=payload.output_json.replace("enc-", "enX-")
+    )
+
+
+def _replace(b: Builder, o: Observation, **changes: Any) -> None:
+    index = b.source.observations.index(o)
+    b.source.observations[index] = dataclasses.replace(o, **changes)
+
+
+def _payload(b: Builder, o: Observation, items: Any) -> None:
+    text = json.dumps(items)
+    b.source.payloads[o.id] = StoredPayload(o.id, text, len(text), NOW)
+    _replace(b, o, output_hash=hashlib.sha256(text.encode()).hexdigest())
+
+
+# Mutations of the middle record (a3) of a 3-turn chain: every one must stop the whole
+# chain (a5 depends on a3) and fall back to a1 alone, which a3 and a5 were built upon.
+MUTATIONS: list[tuple[str, Callable[[Builder, Observation], None], Reason]] = [
+    ("tampered-bytes", _tamper, Reason.PAYLOAD_DIGEST_MISMATCH),
+    ("payload-gone", lambda b, o: b.source.payloads.pop(o.id), Reason.PAYLOAD_MISSING),
+    (
+        "expired",
+        lambda b, o: b.source.payloads.__setitem__(
+            o.id, dataclasses.replace(b.source.payloads[o.id], touched_at=NOW - 31 * 86400)
+        ),
+        Reason.RECORD_EXPIRED,
+    ),
+    ("stale-generation", lambda b, o: _replace(b, o, generation=0), Reason.STALE_GENERATION),
+    ("start-poisoned", lambda b, o: b.source.poisoned.add(o.start_digest), Reason.START_POISONED),
+    ("end-conflict", lambda b, o: b.source.conflicted.add(o.end_digest), Reason.END_CONFLICT),
+    ("not-replayable", lambda b, o: _replace(b, o, replayable=False), Reason.NOT_REPLAYABLE),
+    (
+        "envelope-differs",
+        lambda b, o: _replace(b, o, envelope_fingerprint="0" * 64),
+        Reason.ENVELOPE_MISMATCH,
+    ),
+    ("ancestor-dropped", lambda b, o: b.source.observations.remove(o), Reason.ANCESTOR_MISSING),
+    (
+        "ancestor-plan-differs",
+        lambda b, o: _replace(b, o, prior_plan=()),
+        Reason.ANCESTOR_REORDERED,
+    ),
+    (
+        "call-swapped",
+        lambda b, o: _payload(b, o, [reasoning("3"), function_call("3", "call_9")]),
+        Reason.CALL_PAIRING_BROKEN,
+    ),
+    ("not-json", lambda b, o: _payload(b, o, "not a block"), Reason.PAYLOAD_MALFORMED),
+    (
+        "no-ciphertext",
+        lambda b, o: _payload(
+            b, o, [{"type": "reasoning", "id": "rs_3"}, function_call("3", "call_1")]
+        ),
+        Reason.PAYLOAD_MALFORMED,
+    ),
+    (
+        "duplicated-item",
+        lambda b, o: _payload(b, o, [reasoning("1"), function_call("3", "call_1")]),
+        Reason.DUPLICATE_ITEM,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "reason"), [pytest.param(m, r, id=name) for name, m, r in MUTATIONS]
+)
+def test_a_damaged_ancestor_stops_its_descendants(
+    mutate: Callable[[Builder, Observation], None], reason: Reason
+) -> None:
+    b = Builder()
+    _, a3, _ = b.chain()
+    mutate(b, a3)
+    plan = b.plan()
+    assert reason in reasons(plan)
+    assert 3 not in positions(plan) and 5 not in positions(plan)
+    assert positions(plan) in ([], [1])
+
+
+def test_snapshot_of_the_determining_record_must_be_latest_or_recent() -> None:
+    b = Builder()
+    b.record(1, snapshot="snap-0")
+    b.source.seen["snap-0"] = NOW - 3600
+    assert positions(b.plan()) == [1]  # seen within 24 hours
+    b.source.seen["snap-0"] = NOW - 2 * 86400
+    plan = b.plan()
+    assert plan.blocks == () and reasons(plan) == [Reason.SNAPSHOT_NOT_ACCEPTED]
+
+
+def test_a_missing_tool_result_breaks_the_pairing() -> None:
+    b = Builder()
+    b.record(3)
+    messages = [m for m in MESSAGES if m.get("role") != "tool"]
+    history = digests(messages)
+    b.history, b.keys = history, {k.position: k for k in history.assistant_blocks}
+    plan = plan_replay(history, messages, b.source, generation=1, now=NOW)
+    assert plan.blocks == ()  # the record's identity no longer matches, or pairing fails
+
+
+@pytest.mark.parametrize(
+    ("limits", "reason"),
+    [
+        pytest.param({"max_plan_records": 2}, Reason.PLAN_TOO_LONG, id="plan-records"),
+        pytest.param({"max_replay_bytes": 300}, Reason.REPLAY_TOO_LARGE, id="replay-bytes"),
+    ],
+)
+def test_budgets_fall_back_without_replaying_a_partial_chain(
+    limits: dict[str, int], reason: Reason
+) -> None:
+    b = Builder()
+    b.chain()
+    plan = b.plan(**limits)
+    assert reason in reasons(plan)
+    assert positions(plan) in ([1, 3], [1], [])
+    for block in plan.blocks:  # never a chain missing its ancestors
+        assert tuple(block.observation.prior_plan) == plan.refs[: len(block.observation.prior_plan)]
+
+
+def test_verification_work_is_bounded() -> None:
+    b = Builder()
+    a1 = b.record(1)
+    for _ in range(30):  # many unreplayable observations at the newest message
+        b.record(5, [a1], replayable=False)
+    plan = b.plan(max_plan_records=2)  # work budget 8
+    assert plan.blocks == ()
+    assert reasons(plan)[-1] == Reason.VERIFICATION_BUDGET
+    assert len(plan.rejections) <= 9
+
+
+def test_each_payload_is_loaded_once_per_plan() -> None:
+    b = Builder()
+    b.chain()
+    b.plan()
+    assert b.source.loads == 3

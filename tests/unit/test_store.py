@@ -1,0 +1,860 @@
+"""The replay store (relay.reasoning.store) against real SQLite files."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from relay.clock import ManualClock
+from relay.errors import CacheUnavailable, StoreCorrupt, StoreError, StoreFull, StoreLocked
+from relay.reasoning.identity import ScopeTargeting
+from relay.reasoning.records import BlockRef, MarkerKind, Observation, StoredSizeExceeded
+from relay.reasoning.store import (
+    MAX_STORED_PLAN,
+    IntentPhase,
+    IntentRow,
+    ReasoningStore,
+)
+from relay.reasoning.store_schema import APPLICATION_ID, SCHEMA_VERSION
+
+REPO = Path(__file__).resolve().parents[2]
+TARGET = ScopeTargeting(credential="c" * 64, model="gpt-5", caller=None)
+MARKER = "PAYLOAD-MARKER-7f3a"  # must never appear in an error message
+
+
+def h(n: int | str) -> str:
+    """A distinct 64-hex digest per ``n``."""
+    return f"{n:064x}" if isinstance(n, int) else n * 64
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "data" / "reasoning-cache.sqlite"
+
+
+@pytest.fixture
+def store(db_path: Path, clock: ManualClock) -> Iterator[ReasoningStore]:
+    opened = ReasoningStore.open(db_path, clock=clock)
+    yield opened
+    opened.close()
+
+
+def conn_of(store: ReasoningStore) -> sqlite3.Connection:
+    """The store's own connection, for tampering and PRAGMA checks only."""
+    conn = store._conn
+    assert conn is not None
+    return conn
+
+
+def scope_id(store: ReasoningStore, digest: str = h("a")) -> int:
+    return store.scope_for(digest, TARGET).id
+
+
+def simple_intent(store: ReasoningStore, sid: int, intent_id: str = "i") -> None:
+    """An intent at position 1 with an empty plan (inside a transaction)."""
+    store.create_intent(
+        intent_id, scope_id=sid, position=1, start_digest=h(0), prior_plan=(), now=1.0,
+        deadline_at=None,
+    )  # fmt: skip
+
+
+def observe(
+    store: ReasoningStore,
+    scope: int,
+    *,
+    end: str,
+    start: str = h(0),
+    payload: str = h("d"),
+    generation: int = 1,
+    position: int = 1,
+    plan: Sequence[BlockRef] = (),
+    intent_id: str | None = None,
+    snapshot: str | None = None,
+    replayable: bool = True,
+    now: float = 100.0,
+) -> Observation:
+    with store.transaction():
+        return store.add_observation(
+            scope_id=scope, generation=generation, position=position, start_digest=start,
+            end_digest=end, envelope_fingerprint=h("e"), payload_fingerprint=payload,
+            output_hash=h("f"), prior_plan=plan, intent_id=intent_id, snapshot=snapshot,
+            replayable=replayable, now=now,
+        )  # fmt: skip
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+# --- opening, ownership and files -------------------------------------------------------
+
+
+def test_pragmas_are_set(store: ReasoningStore) -> None:
+    conn = conn_of(store)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+    assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert conn.execute("PRAGMA locking_mode").fetchone()[0] == "exclusive"
+    assert conn.isolation_level is None
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o277, 0o000])
+def test_directory_and_files_are_owner_only(tmp_path: Path, umask: int) -> None:
+    path = tmp_path / "fresh" / "cache.sqlite"
+    previous = os.umask(umask)
+    try:
+        store = ReasoningStore.open(path, clock=ManualClock())
+    finally:
+        os.umask(previous)
+    try:
+        assert mode(path.parent) == 0o700
+        assert mode(path) == 0o600
+        for suffix in ("-wal", "-shm"):
+            sibling = path.with_name(path.name + suffix)
+            if sibling.exists():
+                assert mode(sibling) == 0o600
+    finally:
+        store.close()
+
+
+def test_existing_loose_file_is_restricted(tmp_path: Path) -> None:
+    tmp_path.chmod(0o755)
+    path = tmp_path / "cache.sqlite"
+    path.touch()
+    path.chmod(0o644)
+    with ReasoningStore.open(path, clock=ManualClock()):
+        assert mode(path) == 0o600
+        assert mode(tmp_path) == 0o755  # an existing parent directory is left alone
+
+
+def test_exists(db_path: Path) -> None:
+    assert not ReasoningStore.exists(db_path)
+    ReasoningStore.open(db_path, clock=ManualClock()).close()
+    assert ReasoningStore.exists(db_path)
+
+
+def test_secret_persists_and_differs_between_stores(tmp_path: Path) -> None:
+    first, other = tmp_path / "one.sqlite", tmp_path / "two.sqlite"
+    with ReasoningStore.open(first, clock=ManualClock()) as store:
+        secret = store.secret
+    with ReasoningStore.open(other, clock=ManualClock()) as store:
+        assert store.secret != secret
+    with ReasoningStore.open(first, clock=ManualClock()) as store:
+        assert store.secret == secret
+    assert isinstance(secret, bytes)
+    assert len(secret) == 32
+
+
+def test_opened_at_is_written_from_the_clock(db_path: Path, clock: ManualClock) -> None:
+    with ReasoningStore.open(db_path, clock=clock) as store:
+        assert store.meta("opened_at") == clock.wall()
+    clock.advance(60)
+    with ReasoningStore.open(db_path, clock=clock) as store:
+        assert store.meta("opened_at") == clock.wall()
+
+
+def assert_locked_message(message: str, path: Path) -> None:
+    assert "another relay process owns" in message
+    assert str(path) in message
+    assert "REASONING_CACHE_PATH" in message
+
+
+def test_second_open_in_process_is_locked(store: ReasoningStore, db_path: Path) -> None:
+    with pytest.raises(StoreLocked) as info:
+        ReasoningStore.open(db_path, clock=ManualClock())
+    assert_locked_message(str(info.value), db_path)
+    assert isinstance(info.value, CacheUnavailable)
+    assert store.integrity_check() == ["ok"]  # the owner is unaffected
+
+
+OPEN_IN_CHILD = """
+import sys
+from pathlib import Path
+from relay.clock import SystemClock
+from relay.errors import StoreLocked
+from relay.reasoning.store import ReasoningStore
+try:
+    ReasoningStore.open(Path(sys.argv[1]), clock=SystemClock()).close()
+except StoreLocked as exc:
+    print(exc)
+    sys.exit(3)
+print("opened")
+"""
+
+
+def open_in_child(path: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-c", OPEN_IN_CHILD, str(path)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def test_second_process_is_locked_until_close(db_path: Path) -> None:
+    store = ReasoningStore.open(db_path, clock=ManualClock())
+    try:
+        child = open_in_child(db_path)
+        assert child.returncode == 3, child.stderr
+        assert_locked_message(child.stdout, db_path)
+    finally:
+        store.close()
+    child = open_in_child(db_path)
+    assert (child.returncode, child.stdout.strip()) == (0, "opened"), child.stderr
+
+
+def test_reopen_after_close_keeps_data(db_path: Path, clock: ManualClock) -> None:
+    store = ReasoningStore.open(db_path, clock=clock)
+    sid = scope_id(store)
+    store.close()
+    store.close()  # idempotent
+    with pytest.raises(StoreError, match="closed"):
+        store.find_scope(h("a"))
+    with ReasoningStore.open(db_path, clock=clock) as again:
+        assert again.find_scope(h("a")) == again.scope_for(h("a"), TARGET)
+        assert again.scope_for(h("a"), TARGET).id == sid
+
+
+# --- schema versions and foreign files ----------------------------------------------------
+
+
+def test_fresh_file_gets_current_schema(store: ReasoningStore) -> None:
+    conn = conn_of(store)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 1
+    assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+
+
+def test_empty_existing_file_is_initialized(db_path: Path) -> None:
+    db_path.parent.mkdir()
+    db_path.touch()
+    with ReasoningStore.open(db_path, clock=ManualClock()) as store:
+        assert store.integrity_check() == ["ok"]
+        assert len(store.secret) == 32
+
+
+def _future_version(conn: sqlite3.Connection) -> None:
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+
+
+def _other_application(conn: sqlite3.Connection) -> None:
+    conn.execute("PRAGMA application_id = 1234")
+
+
+def _tables_without_version(conn: sqlite3.Connection) -> None:
+    conn.execute("PRAGMA user_version = 0")
+    conn.execute("PRAGMA application_id = 0")
+
+
+@pytest.mark.parametrize(
+    ("tamper", "message"),
+    [
+        (_future_version, "newer relay"),
+        (_other_application, "another application"),
+        (_tables_without_version, "no reasoning-cache schema version"),
+    ],
+)
+def test_unusable_sqlite_files_are_refused(
+    db_path: Path, tamper: Callable[[sqlite3.Connection], None], message: str
+) -> None:
+    ReasoningStore.open(db_path, clock=ManualClock()).close()
+    with sqlite3.connect(db_path) as raw:
+        tamper(raw)
+    raw.close()
+    with pytest.raises(StoreCorrupt, match=message) as info:
+        ReasoningStore.open(db_path, clock=ManualClock())
+    assert str(db_path) in str(info.value)
+    assert "REASONING_CACHE_PATH" in str(info.value)
+    # Refusal changed nothing and released the file.
+    with sqlite3.connect(db_path) as raw:
+        assert raw.execute("SELECT count(*) FROM meta WHERE key = 'secret'").fetchone() == (1,)
+    raw.close()
+
+
+def test_non_sqlite_file_is_refused_untouched(db_path: Path) -> None:
+    db_path.parent.mkdir()
+    content = b"this is a notes file, not a database\n" * 200
+    db_path.write_bytes(content)
+    with pytest.raises(StoreCorrupt) as info:
+        ReasoningStore.open(db_path, clock=ManualClock())
+    assert "not a SQLite database" in str(info.value)
+    assert str(db_path) in str(info.value)
+    assert info.value.sqlite_error == "SQLITE_NOTADB"
+    assert db_path.read_bytes() == content
+
+
+# --- transactions ----------------------------------------------------------------------
+
+
+def test_transactions_do_not_nest(store: ReasoningStore) -> None:
+    with store.transaction(), pytest.raises(RuntimeError, match="nest"), store.transaction():
+        pass
+    with store.transaction():  # still usable
+        store.add_marker(scope_id(store), MarkerKind.START_POISON, h(1), 1, 1.0)
+
+
+WRITES: list[tuple[str, Callable[[ReasoningStore], object]]] = [
+    ("add_observation", lambda s: s.add_observation(
+        scope_id=1, generation=1, position=1, start_digest=h(0), end_digest=h(1),
+        envelope_fingerprint=h(2), payload_fingerprint=h(3), output_hash=h(4), prior_plan=(),
+        intent_id=None, snapshot=None, replayable=True, now=1.0)),
+    ("put_payload", lambda s: s.put_payload(1, "[]", 1.0)),
+    ("add_marker", lambda s: s.add_marker(1, MarkerKind.END_CONFLICT, h(1), 1, 1.0)),
+    ("add_dependencies", lambda s: s.add_dependencies(1, [1])),
+    ("touch_payloads", lambda s: s.touch_payloads([1], 1.0)),
+    ("create_intent", lambda s: s.create_intent(
+        "i", scope_id=1, position=1, start_digest=h(0), prior_plan=(), now=1.0,
+        deadline_at=None)),
+    ("pin", lambda s: s.pin("i", [1])),
+    ("set_intent_phase", lambda s: s.set_intent_phase("i", IntentPhase.DELIVERY)),
+    ("set_intent_deadline", lambda s: s.set_intent_deadline("i", 5.0)),
+    ("delete_intent", lambda s: s.delete_intent("i")),
+    ("advance_generations", lambda s: s.advance_generations()),
+    ("set_meta", lambda s: s.set_meta("coverage-gap", 1)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("write", [w for _, w in WRITES], ids=[n for n, _ in WRITES])
+def test_writes_need_a_transaction(
+    store: ReasoningStore, write: Callable[[ReasoningStore], object]
+) -> None:
+    scope_id(store)
+    with pytest.raises(RuntimeError, match=r"inside ReasoningStore\.transaction"):
+        write(store)
+
+
+def test_exception_rolls_back_every_row(store: ReasoningStore, clock: ManualClock) -> None:
+    sid = scope_id(store)
+    before = store.stats()
+    with pytest.raises(ZeroDivisionError), store.transaction():
+        obs = store.add_observation(
+            scope_id=sid, generation=1, position=1, start_digest=h(0), end_digest=h(1),
+            envelope_fingerprint=h(2), payload_fingerprint=h(3), output_hash=h(4),
+            prior_plan=(), intent_id="i", snapshot="snap-1", replayable=True, now=1.0,
+        )  # fmt: skip
+        store.put_payload(obs.id, "[]", 1.0)
+        store.add_marker(sid, MarkerKind.START_POISON, h(0), 1, 1.0)
+        simple_intent(store, sid)
+        store.pin("i", [obs.id])
+        store.advance_generations()
+        _ = 1 / 0
+    assert store.stats() == before
+    assert store.latest_snapshot(sid) is None
+    assert store.find_scope(h("a")) == store.scope_for(h("a"), TARGET)
+    assert store.scope_for(h("a"), TARGET).generation == 1
+
+
+def test_reads_work_inside_and_outside_transactions(store: ReasoningStore) -> None:
+    sid = scope_id(store)
+    obs = observe(store, sid, end=h(1))
+    assert store.observations_at(sid, h(1)) == [obs]
+    with store.transaction():
+        assert store.observations_at(sid, h(1)) == [obs]
+        assert store.stats()["observations"] == 1
+
+
+# --- scopes ------------------------------------------------------------------------------
+
+
+def test_scope_for_creates_once(store: ReasoningStore, clock: ManualClock) -> None:
+    assert store.find_scope(h("a")) is None
+    created = store.scope_for(h("a"), TARGET)  # opens its own transaction
+    assert (created.digest, created.generation, created.model) == (h("a"), 1, "gpt-5")
+    assert created.credential == TARGET.credential
+    assert created.caller is None
+    clock.advance(10)
+    assert store.scope_for(h("a"), TARGET) == created
+    with store.transaction():
+        other = store.scope_for(h("b"), ScopeTargeting("d" * 64, "gpt-5", "u" * 64))
+    assert other.id != created.id
+    assert other.caller == "u" * 64
+    created_at = conn_of(store).execute("SELECT created_at FROM scopes ORDER BY id").fetchall()
+    assert created_at == [(clock.wall() - 10,), (clock.wall(),)]
+
+
+def test_scopes_targeted_for_fencing(store: ReasoningStore) -> None:
+    a = store.scope_for(h(1), ScopeTargeting("c" * 64, "gpt-5", "u" * 64)).id
+    b = store.scope_for(h(2), ScopeTargeting("c" * 64, "gpt-5", None)).id
+    store.scope_for(h(3), ScopeTargeting("c" * 64, "gpt-4", "u" * 64))
+    store.scope_for(h(4), ScopeTargeting("d" * 64, "gpt-5", "u" * 64))
+    assert store.scopes_targeted(credential="c" * 64, model="gpt-5", caller="u" * 64) == [a]
+    assert store.scopes_targeted(credential="c" * 64, model="gpt-5", caller=None) == [a, b]
+
+
+@pytest.mark.parametrize(
+    ("selected", "expected"),
+    [(None, {1: 2, 2: 2, 3: 2}), ([1, 3, 3], {1: 2, 2: 1, 3: 2}), ([], {1: 1, 2: 1, 3: 1})],
+)
+def test_advance_generations(
+    store: ReasoningStore, selected: list[int] | None, expected: dict[int, int]
+) -> None:
+    ids = [scope_id(store, h(n)) for n in (1, 2, 3)]
+    assert ids == [1, 2, 3]
+    with store.transaction():
+        changed = store.advance_generations(selected)
+    assert changed == sum(g - 1 for g in expected.values())
+    assert {n: store.scope_for(h(n), TARGET).generation for n in ids} == expected
+
+
+def test_advance_many_generations_in_chunks(store: ReasoningStore) -> None:
+    with store.transaction():
+        ids = [store.scope_for(h(n), TARGET).id for n in range(1, 1202)]
+        assert store.advance_generations(ids) == 1201
+
+
+# --- observations ------------------------------------------------------------------------
+
+
+def test_observations_at_all_generations_newest_first(store: ReasoningStore) -> None:
+    sid, other = scope_id(store), scope_id(store, h("b"))
+    first = observe(store, sid, end=h(1), payload=h("d"), generation=1)
+    second = observe(store, sid, end=h(1), payload=h("b"), generation=2)
+    observe(store, sid, end=h(2))
+    observe(store, other, end=h(1))
+    assert store.observations_at(sid, h(1)) == [second, first]
+    assert store.observations_at(sid, h(9)) == []
+    assert store.observation(first.id) == first
+    assert store.observation(999) is None
+
+
+def test_observation_round_trips_every_field(store: ReasoningStore) -> None:
+    sid = scope_id(store)
+    plan = (BlockRef(h(1), h(2)), BlockRef(h(3), h(4)))
+    obs = observe(
+        store, sid, end=h(5), start=h(3), position=4, plan=plan, intent_id="intent-1",
+        snapshot="gpt-5-2026-01-01", replayable=False, now=123.5,
+    )  # fmt: skip
+    (read,) = store.observations_at(sid, h(5))
+    assert read == obs
+    assert read.prior_plan == plan
+    assert (read.position, read.intent_id, read.replayable) == (4, "intent-1", False)
+
+
+def test_observation_by_ref_is_the_newest_match(store: ReasoningStore) -> None:
+    sid = scope_id(store)
+    observe(store, sid, end=h(1), payload=h("d"))
+    newest = observe(store, sid, end=h(1), payload=h("d"), generation=2)
+    observe(store, sid, end=h(1), payload=h("b"))
+    assert store.observation_by_ref(sid, BlockRef(h(1), h("d"))) == newest
+    assert store.observation_by_ref(sid, BlockRef(h(1), h("c"))) is None
+    assert store.observation_by_ref(scope_id(store, h("b")), BlockRef(h(1), h("d"))) is None
+
+
+def test_observations_starting_at(store: ReasoningStore) -> None:
+    sid = scope_id(store)
+    a = observe(store, sid, start=h(7), end=h(1))
+    b = observe(store, sid, start=h(7), end=h(2))
+    observe(store, sid, start=h(8), end=h(3))
+    assert store.observations_starting_at(sid, h(7)) == [b, a]
+
+
+def test_snapshots(store: ReasoningStore) -> None:
+    sid = scope_id(store)
+    assert store.latest_snapshot(sid) is None
+    assert store.snapshot_last_seen(sid, "snap-a") is None
+    observe(store, sid, end=h(1), snapshot="snap-a", now=10.0)
+    observe(store, sid, end=h(2), snapshot="snap-a", now=30.0)
+    observe(store, sid, end=h(3), snapshot="snap-b", now=20.0)
+    observe(store, sid, end=h(4), snapshot=None, now=40.0)  # no snapshot: latest unchanged
+    assert store.latest_snapshot(sid) == "snap-b"
+    assert store.snapshot_last_seen(sid, "snap-a") == 30.0
+    assert store.snapshot_last_seen(sid, "snap-b") == 20.0
+    assert store.snapshot_last_seen(scope_id(store, h("b")), "snap-a") is None
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        [BlockRef("A" * 64, h(1))],  # uppercase hex
+        [BlockRef(h(1), "ab")],  # short
+        [BlockRef(h(1), h(2))] * (MAX_STORED_PLAN + 1),
+    ],
+)
+def test_add_observation_refuses_plans_that_would_not_read_back(
+    store: ReasoningStore, plan: list[BlockRef]
+) -> None:
+    sid = scope_id(store)
+    with pytest.raises(ValueError, match="plan"):
+        observe(store, sid, end=h(1), plan=plan)
+    assert store.stats()["observations"] == 0
+
+
+def test_dependencies_are_idempotent(store: ReasoningStore) -> None:
+    sid = scope_id(store)
+    a, b, c = (observe(store, sid, end=h(n)) for n in (1, 2, 3))
+    with store.transaction():
+        store.add_dependencies(c.id, [a.id, b.id])
+        store.add_dependencies(c.id, [b.id])
+    rows = conn_of(store).execute(
+        "SELECT observation_id, intent_id, ancestor_id FROM dependencies ORDER BY ancestor_id"
+    )
+    assert rows.fetchall() == [(c.id, None, a.id), (c.id, None, b.id)]
+    with pytest.raises(StoreError), store.transaction():
+        store.add_dependencies(c.id, [999])  # foreign key: no such ancestor
+    assert store.stats()["dependencies"] == 2
+
+
+def test_dependency_needs_exactly_one_holder(store: ReasoningStore) -> None:
+    sid = scope_id(store)
+    obs = observe(store, sid, end=h(1))
+    with store.transaction():
+        simple_intent(store, sid)
+    conn = conn_of(store)
+    for holders in [(None, None), (obs.id, "i")]:
+        with pytest.raises(sqlite3.IntegrityError):
+            conn.execute(
+                "INSERT INTO dependencies (observation_id, intent_id, ancestor_id) "
+                "VALUES (?, ?, ?)",
+                (*holders, obs.id),
+            )
+
+
+# --- malformed stored plans ----------------------------------------------------------
+
+
+GOOD_PLAN = f'[["{h(1)}","{h(2)}"]]'
+
+
+@pytest.mark.parametrize(
+    ("text", "count"),
+    [
+        ("not json", 1),
+        (GOOD_PLAN, 2),  # count disagrees with the list
+        (GOOD_PLAN, 0),  # longer than a 0-descriptor plan can be: never parsed
+        (f'[["{h(1)}","{h(2)}"]' + " " * 200 + "]", 1),  # over the length bound
+        ('[["nothex","nothex"]]', 1),
+        ('[["a","b","c"]]', 1),
+        ("[" * 60 + "]" * 60, 1),
+        ('{"a": 1}', 1),
+        ("[]", MAX_STORED_PLAN + 1),
+    ],
+)
+def test_malformed_stored_plan_never_replays(store: ReasoningStore, text: str, count: int) -> None:
+    sid = scope_id(store)
+    obs = observe(store, sid, end=h(1), plan=[BlockRef(h(1), h(2))], replayable=True)
+    conn_of(store).execute(
+        "UPDATE observations SET prior_plan = ?, prior_plan_count = ? WHERE id = ?",
+        (text, count, obs.id),
+    )
+    for read in (
+        store.observations_at(sid, h(1))[0],
+        store.observation_by_ref(sid, obs.ref),
+        store.observation(obs.id),
+    ):
+        assert read is not None
+        assert (read.replayable, read.prior_plan) == (False, ())
+    assert store.malformed_plans_seen == 3
+
+
+def test_malformed_intent_plan_reads_as_empty(store: ReasoningStore) -> None:
+    sid = scope_id(store)
+    with store.transaction():
+        store.create_intent(
+            "i", scope_id=sid, position=1, start_digest=h(0),
+            prior_plan=[BlockRef(h(1), h(2))], now=1.0, deadline_at=None,
+        )  # fmt: skip
+    conn_of(store).execute("UPDATE intents SET prior_plan = 'nope'")
+    (intent,) = store.unresolved_intents()
+    assert intent.prior_plan == ()
+    assert store.malformed_plans_seen == 1
+
+
+# --- payloads ------------------------------------------------------------------------
+
+
+def test_payload_round_trip(store: ReasoningStore) -> None:
+    sid = scope_id(store)
+    obs = observe(store, sid, end=h(1))
+    assert store.load_payload(obs.id, max_bytes=100) is None
+    text = '[{"type":"reasoning","encrypted_content":"é"}]'
+    with store.transaction():
+        store.put_payload(obs.id, text, 50.0)
+    loaded = store.load_payload(obs.id, max_bytes=100)
+    assert loaded is not None
+    assert (loaded.observation_id, loaded.output_json, loaded.touched_at) == (obs.id, text, 50.0)
+    assert loaded.size == len(text.encode()) == len(text) + 1
+    assert store.stats()["payload_bytes"] == loaded.size
+
+
+@pytest.mark.parametrize(("max_bytes", "refused"), [(9, True), (10, False), (11, False)])
+def test_load_payload_limit(store: ReasoningStore, max_bytes: int, refused: bool) -> None:
+    sid = scope_id(store)
+    obs = observe(store, sid, end=h(1))
+    with store.transaction():
+        store.put_payload(obs.id, "x" * 10, 1.0)
+    if refused:
+        with pytest.raises(StoredSizeExceeded, match=f"is 10 bytes, over the {max_bytes} byte"):
+            store.load_payload(obs.id, max_bytes=max_bytes)
+    else:
+        assert store.load_payload(obs.id, max_bytes=max_bytes) is not None
+
+
+def test_oversize_payload_is_refused_before_its_text_is_read(store: ReasoningStore) -> None:
+    sid = scope_id(store)
+    obs = observe(store, sid, end=h(1))
+    with store.transaction():
+        store.put_payload(obs.id, "x", 1.0)
+    # Text that cannot be decoded: reading it at all would raise.
+    conn_of(store).execute("UPDATE payloads SET size = 5000, output_json = CAST(x'ff' AS TEXT)")
+    with pytest.raises(StoredSizeExceeded, match="is 5000 bytes"):
+        store.load_payload(obs.id, max_bytes=4999)
+    with pytest.raises(StoreError) as info:  # proof that this row's text is unreadable
+        store.load_payload(obs.id, max_bytes=5000)
+    assert info.value.__suppress_context__
+
+
+def test_understated_size_column_is_measured(store: ReasoningStore) -> None:
+    sid = scope_id(store)
+    obs = observe(store, sid, end=h(1))
+    with store.transaction():
+        store.put_payload(obs.id, "x" * 100, 1.0)
+    conn_of(store).execute("UPDATE payloads SET size = 1")
+    with pytest.raises(StoredSizeExceeded, match="is 100 bytes"):
+        store.load_payload(obs.id, max_bytes=50)
+
+
+def test_touch_is_max_of_existing_and_now(store: ReasoningStore, clock: ManualClock) -> None:
+    sid = scope_id(store)
+    a, b = observe(store, sid, end=h(1)), observe(store, sid, end=h(2))
+    with store.transaction():
+        store.put_payload(a.id, "[]", clock.wall())
+        store.put_payload(b.id, "[]", clock.wall())
+    start = clock.wall()
+
+    def touched(obs: Observation) -> float:
+        loaded = store.load_payload(obs.id, max_bytes=10)
+        assert loaded is not None
+        return loaded.touched_at
+
+    clock.jump_wall(-3600)  # the wall clock steps backwards
+    with store.transaction():
+        store.touch_payloads([a.id], clock.wall())
+    assert touched(a) == start
+    clock.jump_wall(7200)
+    with store.transaction():
+        store.touch_payloads([a.id, a.id, 999], clock.wall())
+    assert (touched(a), touched(b)) == (start + 3600, start)
+
+
+def test_touch_many_payloads_in_chunks(store: ReasoningStore) -> None:
+    sid = scope_id(store)
+    obs = observe(store, sid, end=h(1))
+    with store.transaction():
+        store.put_payload(obs.id, "[]", 1.0)
+        store.touch_payloads([*range(10_000, 11_200), obs.id], 2.0)
+    loaded = store.load_payload(obs.id, max_bytes=10)
+    assert loaded is not None
+    assert loaded.touched_at == 2.0
+
+
+# --- markers -------------------------------------------------------------------------
+
+
+def test_markers_are_idempotent_and_kind_scoped(store: ReasoningStore) -> None:
+    sid, other = scope_id(store), scope_id(store, h("b"))
+    with store.transaction():
+        assert store.add_marker(sid, MarkerKind.START_POISON, h(1), 1, 1.0)
+        assert not store.add_marker(sid, MarkerKind.START_POISON, h(1), 1, 2.0)
+        assert store.add_marker(sid, MarkerKind.END_CONFLICT, h(2), 1, 1.0)
+        assert store.add_marker(other, MarkerKind.START_POISON, h(3), 1, 1.0)
+    assert store.stats()["markers"] == 3
+    assert store.poisoned_starts(sid, [h(1), h(2), h(3), h(1)]) == {h(1)}
+    assert store.conflicted_ends(sid, [h(1), h(2), h(3)]) == {h(2)}
+    assert store.poisoned_starts(other, [h(1), h(3)]) == {h(3)}
+    assert store.poisoned_starts(sid, []) == set()
+
+
+def test_marker_queries_are_batched(store: ReasoningStore) -> None:
+    sid = scope_id(store)
+    marked = {h(n) for n in range(0, 1300, 7)}
+    with store.transaction():
+        for digest in marked:
+            store.add_marker(sid, MarkerKind.END_CONFLICT, digest, 3, 1.0)
+    assert store.conflicted_ends(sid, (h(n) for n in range(1300))) == marked
+
+
+def test_markers_survive_generation_changes(store: ReasoningStore) -> None:
+    sid = scope_id(store)
+    with store.transaction():
+        store.add_marker(sid, MarkerKind.START_POISON, h(1), 1, 1.0)
+        store.advance_generations()
+    assert store.poisoned_starts(sid, [h(1)]) == {h(1)}
+
+
+# --- intents -------------------------------------------------------------------------
+
+
+def test_intent_lifecycle(store: ReasoningStore) -> None:
+    sid = scope_id(store)
+    ancestor = observe(store, sid, end=h(1))
+    plan = (ancestor.ref,)
+    with store.transaction():
+        store.create_intent(
+            "intent-1", scope_id=sid, position=3, start_digest=h(2), prior_plan=plan,
+            now=10.0, deadline_at=910.0,
+        )  # fmt: skip
+        store.create_intent(
+            "intent-2", scope_id=sid, position=3, start_digest=h(2), prior_plan=(),
+            now=11.0, deadline_at=None,
+        )  # fmt: skip
+        store.pin("intent-1", [ancestor.id, ancestor.id])
+    assert store.unresolved_intents_at(sid, h(2)) == {"intent-1", "intent-2"}
+    assert store.unresolved_intents_at(sid, h(9)) == set()
+    assert store.unresolved_intents() == [
+        IntentRow("intent-1", sid, IntentPhase.DISPATCH, 3, h(2), plan, 10.0, 910.0),
+        IntentRow("intent-2", sid, IntentPhase.DISPATCH, 3, h(2), (), 11.0, None),
+    ]
+    assert store.stats()["dependencies"] == 1
+
+    with store.transaction():
+        assert store.set_intent_phase("intent-1", IntentPhase.DELIVERY)
+        assert store.set_intent_deadline("intent-1", 940.0)
+        assert not store.set_intent_phase("missing", IntentPhase.DELIVERY)
+        produced = store.add_observation(
+            scope_id=sid, generation=1, position=3, start_digest=h(2), end_digest=h(3),
+            envelope_fingerprint=h(4), payload_fingerprint=h(5), output_hash=h(6),
+            prior_plan=plan, intent_id="intent-1", snapshot=None, replayable=True, now=12.0,
+        )  # fmt: skip
+    first = store.unresolved_intents()[0]
+    assert (first.phase, first.deadline_at) == (IntentPhase.DELIVERY, 940.0)
+
+    with store.transaction():
+        assert store.delete_intent("intent-1")
+        assert not store.delete_intent("intent-1")
+    assert store.stats()["dependencies"] == 0  # its pins went with it
+    assert store.unresolved_intents_at(sid, h(2)) == {"intent-2"}
+    kept = store.observation(produced.id)
+    assert kept is not None
+    assert kept.intent_id == "intent-1"  # not a foreign key: outlives the intent
+
+
+def test_intent_phase_is_checked(store: ReasoningStore) -> None:
+    sid = scope_id(store)
+    with store.transaction():
+        simple_intent(store, sid)
+    with store.transaction():
+        assert store.set_intent_phase("i", "delivery")  # the plain value works too
+    assert store.unresolved_intents()[0].phase is IntentPhase.DELIVERY
+    with pytest.raises(ValueError, match="finished"), store.transaction():
+        store.set_intent_phase("i", "finished")  # type: ignore[arg-type]
+    assert store.unresolved_intents()[0].phase is IntentPhase.DELIVERY
+
+
+# --- meta and diagnostics ------------------------------------------------------------
+
+
+def test_meta_values(store: ReasoningStore) -> None:
+    assert store.meta("coverage-gap") is None
+    with store.transaction():
+        store.set_meta("coverage-gap", 1)
+    assert store.meta("coverage-gap") == 1
+    with store.transaction():
+        store.set_meta("coverage-gap", None)
+    assert store.meta("coverage-gap") is None
+    with pytest.raises(ValueError, match="secret"), store.transaction():
+        store.set_meta("secret", "x")
+    assert store.meta("secret") == store.secret
+
+
+def test_stats_and_integrity(store: ReasoningStore) -> None:
+    assert store.stats() == {
+        "scopes": 0, "observations": 0, "payloads": 0, "markers": 0, "dependencies": 0,
+        "intents": 0, "payload_bytes": 0,
+    }  # fmt: skip
+    sid = scope_id(store)
+    obs = observe(store, sid, end=h(1))
+    with store.transaction():
+        store.put_payload(obs.id, "[1]", 1.0)
+    assert store.stats() == {
+        "scopes": 1, "observations": 1, "payloads": 1, "markers": 0, "dependencies": 0,
+        "intents": 0, "payload_bytes": 3,
+    }  # fmt: skip
+    assert store.integrity_check() == ["ok"]
+
+
+# --- faults and error messages -------------------------------------------------------
+
+
+def test_full_database_is_store_full_and_recoverable(store: ReasoningStore) -> None:
+    sid = scope_id(store)
+    kept = observe(store, sid, end=h(1))
+    conn = conn_of(store)
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    conn.execute(f"PRAGMA max_page_count = {pages}")
+    before = store.stats()
+    with pytest.raises(StoreFull) as info, store.transaction():
+        obs = store.add_observation(
+            scope_id=sid, generation=1, position=1, start_digest=h(0), end_digest=h(2),
+            envelope_fingerprint=h(2), payload_fingerprint=h(3), output_hash=h(4),
+            prior_plan=(), intent_id=None, snapshot=None, replayable=True, now=1.0,
+        )  # fmt: skip
+        store.put_payload(obs.id, MARKER * 20_000, 1.0)
+    message = str(info.value)
+    assert MARKER not in message
+    assert "SQLITE_FULL" in message
+    assert str(store.path) in message
+    assert info.value.__suppress_context__
+    assert info.value.status == 503
+
+    assert store.stats() == before  # nothing partial
+    assert store.observations_at(sid, h(2)) == []
+    assert store.observations_at(sid, h(1)) == [kept]
+    assert store.integrity_check() == ["ok"]
+    with store.transaction():  # small safety writes can still fit
+        store.add_marker(sid, MarkerKind.START_POISON, h(0), 1, 2.0)
+
+    conn.execute("PRAGMA max_page_count = 1073741823")
+    with store.transaction():
+        store.put_payload(kept.id, MARKER * 20_000, 3.0)
+    assert store.integrity_check() == ["ok"]
+
+
+def test_constraint_errors_do_not_leak_values(store: ReasoningStore) -> None:
+    sid = scope_id(store)
+    obs = observe(store, sid, end=h(1))
+    with store.transaction():
+        store.put_payload(obs.id, MARKER, 1.0)
+    with pytest.raises(StoreError) as info, store.transaction():
+        store.put_payload(obs.id, MARKER + "-again", 2.0)  # one payload per observation
+    assert type(info.value) is StoreError
+    assert MARKER not in str(info.value)
+    assert info.value.sqlite_error is not None
+    assert info.value.sqlite_error.startswith("SQLITE_CONSTRAINT")
+    loaded = store.load_payload(obs.id, max_bytes=100)
+    assert loaded is not None
+    assert loaded.output_json == MARKER
+
+
+def test_unreadable_text_error_does_not_leak_it(store: ReasoningStore) -> None:
+    sid = scope_id(store)
+    obs = observe(store, sid, end=h(1))
+    with store.transaction():
+        store.put_payload(obs.id, "x", 1.0)
+    conn_of(store).execute("UPDATE payloads SET output_json = CAST(? || x'ff' AS TEXT)", (MARKER,))
+    with pytest.raises(StoreError) as info:
+        store.load_payload(obs.id, max_bytes=1000)
+    rendered = repr(info.value) + str(info.value)
+    assert MARKER not in rendered
+    assert info.value.__cause__ is None
+    assert info.value.__suppress_context__
+
+
+def test_errors_are_cache_unavailable() -> None:
+    from relay.errors import StoreIOError
+
+    for cls in (StoreError, StoreLocked, StoreCorrupt, StoreFull, StoreIOError):
+        err: Any = cls("x")
+        assert isinstance(err, CacheUnavailable)
+        assert err.status == 503
+        assert err.envelope()["error"]["code"] == "cache_unavailable"
