@@ -211,7 +211,9 @@ class OutputCapture:
 
     def _authoritative(self) -> Reason | tuple[list[dict[str, Any]], str]:
         """The completed output and its JSON, or why it is not known exactly."""
-        if self.exhausted or self.malformed or not self._completed:
+        if self.exhausted:
+            return Reason.CAPTURE_EXHAUSTED
+        if self.malformed or not self._completed:
             return Reason.INCOMPLETE_RESPONSE
         if self._output is None or self._output_json is None:
             return Reason.INCOMPLETE_RESPONSE
@@ -306,7 +308,7 @@ def finish_capture(capture: OutputCapture, sent: ClientProjection) -> CaptureRes
         return poison(original)
     output, output_json = original
     if sent.exhausted:
-        return poison(Reason.INCOMPLETE_RESPONSE)
+        return poison(Reason.CAPTURE_EXHAUSTED)
     if not _projects_to(output, sent):
         return poison(Reason.PROJECTION_MISMATCH)
     envelope = predict_envelope(sent.text, sent.tool_calls, sent.refusal) if sent.known else None

@@ -15,9 +15,7 @@ class Reason(StrEnum):
     PAYLOAD_DIGEST_MISMATCH = "payload_digest_mismatch"  # stored bytes differ from their hash
     PAYLOAD_MISSING = "payload_missing"  # record says replayable, payload row is gone
     PAYLOAD_MALFORMED = "payload_malformed"  # stored JSON is not a valid output block
-    CALL_PAIRING_BROKEN = (
-        "call_pairing_broken"  # block calls ≠ visible calls, or a call lacks its result
-    )
+    CALL_PAIRING_BROKEN = "call_pairing_broken"  # calls ≠ visible ones, or unanswered
     ANCESTOR_MISSING = "ancestor_missing"  # a recorded ancestor is not in this history or store
     ANCESTOR_REORDERED = "ancestor_reordered"  # ancestors out of position order, or plan mismatch
     DUPLICATE_ITEM = "duplicate_item"  # one item id would be sent twice
@@ -45,5 +43,5 @@ class Reason(StrEnum):
     UNSUPPORTED_OUTPUT = "unsupported_output"  # output item types the relay cannot replay
     NO_REASONING = "no_reasoning"  # completed without encrypted reasoning: observed only
     EMPTY_ENVELOPE = "empty_envelope"  # nothing visible to match later: observed only
-    REFUSAL = "refusal"  # refusals are observed only
-    PAYLOAD_TOO_LARGE = "payload_too_large"  # over the per-entry allowance: observed only
+    REFUSAL = "refusal"  # how a client echoes a refusal is unknown: poisons
+    CAPTURE_EXHAUSTED = "capture_exhausted"  # output over the entry allowance: poisons

@@ -57,6 +57,12 @@ class Stack:
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 
+    def restart_relay(self) -> None:
+        """Stop the relay and start a new one with the same config, data and upstream."""
+        self.loop.run(self.relay.stop())
+        self.relay = RelayServer(self.config)
+        self.loop.run(self.relay.start())
+
     def script(self, *scripts: Mapping[str, Any]) -> None:
         self.fake.enqueue(*scripts)
 
@@ -89,10 +95,11 @@ def running_stack(data_dir: Path, env: Mapping[str, str] | None = None) -> Itera
         config = load_config({**base, **(env or {})})
         relay = RelayServer(config)
         loop.run(relay.start())
+        stack = Stack(loop, fake, relay, config)
         try:
-            yield Stack(loop, fake, relay, config)
+            yield stack
         finally:
-            loop.run(relay.stop())
+            loop.run(stack.relay.stop())
     finally:
         loop.run(fake.stop())
         loop.close()

@@ -562,13 +562,13 @@ def test_capture_exhaustion_poisons() -> None:
     events = with_events(stream(*BASE), 5, *[repeat] * 20)
     relayed = relay(events, max_bytes=1000)
     assert relayed.capture.exhausted and relayed.capture.finished
-    check_poison(finish_capture(relayed.capture, relayed.streamed), Reason.INCOMPLETE_RESPONSE)
+    check_poison(finish_capture(relayed.capture, relayed.streamed), Reason.CAPTURE_EXHAUSTED)
     assert finish_capture(*_sides(events)).kind == "admit"
     # Only the completed output is over it (ciphertext filled only on completed).
     events = stream(reasoning(big), message("Hello"), done={0: reasoning(None)})
     relayed = relay(events, max_bytes=1000)
     assert relayed.capture.exhausted
-    check_poison(finish_capture(relayed.capture, relayed.streamed), Reason.INCOMPLETE_RESPONSE)
+    check_poison(finish_capture(relayed.capture, relayed.streamed), Reason.CAPTURE_EXHAUSTED)
     # The boundary: exactly the payload's size fits.
     output = final_response(events)["output"]
     size = len(json.dumps(output, ensure_ascii=False, separators=(",", ":")).encode())
@@ -584,7 +584,7 @@ def test_projection_exhaustion_poisons() -> None:
         sent.feed_chunk(item)
     assert sent.exhausted and not relayed.capture.exhausted
     assert sent.text == ""  # dropped, not kept growing
-    check_poison(finish_capture(relayed.capture, sent), Reason.INCOMPLETE_RESPONSE)
+    check_poison(finish_capture(relayed.capture, sent), Reason.CAPTURE_EXHAUSTED)
 
 
 def test_finish_is_repeatable() -> None:
