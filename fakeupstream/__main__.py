@@ -14,6 +14,7 @@ import signal
 import sys
 
 from fakeupstream.server import FakeUpstream, log, origin
+from fakeupstream.strict_chat import RULES, Strictness
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -37,6 +38,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--quiet", action="store_true", help="no request log on stderr")
     parser.add_argument(
+        "--strict",
+        default="tool_turns",
+        choices=RULES,
+        help="reasoning_content rule of POST /v1/chat/completions (default tool_turns)",
+    )
+    parser.add_argument(
+        "--strict-prefix",
+        action="store_true",
+        help="put 'Param Incorrect: ' before the strict rule's error text",
+    )
+    parser.add_argument(
         "--secret-hex", help="HMAC key for encrypted_content, hex (default: random per process)"
     )
     return parser.parse_args(argv)
@@ -50,6 +62,7 @@ async def serve(args: argparse.Namespace) -> None:
         secret=secret,
         record_path=args.record_file,
         max_records=args.max_records,
+        strict=Strictness(args.strict, args.strict_prefix),
     )
     port = await fake.start(args.host, args.port)
     print(f"fakeupstream listening on {origin(args.host, port)}", flush=True)

@@ -1,12 +1,14 @@
-"""The script format: what the fake does for one ``POST /v1/responses`` call.
+"""The script format: what the fake does for one ``POST /v1/responses`` (or
+``POST /v1/chat/completions``) call.
 
 Scripts are queued (``FakeUpstream.enqueue`` or ``POST /__fake/scripts``) and consumed one
-per authenticated ``POST /v1/responses``, in order; with the queue empty the *default reply*
-applies. A script is a JSON object; every key is optional and unknown keys are an error::
+per authenticated ``POST /v1/responses`` or ``POST /v1/chat/completions`` -- one queue for
+both, in order; with the queue empty the *default reply* applies. A script is a JSON
+object; every key is optional and unknown keys are an error::
 
     {
       "output": [                                   # what the model "generates", in order
-        {"type": "reasoning", "summary": ["**Plan**", "..."]},
+        {"type": "reasoning", "summary": ["**Plan**", "..."]},   # "text": Chat's reasoning
         {"type": "message", "text": "Let me look.", "phase": "commentary"},
         {"type": "function_call", "name": "read", "arguments": "{}", "call_id": "call_x"},
         {"type": "refusal", "text": "I can't help with that."}
@@ -25,6 +27,8 @@ applies. A script is a JSON object; every key is optional and unknown keys are a
                 "output_tokens": 20, "reasoning_tokens": 16, "total_tokens": 30},
       "raw_sse": "event: ...",  # replay these bytes verbatim (or "raw_sse_file": "path")
       "validate": true,         # false: skip OpenAI's input validation for this call
+      "strict": "tool_turns",   # Chat only: the reasoning_content rule for this call, or
+                                # {"rule": ..., "prefix": true}; see fakeupstream.strict_chat
       "toxics": {...}           # network faults, see fakeupstream.toxics.Toxics
     }
 
@@ -38,6 +42,16 @@ validation unless ``validate`` is false.
 With ``stream`` false the same plan comes back as one JSON Response (``status: failed``
 too, with HTTP 200); ``error_event`` becomes a 500 envelope; toxics treat that body as one
 event.
+
+On ``/v1/chat/completions`` (a strict thinking-mode provider, :mod:`fakeupstream.chat_reply`)
+the same output becomes one assistant message: reasoning items give ``reasoning_content``
+(``text``, else the summary), messages ``content``, refusals ``refusal``, function calls
+``tool_calls``; ``status: incomplete`` is ``finish_reason: length`` (``content_filter``
+for that reason); ``status: failed`` and ``error_event`` end with an error envelope (HTTP
+500 as JSON, a ``data: {"error": ...}`` frame mid-stream); ``usage`` keys map onto Chat's
+(``input_tokens`` -> ``prompt_tokens``, ``output_tokens`` -> ``completion_tokens``);
+``strict`` picks the reasoning_content rule; ``validate: false`` skips it; ``ciphertext``
+is ignored. Its default reply is in :mod:`fakeupstream.chat_provider`.
 
 Default reply (empty queue), derived from the request:
 
@@ -60,6 +74,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fakeupstream.ciphertext import ContinuityReport, message_text
+from fakeupstream.strict_chat import Strictness, parse_strictness
 from fakeupstream.toxics import Toxics
 
 
@@ -70,6 +85,7 @@ class ScriptError(ValueError):
 @dataclass(frozen=True)
 class Reasoning:
     summary: tuple[str, ...] = ()
+    text: str | None = None  # Chat's reasoning_content text (the Responses path ignores it)
 
 
 @dataclass(frozen=True)
@@ -135,6 +151,7 @@ class Script:
     raw_sse: bytes | None = None
     validate: bool = True
     toxics: Toxics = field(default_factory=Toxics)
+    strict: Strictness | None = None  # None: the fake's own strictness
 
 
 DEFAULT = Script()
@@ -156,7 +173,7 @@ USAGE_KEYS = (
 SCRIPT_KEYS = (
     "output", "status", "incomplete_reason", "error", "error_event", "http_error",
     "delta_size", "deltas", "ciphertext", "usage", "raw_sse", "raw_sse_file", "validate",
-    "toxics",
+    "toxics", "strict",
 )  # fmt: skip
 
 
@@ -189,6 +206,7 @@ def parse_script(raw: Mapping[str, Any]) -> Script:
         raw_sse=_raw_sse(raw),
         validate=_flag(raw, "validate", True),
         toxics=parse_toxics(raw.get("toxics", {})),
+        strict=_strict(raw["strict"]) if "strict" in raw else None,
     )
 
 
@@ -281,11 +299,12 @@ def _output(raw: Any) -> tuple[OutputSpec, ...]:
             raise ScriptError(f"{where} must be an object with a 'type'")
         kind = item.get("type")
         if kind == "reasoning":
-            _only(item, ("type", "summary"), where)
+            _only(item, ("type", "summary", "text"), where)
             summary = item.get("summary", [])
             if not isinstance(summary, list) or not all(isinstance(s, str) for s in summary):
                 raise ScriptError(f"{where}: 'summary' must be a list of strings")
-            items.append(Reasoning(tuple(summary)))
+            text = _text(item, "text", where, required=False)
+            items.append(Reasoning(tuple(summary), text))
         elif kind == "message":
             _only(item, ("type", "text", "phase"), where)
             phase = _text(item, "phase", where, required=False)
@@ -308,6 +327,13 @@ def _output(raw: Any) -> tuple[OutputSpec, ...]:
                 f"got {kind!r}"
             )
     return tuple(items)
+
+
+def _strict(raw: Any) -> Strictness:
+    try:
+        return parse_strictness(raw)
+    except ValueError as error:
+        raise ScriptError(str(error)) from None
 
 
 def _failure(raw: Any) -> Failure:

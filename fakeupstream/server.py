@@ -5,9 +5,12 @@ behaviour and the default reply), :mod:`events` (the Response and its SSE events
 :mod:`ciphertext` (tokens and the continuity probe) and :mod:`toxics` (how the bytes go
 out). Handlers here only record, call those, and carry out the planned writes.
 
-Routes: ``POST /v1/responses``; test controls under the reserved prefix ``/__fake/``
-(``POST scripts``, ``GET requests[?wait_for=N&timeout=S]``, ``POST reset``, ``GET health``);
-anything else gets OpenAI's ``Invalid URL`` 404.
+Routes: ``POST /v1/responses``; ``POST /v1/chat/completions`` (a strict thinking-mode Chat
+provider, :mod:`chat_provider`); test controls under the reserved prefix ``/__fake/``
+(``POST scripts``, ``GET requests[?wait_for=N&timeout=S]``, ``POST reset``, ``GET health``,
+``GET|POST strict`` -- the Chat strictness, ``{"rule": ..., "prefix": ...}``); anything else
+gets OpenAI's ``Invalid URL`` 404. Both model endpoints share the auth, the script queue,
+the records and the toxics.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from tornado.httputil import HTTPServerRequest
 from tornado.iostream import StreamClosedError
 from tornado.netutil import bind_sockets
 
+from fakeupstream.chat_provider import ChatProvider
 from fakeupstream.ciphertext import Cipher, Follower, History, Ledger, Sealed, probe
 from fakeupstream.events import build, sse_frame
 from fakeupstream.rules import (
@@ -43,7 +47,15 @@ from fakeupstream.rules import (
     parse_body,
     validate,
 )
-from fakeupstream.scripts import Script, ScriptError, default_output, parse_script, parse_scripts
+from fakeupstream.scripts import (
+    HttpError,
+    Script,
+    ScriptError,
+    default_output,
+    parse_script,
+    parse_scripts,
+)
+from fakeupstream.strict_chat import Strictness, parse_strictness
 from fakeupstream.toxics import End, Pause, Send, Toxics, plan
 from relay.clock import Clock, SystemClock
 
@@ -61,7 +73,7 @@ class RecordedRequest:
     headers: dict[str, str]
     received_at: float  # wall clock
     body: Any = None  # parsed JSON; None when it did not parse
-    continuity: dict[str, Any] | None = None  # ContinuityReport.to_json()
+    continuity: dict[str, Any] | None = None  # ContinuityReport / ChatContinuity .to_json()
     status: int | None = None
     stream: bool = False
     events: list[Any] = field(default_factory=list)  # SSE events fully sent, parsed
@@ -94,12 +106,16 @@ class FakeUpstream:
         secret: bytes | None = None,
         record_path: str | None = None,
         max_records: int = 1000,
+        strict: Strictness | Mapping[str, Any] | str | None = None,
     ) -> None:
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.rng = random.Random(seed)
         self.api_keys = frozenset(api_keys) if api_keys is not None else None
         # The HMAC key is the one value not drawn from the seeded generator.
-        self.cipher = Cipher(secret if secret is not None else secrets.token_bytes(32))
+        key = secret if secret is not None else secrets.token_bytes(32)
+        self.cipher = Cipher(key)
+        # Chat: reasoning_content signed under the same key; ``strict`` is the default rule.
+        self.chat = ChatProvider(key, strict)
         self.ledger = Ledger()
         # The newest ``max_records`` requests; ``received`` counts them all. The cap keeps
         # a long-running embedded fake (relay without an API key) from growing forever.
@@ -121,6 +137,8 @@ class FakeUpstream:
         return tornado.web.Application(
             [
                 (r"/v1/responses", ResponsesHandler, args),
+                (r"/v1/chat/completions", ChatCompletionsHandler, args),
+                (r"/__fake/strict", StrictHandler, args),
                 (r"/__fake/scripts", ScriptsHandler, args),
                 (r"/__fake/requests", RequestsHandler, args),
                 (r"/__fake/reset", ResetHandler, args),
@@ -157,7 +175,7 @@ class FakeUpstream:
     # --- scripting and records ---------------------------------------------------
 
     def enqueue(self, *scripts: Mapping[str, Any]) -> None:
-        """Queue behaviours for the next ``POST /v1/responses`` calls (FIFO)."""
+        """Queue behaviours for the next ``/v1/responses`` or ``/v1/chat/completions`` calls."""
         self.enqueue_parsed([parse_script(script) for script in scripts])  # all or nothing
 
     def enqueue_parsed(self, scripts: list[Script]) -> None:
@@ -168,11 +186,15 @@ class FakeUpstream:
         return len(self._queue)
 
     def reset(self) -> None:
-        """Forget queued scripts, recorded requests and minted ids (the secret stays)."""
+        """Forget queued scripts, recorded requests and minted ids (the secret stays).
+
+        The Chat strictness goes back to the constructor's.
+        """
         self._queue.clear()
         self.requests.clear()
         self.received = 0
         self.ledger.clear()
+        self.chat.reset()
         self._notify()
 
     async def wait_for_requests(
@@ -242,11 +264,7 @@ class FakeUpstream:
         }
         report = probe(items, open_token, **context)
         if script.http_error is not None:
-            error = script.http_error
-            failure = ApiError(
-                error.status, error.message, type=error.type, param=error.param, code=error.code
-            )
-            return error_answer(failure, error.headers), report.to_json()
+            return scripted_error(script.http_error), report.to_json()
         if script.validate:
             try:
                 validate(body, open_token=open_token, ledger=self.ledger)
@@ -293,6 +311,23 @@ class FakeUpstream:
             report.to_json(),
         )
 
+    def answer_chat(self, body: dict[str, Any], script: Script) -> tuple[Answer, dict[str, Any]]:
+        """The answer to a parsed Chat request, and its continuity probe (as JSON)."""
+        report = self.chat.probe(body)
+        if script.http_error is not None:
+            return scripted_error(script.http_error), report.to_json()
+        if script.validate:
+            try:
+                self.chat.check(body, script, report)
+            except ApiError as failure:
+                return error_answer(failure), report.to_json()
+        if script.raw_sse is not None:
+            return raw_answer(script.raw_sse), report.to_json()
+        created = int(self.clock.wall())
+        reply = self.chat.reply(body, script, report, rng=self.rng, created=created)
+        answer = Answer(reply.status, reply.frames, reply.parsed, stream=reply.stream)
+        return answer, report.to_json()
+
     def request_id(self) -> str:
         return f"req_{self.rng.getrandbits(128):032x}"
 
@@ -313,6 +348,13 @@ def error_answer(error: ApiError, headers: tuple[tuple[str, str], ...] = ()) -> 
     envelope = error.envelope()
     data = json.dumps(envelope, indent=4, ensure_ascii=False).encode()
     return Answer(error.status, [data], [envelope], headers=headers)
+
+
+def scripted_error(error: HttpError) -> Answer:
+    failure = ApiError(
+        error.status, error.message, type=error.type, param=error.param, code=error.code
+    )
+    return error_answer(failure, error.headers)
 
 
 def raw_answer(raw: bytes) -> Answer:
@@ -387,7 +429,7 @@ class ResponsesHandler(_Base):
             record.body = body
             record.stream = body.get("stream") is True
             try:
-                answer, record.continuity = fake.answer(body, api_key, script)
+                answer, record.continuity = self.decide(body, api_key, script)
             except Exception as error:  # a crash must still look like an API error
                 failure = ApiError(500, f"The fake upstream failed: {error!r}", type="server_error")
                 answer = error_answer(failure)
@@ -396,6 +438,11 @@ class ResponsesHandler(_Base):
         elapsed_ms = int((fake.clock.monotonic() - started) * 1000)
         ended = await self._deliver(record, answer, toxics, elapsed_ms)
         fake._finished(record, ended)
+
+    def decide(
+        self, body: dict[str, Any], api_key: str, script: Script
+    ) -> tuple[Answer, dict[str, Any]]:
+        return self.fake.answer(body, api_key, script)
 
     async def _deliver(
         self, record: RecordedRequest, answer: Answer, toxics: Toxics, elapsed_ms: int
@@ -473,6 +520,33 @@ class ResponsesHandler(_Base):
         if self._gone.is_set():
             return "client_gone"
         return None
+
+
+class ChatCompletionsHandler(ResponsesHandler):
+    """``POST /v1/chat/completions``: the same delivery, the strict Chat provider decides."""
+
+    def decide(
+        self, body: dict[str, Any], api_key: str, script: Script
+    ) -> tuple[Answer, dict[str, Any]]:
+        return self.fake.answer_chat(body, script)
+
+
+class StrictHandler(_Base):
+    """``GET``: the Chat strictness in force; ``POST {"rule"?, "prefix"?}``: change it."""
+
+    def get(self) -> None:
+        self.send_json(200, self.fake.chat.strictness.to_json())
+
+    def post(self) -> None:
+        chat = self.fake.chat
+        try:
+            chat.strictness = parse_strictness(
+                json.loads(self.request.body or b"null"), chat.strictness
+            )
+        except ValueError as error:  # JSONDecodeError is one too
+            self.send_json(400, {"error": {"message": str(error), "type": "invalid_strict"}})
+            return
+        self.send_json(200, chat.strictness.to_json())
 
 
 class ScriptsHandler(_Base):

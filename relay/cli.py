@@ -9,7 +9,7 @@ import sys
 
 from relay import __version__, log
 from relay.config import load_config
-from relay.errors import ConfigError
+from relay.errors import ConfigError, StoreError
 from relay.server import RelayServer, serve_forever
 
 
@@ -33,6 +33,9 @@ def _serve() -> int:
     except ConfigError as exc:
         print(f"relay: configuration error: {exc}", file=sys.stderr)
         return 2
+    except StoreError as exc:
+        print(f"relay: cannot open the reasoning cache: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"relay: cannot start: {exc.strerror or exc}", file=sys.stderr)
         return 1

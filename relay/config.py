@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from relay.errors import ConfigError
+from relay.reasoning.resources import BudgetTooSmall, CacheBudget
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
@@ -51,6 +52,8 @@ class Config:
     reasoning_cache_max_entry_bytes: int = 4 * 1024 * 1024
     reasoning_cache_max_replay_bytes: int = 16 * 1024 * 1024
     reasoning_cache_max_plan_records: int = 256
+    reasoning_cache_max_concurrent: int = 10
+    reasoning_cache_memory_bytes: int = 128 * 1024 * 1024
     reasoning_summaries_as_content: bool = False
     max_request_bytes: int = 64 * 1024 * 1024
     max_response_bytes: int = 64 * 1024 * 1024
@@ -67,6 +70,15 @@ class Config:
     @property
     def cache_path(self) -> Path:
         return self.reasoning_cache_path or self.data_dir / "reasoning-cache.sqlite"
+
+    @property
+    def cache_budget(self) -> CacheBudget:
+        return CacheBudget(
+            memory_bytes=self.reasoning_cache_memory_bytes,
+            max_entry_bytes=self.reasoning_cache_max_entry_bytes,
+            max_replay_bytes=self.reasoning_cache_max_replay_bytes,
+            max_concurrent=self.reasoning_cache_max_concurrent,
+        )
 
     @property
     def uses_embedded_fake(self) -> bool:
@@ -202,6 +214,10 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
         reasoning_cache_max_plan_records=_int(
             env, "REASONING_CACHE_MAX_PLAN_RECORDS", 256, minimum=1
         ),
+        reasoning_cache_max_concurrent=_int(env, "REASONING_CACHE_MAX_CONCURRENT", 10, minimum=0),
+        reasoning_cache_memory_bytes=_int(
+            env, "REASONING_CACHE_MEMORY_BYTES", 128 * 1024 * 1024, minimum=1024 * 1024
+        ),
         reasoning_summaries_as_content=_bool(env, "RELAY_REASONING_SUMMARIES", False),
         max_request_bytes=_int(env, "RELAY_MAX_REQUEST_BYTES", 64 * 1024 * 1024, minimum=1024),
         max_response_bytes=_int(env, "RELAY_MAX_RESPONSE_BYTES", 64 * 1024 * 1024, minimum=1024),
@@ -211,6 +227,11 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
         sse_keepalive_ms=_int(env, "RELAY_SSE_KEEPALIVE_MS", 15_000, minimum=0),
         log_level=log_level,
     )
+    if config.reasoning_cache_enabled:
+        try:
+            config.cache_budget.check()
+        except BudgetTooSmall as err:
+            raise ConfigError(str(err)) from None
     if config.port > 65535:
         raise ConfigError(f"RELAY_PORT={config.port}: expected a TCP port from 0 to 65535")
     return config

@@ -30,10 +30,12 @@ ENV_VAR = "RELAY_TEST_CRASH_AT"
 # Every point the relay calls, in request order. Add a name here when you add a call, so
 # scenarios can iterate over them ("fail at every point") and typos fail loudly.
 KNOWN_POINTS: tuple[str, ...] = (
-    "before_upstream_send",
-    "after_upstream_headers",
-    "before_terminal_frame",
-    "after_terminal_frame",
+    "before_dispatch_intent",  # the cache has planned; no intent row yet
+    "before_upstream_send",  # the intent is committed; nothing sent upstream yet
+    "after_upstream_headers",  # mid-stream: the upstream answered
+    "before_terminal_frame",  # the observation is committed; the client lacks the end
+    "after_terminal_frame",  # the client has the end; the intent is unresolved
+    "after_done_frame",  # SSE: [DONE] sent; the intent is unresolved
 )
 
 

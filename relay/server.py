@@ -18,6 +18,7 @@ from relay.clock import Clock, SystemClock
 from relay.config import Config
 from relay.handlers.base import HealthHandler, ModelsHandler, NotFoundHandler
 from relay.handlers.chat import ChatCompletionsHandler
+from relay.handlers.responses import ResponsesHandler
 from relay.reasoning.cache import ReplayCache
 from relay.runtime import Runtime
 from relay.transport.upstream import ClientGone, make_http_client
@@ -31,6 +32,8 @@ def make_app(runtime: Runtime) -> Application:
         [
             (r"/v1/chat/completions", ChatCompletionsHandler, args),
             (r"/chat/completions", ChatCompletionsHandler, args),
+            (r"/v1/responses", ResponsesHandler, args),
+            (r"/responses", ResponsesHandler, args),
             (r"/v1/models", ModelsHandler, args),
             (r"/healthz", HealthHandler, args),
         ],
@@ -70,6 +73,7 @@ class RelayServer:
         cache = ReplayCache.open(
             config,
             self.clock,
+            upstream_url=upstream_url,
             upstream_credential=api_key,
             relay_token=token,
             new_id=Runtime.new_id,
@@ -90,7 +94,11 @@ class RelayServer:
             # The per-request limit is enforced by the chat handler with a proper 413.
             max_body_size=2**62,
         )
-        sockets = bind_sockets(config.port, config.host, family=socket.AF_UNSPEC)
+        try:
+            sockets = bind_sockets(config.port, config.host, family=socket.AF_UNSPEC)
+        except OSError:
+            cache.close()  # release the store's exclusive lock for the next attempt
+            raise
         self._http.add_sockets(sockets)
         self.port = sockets[0].getsockname()[1]
         return self.port

@@ -35,6 +35,7 @@ class ChatAnswer:
     eof: bool = False
     disconnected: bool = False
     bad_frames: int = 0  # data lines that were not JSON
+    request_id: str | None = None  # the relay's x-request-id (its log lines carry it)
 
     @property
     def outcome(self) -> str:
@@ -93,6 +94,7 @@ class ChatAnswer:
             "error": self.error,
             "bad_frames": self.bad_frames,
             "trailing_bytes": self.trailing_bytes,
+            "request_id": self.request_id,
         }
 
     def assistant_message(self) -> dict[str, Any]:

@@ -11,10 +11,22 @@ records, the checker judges afterwards against a small model).
 - ``no_crash_on_bad_input``: no relay process died unless the harness killed it or an
   armed crash point did.
 - ``no_internal_error``: the relay never answered "internal relay error".
-- ``nothing_lost``: a block the client received in full from a cache-enabled relay, at a
-  position no other generation contested, is replayed by the next request that extends
-  exactly that history in the same scope, provided every relay in between had the cache
-  enabled and no fault announced an allowed loss. (Vacuous while the cache is disabled.)
+- ``nothing_lost``: the relay's committed state survives, restarts included. A block is
+  *committed* once the client received it in full (``[DONE]`` or a JSON answer, finish
+  ``stop``/``tool_calls``) from a cache-enabled relay that then confirmed the delivery
+  (its ``chat_done`` log line follows the intent's resolution) or was stopped gracefully.
+  An answer the client had in full when its relay was killed, before that confirmation,
+  is not committed: its intent was unresolved, and startup recovery poisons that
+  position (spec §4, §7). It is *owed* to the first later
+  request that extends exactly its history in the same scope (credential included), and
+  that request must replay it, provided every relay in between had the cache enabled, no
+  fault announced an allowed loss, and nothing explains the loss: a *contest* of its
+  position or of an ancestor's (a block it was generated on top of), i.e. another
+  generation at the same scope and history that the client did not receive in full (cut,
+  failed, incomplete: the relay poisons the position), that showed the same visible answer
+  (a conflict), or that was a refusal (unpredictable, so poisoned). A regeneration with
+  other visible text contests nothing: each version is owed on its own branch. The report's
+  ``owed_replays`` / ``owed_across_restarts`` stats show how often the check bound.
 """
 
 from __future__ import annotations
@@ -89,7 +101,7 @@ def generations(history: History) -> list[Generation]:
             Generation(
                 seq=event.seq,
                 index=int(event.get("index", -1)),
-                scope=scope_of(body),
+                scope=_scope(event, body),
                 prefix=tuple(segments(items)),
                 segment=output_segment(event.get("output") or []),
                 tokens=frozenset(tokens),
@@ -100,6 +112,12 @@ def generations(history: History) -> list[Generation]:
             )
         )
     return found
+
+
+def _scope(event: Event, body: Any) -> str:
+    """The request's scope, plus the upstream credential the calling relay used (the
+    fake redacts keys; the harness labels each call with its relay's credential)."""
+    return f"{scope_of(body)}|credential={event.get('credential')}"
 
 
 def _minted(event: Event) -> tuple[set[str], set[str]]:
@@ -269,64 +287,134 @@ def no_internal_error(history: History, gens: list[Generation] | None = None) ->
 # --- nothing lost -------------------------------------------------------------------------
 
 
-def nothing_lost(history: History, gens: list[Generation] | None = None) -> list[Violation]:
+@dataclass(frozen=True)
+class Owed:
+    """``block`` must be replayed by ``later``; ``restarts`` relay starts lie between."""
+
+    block: Generation
+    later: Generation
+    restarts: int
+
+
+def owed_replays(history: History, gens: list[Generation] | None = None) -> list[Owed]:
+    """Every (committed block, first later request owed its replay) pair of the run."""
     gens = generations(history) if gens is None else gens
-    position_count: dict[tuple[str, tuple[Any, ...]], int] = {}
+    delivered = _delivered_blocks(history, gens, _unconfirmed_deliveries(history))
+    shown = {gen.index for gen in delivered}
+    at_position: dict[tuple[str, tuple[Any, ...]], list[Generation]] = {}
     for gen in gens:
-        key = (gen.scope, gen.prefix)
-        position_count[key] = position_count.get(key, 0) + 1
-    delivered = _delivered_blocks(history, gens)
-    violations = []
+        at_position.setdefault((gen.scope, gen.prefix), []).append(gen)
+    by_token = {token: gen for gen in gens for token in gen.tokens}
+
+    def contested(gen: Generation) -> bool:
+        return any(
+            other is not gen
+            and (
+                other.index not in shown
+                or other.segment == gen.segment
+                or bool(other.segment and other.segment[2])  # a refusal
+            )
+            for other in at_position[(gen.scope, gen.prefix)]
+        )
+
+    owed = []
     for block in delivered:
-        if position_count[(block.scope, block.prefix)] != 1 or not block.tokens:
-            continue  # contested or reasoning-free positions may legitimately not replay
+        ancestors = [
+            by_token[item["encrypted_content"]]
+            for item in block.input
+            if isinstance(item, dict) and item.get("encrypted_content") in by_token
+        ]
+        if not block.tokens or any(contested(gen) for gen in (block, *ancestors)):
+            continue  # reasoning-free or contested chains may legitimately not replay
         extended = (*block.prefix, block.segment)
         for later in gens:
             if later.seq <= block.seq or later.scope != block.scope:
                 continue
             if later.prefix[: len(extended)] != extended:
                 continue
-            if not _cache_continuous(history, block.seq, later.seq):
-                break
-            if not any(
-                isinstance(item, dict) and item.get("encrypted_content") in block.tokens
-                for item in later.input
-            ):
-                violations.append(
-                    Violation(
-                        "nothing_lost",
-                        f"block of upstream call {block.index} was "
-                        f"delivered in full but call {later.index} did not replay it",
-                        later.seq,
-                    )
-                )
+            restarts = _restarts_with_cache(history, block.seq, later.seq)
+            if restarts is not None:
+                owed.append(Owed(block, later, restarts))
             break  # only the first extending request is owed the replay
+    return owed
+
+
+def nothing_lost(history: History, gens: list[Generation] | None = None) -> list[Violation]:
+    violations = []
+    for owed in owed_replays(history, gens):
+        block, later = owed.block, owed.later
+        if not any(
+            isinstance(item, dict) and item.get("encrypted_content") in block.tokens
+            for item in later.input
+        ):
+            across = f" across {owed.restarts} relay restart(s)" if owed.restarts else ""
+            violations.append(
+                Violation(
+                    "nothing_lost",
+                    f"block of upstream call {block.index} was delivered in full but call "
+                    f"{later.index} did not replay it{across}",
+                    later.seq,
+                )
+            )
     return violations
 
 
-def _delivered_blocks(history: History, gens: list[Generation]) -> list[Generation]:
-    """Completed generations whose whole answer reached the client ([DONE] or JSON)."""
+def _delivered_blocks(
+    history: History, gens: list[Generation], unconfirmed: frozenset[str] = frozenset()
+) -> list[Generation]:
+    """Completed generations whose whole answer reached the client ([DONE] or JSON), the
+    relay's delivery of it not ``unconfirmed``."""
     shown = {
         _answer_segment(a)
         for a in history.of("client_answer")
-        if a.get("outcome") == "success" and a.get("finish_reason") in ("stop", "tool_calls")
+        if a.get("outcome") == "success"
+        and a.get("finish_reason") in ("stop", "tool_calls")
+        and a.get("request_id") not in unconfirmed
     }
     return [g for g in gens if g.outcome == "completed" and g.segment in shown]
 
 
-def _cache_continuous(history: History, start: int, end: int) -> bool:
-    """Every relay incarnation alive between two events had the cache on; no loss allowed."""
+def _unconfirmed_deliveries(history: History) -> frozenset[str]:
+    """Request ids a relay incarnation took (``chat_request``) but never confirmed as
+    delivered (``chat_done``), in incarnations that died without a graceful stop: those
+    requests' intents may have outlived the process (relay logs reach the history when
+    an incarnation's exit is recorded, so only dead incarnations count, which is exactly
+    the set startup recovery acts on)."""
+    died = {
+        e.get("incarnation")
+        for e in history.of("process_exit")
+        if e.get("role") == "relay" and e.get("cause") != "harness_stop"
+    }
+    taken: dict[str, Any] = {}
+    done: set[str] = set()
+    for event in history.of("relay_event"):
+        request_id = str((event.get("fields") or {}).get("request_id"))
+        if event.get("event") == "chat_request":
+            taken[request_id] = event.get("incarnation")
+        elif event.get("event") == "chat_done":
+            done.add(request_id)
+    return frozenset(r for r, incarnation in taken.items() if incarnation in died) - done
+
+
+def _restarts_with_cache(history: History, start: int, end: int) -> int | None:
+    """How many relay starts lie between two events, if every relay incarnation alive
+    between them had the cache on and no fault allowed a loss; else None."""
     enabled = False
+    restarts = 0
     for event in history.events:
+        if event.seq >= end:
+            break
         if event.kind == "process_start" and event.get("role") == "relay":
             enabled = bool(event.get("cache_enabled"))
-            if start < event.seq < end and not enabled:
-                return False
+            if start < event.seq:
+                restarts += 1
+                if not enabled:
+                    return None
         if event.seq == start and not enabled:
-            return False
-        if start < event.seq < end and event.kind == "fault" and event.get("allows_loss"):
-            return False
-    return enabled
+            return None
+        if start < event.seq and event.kind == "fault" and event.get("allows_loss"):
+            return None
+    return restarts if enabled else None
 
 
 # --- entry point --------------------------------------------------------------------------
@@ -350,6 +438,7 @@ def check_history(history: History, only: tuple[str, ...] = ("all",)) -> CheckRe
     report = CheckReport()
     for name in names:
         report.violations += CHECKS[name](history, gens)
+    owed = owed_replays(history, gens)
     report.stats = {
         "client_answers": len(history.of("client_answer")),
         "upstream_calls": len(history.of("upstream_exchange")),
@@ -359,5 +448,7 @@ def check_history(history: History, only: tuple[str, ...] = ("all",)) -> CheckRe
         "wrong_replays": report.count("no_wrong_replay"),
         "relay_starts": sum(1 for e in history.of("process_start") if e.get("role") == "relay"),
         "faults": len(history.of("fault")),
+        "owed_replays": len(owed),
+        "owed_across_restarts": sum(1 for o in owed if o.restarts),
     }
     return report

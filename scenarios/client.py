@@ -206,6 +206,7 @@ class RelayConnection:
         else:
             self._body = _Body("close")
         self.answer.status = self.status
+        self.answer.request_id = self.headers.get("x-request-id")
 
     @property
     def is_sse(self) -> bool:

@@ -65,7 +65,8 @@ class ClientGot(Expectation):
 
 @dataclass(frozen=True)
 class ReplayOf:
-    """A reasoning item minted in the answer to ``turn``, expected at input index ``at``."""
+    """A reasoning item minted in the answer to ``turn``, expected at input index ``at``
+    (with the ciphertext of that answer's final, authoritative output)."""
 
     turn: str
     at: int
@@ -121,10 +122,16 @@ class UpstreamReceived(Expectation):
 
 
 def _minted_tokens(call: dict[str, Any]) -> list[str]:
-    tokens = []
-    for item in call["output"]:
-        if item.get("type") == "reasoning" and isinstance(item.get("encrypted_content"), str):
-            tokens.append(item["encrypted_content"])
+    """The tokens a replay of ``call``'s answer may carry: those of its final output (the
+    terminal event's, authoritative when ``output_item.done`` carried other bytes), or,
+    for a call that never finished its output, those its done events showed."""
+    tokens = [
+        item["encrypted_content"]
+        for item in call["output"]
+        if item.get("type") == "reasoning" and isinstance(item.get("encrypted_content"), str)
+    ]
+    if tokens:
+        return tokens
     for event in call["events"]:
         item = event["data"].get("item") if isinstance(event["data"], dict) else None
         if isinstance(item, dict) and isinstance(item.get("encrypted_content"), str):

@@ -12,7 +12,9 @@
   messages, function calls), authoritative from ``response.completed``,
 - ``ended``: how the fake ended the call (finish, close, reset, client_gone, stopped),
 - ``script``: the script the call consumed (None: the default reply),
-- ``finished``: whether the fake is done with that call (not still streaming or hanging).
+- ``finished``: whether the fake is done with that call (not still streaming or hanging),
+- ``credential``: the label of the upstream key the relay incarnation that made the call
+  was using (``key0`` ...; the fake redacts the key itself), part of a call's scope.
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ class FakeControl:
         # the queue lets each recorded exchange carry the script (and toxics) it ran under.
         self._queued: list[dict[str, Any]] = []
         self._assigned: dict[int, dict[str, Any] | None] = {}
+        # The harness sets the credential label of the relay it starts; a call takes the
+        # label current when it is first fetched (the harness fetches before each start).
+        self.credential: str | None = None
+        self._credentials: dict[int, str | None] = {}
         self._finished: list[dict[str, Any]] = []
 
     def script(self, *scripts: dict[str, Any]) -> None:
@@ -58,6 +64,7 @@ class FakeControl:
         self._recorded.clear()
         self._queued.clear()
         self._assigned.clear()
+        self._credentials.clear()
         self._finished = []
 
     def health(self) -> dict[str, Any]:
@@ -89,8 +96,11 @@ class FakeControl:
                 consumed = raw.get("path") == "/v1/responses" and raw.get("status") != 401
                 # A record whose status is still None is mid-flight but already consumed.
                 self._assigned[index] = self._queued.pop(0) if consumed and self._queued else None
+                self._credentials[index] = self.credential
         return [
-            normalize_exchange(raw, index, self._assigned.get(index))
+            normalize_exchange(
+                raw, index, self._assigned.get(index), self._credentials.get(index)
+            )
             for index, raw in enumerate(records)
         ]
 
@@ -132,7 +142,10 @@ class FakeControl:
 
 
 def normalize_exchange(
-    raw: dict[str, Any], index: int, script: dict[str, Any] | None = None
+    raw: dict[str, Any],
+    index: int,
+    script: dict[str, Any] | None = None,
+    credential: str | None = None,
 ) -> dict[str, Any]:
     """A ``GET /__fake/requests`` record (fakeupstream.server.RecordedRequest) → history."""
     events = _events(raw.get("events") or [])
@@ -155,6 +168,7 @@ def normalize_exchange(
         "sent_bytes": raw.get("sent_bytes", 0),
         "script": script,
         "finished": raw.get("ended") is not None,
+        "credential": credential,
     }
 
 

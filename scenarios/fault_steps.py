@@ -35,11 +35,14 @@ class RestartRelay(Action):
     kill: bool = False
     cache: bool | None = None
     crash_at: str | None = None
+    credential: int | None = None  # switch the upstream API key (RelayOptions.credential)
 
     def run(self, ctx: Ctx) -> None:
         changes: dict[str, Any] = {"crash_at": self.crash_at}
         if self.cache is not None:
             changes["cache_enabled"] = self.cache
+        if self.credential is not None:
+            changes["credential"] = self.credential
         ctx.harness.restart_relay(kill=self.kill, **changes)
 
 

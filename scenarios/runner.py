@@ -52,6 +52,7 @@ class RelayOptions:
     max_sse_event_bytes: int | None = None
     log_level: str = "info"
     crash_at: str | None = None  # RELAY_TEST_CRASH_AT, e.g. "before_terminal_frame@2"
+    credential: int = 0  # which of the harness's upstream API keys (OPENAI_API_KEY) to use
     extra_env: tuple[tuple[str, str], ...] = ()
     mods: tuple[LaunchMod, ...] = ()  # faketime, libfiu, strace ...
 
@@ -93,7 +94,10 @@ class Harness:
     fake: FakeControl | None = None
     relay: RelayHandle | None = None
     relay_token: str = field(default_factory=lambda: "rt-" + secrets.token_hex(16))
-    api_key: str = field(default_factory=lambda: "sk-scenario-" + secrets.token_hex(8))
+    # Upstream credentials the fake accepts; a relay uses RelayOptions.credential's one.
+    api_keys: tuple[str, ...] = field(
+        default_factory=lambda: tuple("sk-scenario-" + secrets.token_hex(8) for _ in range(2))
+    )
     failed: bool = False
     _procs: list[ManagedProcess] = field(default_factory=list)
     _cleanups: list[tuple[str, Callable[[], None]]] = field(default_factory=list)
@@ -138,7 +142,7 @@ class Harness:
 
     def start_fake(self) -> FakeControl:
         argv = [sys.executable, "-m", "fakeupstream", "--host", "127.0.0.1", "--port", "0"]
-        argv += ["--api-key", self.api_key, "--seed", str(self.seed.randint("fake", 0, 2**31))]
+        argv += ["--api-key", *self.api_keys, "--seed", str(self.seed.randint("fake", 0, 2**31))]
         proc = ManagedProcess(
             "fake", argv, self.base_env(), log_dir=self.log_dir, label="fake", cwd=self.tmp
         )
@@ -158,6 +162,10 @@ class Harness:
         if self.relay is not None and self.relay.proc.alive:
             raise RuntimeError("a relay is already running; stop or kill it first")
         options = options or (self.relay.options if self.relay else RelayOptions())
+        # Every call the previous incarnation made is attributed to its credential before
+        # the next incarnation (maybe with another key) can make any.
+        self.fake.exchanges()
+        self.fake.credential = credential_label(options.credential)
         self._incarnations += 1
         port = self.relay.port if self.relay is not None else 0
         env = self.base_env()
@@ -168,7 +176,7 @@ class Harness:
                 "RELAY_PORT": str(port),
                 "RELAY_TOKEN": self.relay_token,
                 "RELAY_DATA_DIR": str(self.data_dir),
-                "OPENAI_API_KEY": self.api_key,
+                "OPENAI_API_KEY": self.api_keys[options.credential],
                 "OPENAI_BASE_URL": self.fake.base_url + "/v1",
             }
         )
@@ -188,6 +196,7 @@ class Harness:
             incarnation=self._incarnations,
             cache_enabled=options.cache_enabled,
             crash_at=options.crash_at,
+            credential=credential_label(options.credential),
             wrappers=[mod.name for mod in options.mods],
         )
         return self.relay
@@ -331,6 +340,11 @@ class Harness:
 
     def relay_processes(self) -> Sequence[ManagedProcess]:
         return [proc for proc in self._procs if proc.role == "relay"]
+
+
+def credential_label(index: int) -> str:
+    """How the history names an upstream credential (never the key itself)."""
+    return f"key{index}"
 
 
 def mounts_under(root: Path) -> list[str]:

@@ -95,7 +95,9 @@ def send_turn(ctx: Ctx, step: Chat, messages: list[dict[str, Any]]) -> Turn:
 def finish_turn(ctx: Ctx, turn: Turn, answer: Any) -> None:
     turn.answer = answer
     turn.conn = None
-    turn.upstream_to = None
+    # Every call the turn caused reached the fake before its answer ended: later calls
+    # (a regeneration with the same last user text, say) are not this turn's.
+    turn.upstream_to = ctx.upstream_count()
     ctx.harness.history.record("client_answer", turn=turn.name, **answer.summary())
     if answer.outcome == "success":
         with ctx.lock:
@@ -143,7 +145,7 @@ class Edit(Action):
 class AnswerTools(Action):
     """Answer every tool call of the last assistant message, then send the turn."""
 
-    result: str | dict[str, str] = "ok"
+    result: str | dict[str, str] | list[str] = "ok"  # one for all, by name, or by call order
     conv: str = "main"
     name: str | None = None
     stream: bool = True
@@ -155,13 +157,73 @@ class AnswerTools(Action):
         calls = last.get("tool_calls") or []
         if last.get("role") != "assistant" or not calls:
             raise ExpectationFailed("AnswerTools: the last message made no tool calls")
-        for call in calls:
+        for index, call in enumerate(calls):
             name = call["function"]["name"]
-            output = self.result if isinstance(self.result, str) else self.result[name]
+            if isinstance(self.result, str):
+                output = self.result
+            else:
+                output = self.result[index] if isinstance(self.result, list) else self.result[name]
             history.append({"role": "tool", "tool_call_id": call["id"], "content": output})
         if self.call_id is not None and not matches(self.call_id, calls[0]["id"]):
             raise ExpectationFailed(f"AnswerTools: call id {calls[0]['id']!r} != {self.call_id}")
         send_turn(ctx, Chat(None, self.conv, self.name, self.stream, tools=True), list(history))
+
+
+ECHO_FORMS = ("string", "parts", "null", "empty", "absent")
+
+
+@dataclass
+class EchoAs(Action):
+    """Rewrite how the client echoes its last assistant message back (sends nothing).
+
+    ``string``: content as one string; ``parts``: an array of text parts (split at
+    ``split``, a character offset, when given); ``null`` / ``empty`` / ``absent``: content
+    ``None``, ``""`` or no content key (for messages whose text is empty: tool calls).
+    """
+
+    form: str
+    conv: str = "main"
+    split: int | None = None
+
+    def run(self, ctx: Ctx) -> None:
+        if self.form not in ECHO_FORMS:
+            raise ValueError(f"EchoAs: form must be one of {ECHO_FORMS}, got {self.form!r}")
+        history = ctx.history_of(self.conv)
+        if not history or history[-1].get("role") != "assistant":
+            raise ExpectationFailed(f"EchoAs: conversation {self.conv} ends with no answer")
+        message = history[-1]
+        text = message.get("content") or ""
+        if isinstance(text, list):
+            text = "".join(part["text"] for part in text)
+        if self.form in ("null", "empty", "absent") and text:
+            raise ExpectationFailed(f"EchoAs({self.form!r}) would drop the answer's text")
+        message.pop("content", None)
+        if self.form == "string":
+            message["content"] = text
+        elif self.form == "parts":
+            cuts = [text] if self.split is None else [text[: self.split], text[self.split :]]
+            message["content"] = [{"type": "text", "text": piece} for piece in cuts]
+        elif self.form != "absent":
+            message["content"] = None if self.form == "null" else ""
+
+
+@dataclass
+class Branch(Action):
+    """Continue from ``turn``'s answer: the conversation becomes that turn's request
+    messages plus the answer as the client kept it (partial text of a failed turn
+    included). ``conv`` (default: the turn's own) receives the copy; sends nothing."""
+
+    turn: str
+    conv: str | None = None
+
+    def run(self, ctx: Ctx) -> None:
+        source = ctx.turn(self.turn)
+        if source.answer is None:
+            raise ExpectationFailed(f"Branch: turn {source.name} has no answer yet")
+        messages = json.loads(json.dumps(source.body.get("messages", [])))
+        messages.append(source.answer.assistant_message())
+        with ctx.lock:
+            ctx.conversations[self.conv or source.conversation] = messages
 
 
 @dataclass(init=False)

@@ -56,9 +56,7 @@ class BaseHandler(RequestHandler):
         if isinstance(exc, RelayError):
             err = exc
         elif isinstance(exc, HTTPError) and exc.status_code == 405:
-            err = MethodNotAllowed(
-                f"{self.request.method} is not allowed on {self.request.path}"
-            )
+            err = MethodNotAllowed(f"{self.request.method} is not allowed on {self.request.path}")
         elif isinstance(exc, HTTPError) and exc.status_code < 500:
             err = RelayError(exc.log_message or self._reason)
             err.status = exc.status_code

@@ -17,9 +17,18 @@ from relay import log
 from relay.clock import Clock
 from relay.config import Config
 from relay.reasoning.canonical import CanonicalRefused
-from relay.reasoning.identity import build_scope, history_digests
+from relay.reasoning.identity import (
+    HistoryDigests,
+    Scope,
+    build_scope,
+    history_digests,
+    scope_targeting,
+)
 from relay.reasoning.planner import PlanLimits
 from relay.reasoning.receipts import Reason
+from relay.reasoning.records import MarkerKind
+from relay.reasoning.recovery import fence, open_disabled, open_enabled
+from relay.reasoning.resources import CapacityLedger
 from relay.reasoning.responses_history import visible_history_from_responses_input
 from relay.reasoning.session import CacheSession, SessionContext
 from relay.reasoning.store import ReasoningStore
@@ -36,15 +45,23 @@ class CacheMetrics:
     replayed_blocks: int = 0  # dispatched replacements, not upstream acceptance
     rejections: Counter[str] = field(default_factory=Counter)
     observations: Counter[str] = field(default_factory=Counter)
+    fenced: int = 0
 
 
 class ReplayCache:
+    """The cache for one relay process.
+
+    Three states: off with no store (nothing on disk is touched), off over an existing
+    store (owned and recovered, a coverage gap recorded, no per-request work), and on.
+    """
+
     def __init__(
         self,
         config: Config,
         clock: Clock,
         store: ReasoningStore | None,
         *,
+        upstream_url: str,
         upstream_credential: str,
         relay_token: str,
         new_id: Callable[[str], str],
@@ -52,8 +69,10 @@ class ReplayCache:
         self.config = config
         self.clock = clock
         self.store = store
+        self.serving = store is not None and config.reasoning_cache_enabled
         self.metrics = CacheMetrics()
-        url = urlsplit(config.responses_url)
+        self.capacity = CapacityLedger(config.cache_budget)
+        url = urlsplit(upstream_url)
         self._context = SessionContext(
             clock=clock,
             metrics=self.metrics,
@@ -64,6 +83,9 @@ class ReplayCache:
             ),
             max_entry_bytes=config.reasoning_cache_max_entry_bytes,
             new_id=new_id,
+            capacity=self.capacity,
+            deadline_every_s=min(5.0, config.idle_timeout_ms / 4000),
+            idle_timeout_s=config.idle_timeout_ms / 1000,
         )
         self._origin = f"{url.scheme}://{url.netloc}"
         self._endpoint = url.path
@@ -76,18 +98,37 @@ class ReplayCache:
         config: Config,
         clock: Clock,
         *,
+        upstream_url: str,
         upstream_credential: str,
         relay_token: str,
         new_id: Callable[[str], str],
     ) -> ReplayCache:
-        """Open the store when caching is on. Off: touch nothing on disk."""
+        """Open (and recover) the store when caching is on, or when it is off but a store
+        exists (to record the coverage gap). Off with no store: touch nothing on disk."""
         store = None
-        if config.reasoning_cache_enabled:
-            store = ReasoningStore.open(config.cache_path, clock=clock)
+        path = config.cache_path
+        if config.reasoning_cache_enabled or ReasoningStore.exists(path):
+            store = ReasoningStore.open(path, clock=clock)
+            try:
+                if config.reasoning_cache_enabled:
+                    report = open_enabled(store, clock.wall())
+                    log.event(
+                        "cache_opened",
+                        recovered_intents=report.recovered_intents,
+                        gap_consumed=report.gap_consumed,
+                        generations_advanced=report.generations_advanced,
+                    )
+                else:
+                    recovered = open_disabled(store, clock.wall())
+                    log.event("cache_gap_recorded", recovered_intents=recovered)
+            except BaseException:
+                store.close()
+                raise
         return cls(
             config,
             clock,
             store,
+            upstream_url=upstream_url,
             upstream_credential=upstream_credential,
             relay_token=relay_token,
             new_id=new_id,
@@ -95,19 +136,35 @@ class ReplayCache:
 
     @property
     def enabled(self) -> bool:
-        return self.store is not None
+        return self.serving
 
     def close(self) -> None:
         if self.store is not None:
             self.store.close()
 
+    def fence(self, model: str, caller: str | None, request_id: str) -> None:
+        """Before forwarding a generation the cache cannot observe (direct Responses
+        traffic, an underivable history): fence the scopes it may extend. Raises
+        ``StoreError`` (503): never forward unfenced."""
+        if not self.serving:
+            return  # no store: nothing to protect; off: the coverage gap covers it
+        assert self.store is not None
+        targeting = scope_targeting(
+            self.store.secret, credential=self._credential, model=model, caller=caller
+        )
+        fenced = fence(self.store, targeting, self.clock.wall())
+        self.metrics.fenced += 1
+        log.event("cache_fenced", request_id=request_id, scopes=fenced)
+
     def begin(
         self, request: TranslatedRequest, body: Mapping[str, Any], request_id: str
     ) -> CacheSession | None:
         """A session for an eligible request, or ``None`` (ordinary translation, the
-        caller's own ``store``/``include`` untouched)."""
-        if self.store is None:
+        caller's own ``store``/``include`` untouched). Raises ``StoreError`` (503) when a
+        required safety marker cannot be written."""
+        if not self.serving:
             return None
+        assert self.store is not None
         self.metrics.requests += 1
         model = request.upstream_body.get("model")
         if not isinstance(model, str) or not is_reasoning_model(model):
@@ -116,6 +173,7 @@ class ReplayCache:
         visible = _visible_history(request, body)
         if visible is None:
             self._skip(request_id, Reason.UNDERIVABLE_HISTORY.value)
+            self.fence(model, request.caller, request_id)
             return None
         messages, spans = visible
         summaries = self.config.reasoning_summaries_as_content
@@ -135,11 +193,18 @@ class ReplayCache:
             # client: leave that field out of the identity when they are on.
             history = history_digests(scope, messages, exclude_reasoning_content=summaries)
         except CanonicalRefused:
+            # Deterministic: the same scoped history always gets this answer, and no
+            # longer history can fit either. No intent, no marker.
             self._skip(request_id, Reason.CANONICAL_LIMIT.value)
+            return None
+        lease = self.capacity.try_acquire(history.bytes_used)
+        if lease is None:
+            self._bypass(scope, history, request_id)
             return None
         return CacheSession(
             self._context,
             self.store,
+            lease,
             request_id=request_id,
             request=request,
             scope=scope,
@@ -147,6 +212,21 @@ class ReplayCache:
             messages=messages,
             spans=spans,
         )
+
+    def _bypass(self, scope: Scope, history: HistoryDigests, request_id: str) -> None:
+        """No session to spare: this generation goes unobserved, so its position is
+        poisoned first (it must not leave an older record there falsely unique)."""
+        assert self.store is not None
+        with self.store.transaction():
+            row = self.store.scope_for(scope.digest, scope.targeting)
+            self.store.add_marker(
+                row.id,
+                MarkerKind.START_POISON,
+                history.final_state.digest,
+                history.final_state.position,
+                self.clock.wall(),
+            )
+        self._skip(request_id, Reason.CAPACITY_BYPASS.value)
 
     def _skip(self, request_id: str, reason: str) -> None:
         self.metrics.skipped[reason] += 1

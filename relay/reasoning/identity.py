@@ -89,6 +89,17 @@ class ScopeTargeting:
     caller: str | None
 
 
+def scope_targeting(
+    secret: bytes, *, credential: str, model: str, caller: str | None
+) -> ScopeTargeting:
+    """The fencing targets of a generation (also framed into its scope)."""
+    return ScopeTargeting(
+        credential=fingerprint(secret, "openai-credential", credential),
+        model=model,
+        caller=None if caller is None else fingerprint(secret, "caller", caller),
+    )
+
+
 @dataclass(frozen=True)
 class Scope:
     """A framed, measured scope; build with :func:`build_scope`."""
@@ -135,11 +146,7 @@ def build_scope(
     model = upstream_body.get("model")
     if not isinstance(model, str):
         raise TypeError("the translated body must carry the resolved model as a string")
-    targeting = ScopeTargeting(
-        credential=fingerprint(secret, "openai-credential", credential),
-        model=model,
-        caller=None if caller is None else fingerprint(secret, "caller", caller),
-    )
+    targeting = scope_targeting(secret, credential=credential, model=model, caller=caller)
     value: dict[str, Any] = {
         "format": IDENTITY_FORMAT_VERSION,
         "limits": limits.as_json(),

@@ -33,6 +33,8 @@ class Reason(StrEnum):
     PLAN_TOO_LONG = "plan_too_long"  # more than the plan record limit
     REPLAY_TOO_LARGE = "replay_too_large"  # distinct payload bytes over the replay ceiling
     VERIFICATION_BUDGET = "verification_budget"  # planner search exceeded its work budget
+    MEMORY_PRESSURE = "memory_pressure"  # the session allowance cannot grow to the replay
+    CAPACITY_BYPASS = "capacity_bypass"  # no session to spare: served uncached, poisoned
     # --- capture / admission
     CANONICAL_LIMIT = "canonical_limit"  # history over the canonical limits: caching skipped
     UNDERIVABLE_HISTORY = "underivable_history"  # Responses-shaped input with no exact mapping

@@ -15,13 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 from relay import log
 from relay.clock import Clock
+from relay.crashpoints import crash_point
 from relay.errors import StoreError
 from relay.reasoning.canonical import CanonicalRefused
 from relay.reasoning.capture import CaptureResult, ClientProjection, OutputCapture, finish_capture
 from relay.reasoning.identity import AssistantBlockKey, HistoryDigests, Scope, merged_include
-from relay.reasoning.planner import Plan, PlanLimits, plan_replay
+from relay.reasoning.planner import Plan, PlanLimits, Rejection, plan_replay
+from relay.reasoning.receipts import Reason
 from relay.reasoning.records import BlockRef, MarkerKind, Observation, ScopeRow, StoredPayload
 from relay.reasoning.replace import replace_blocks
+from relay.reasoning.resources import CapacityLedger, Lease
 from relay.reasoning.store import ReasoningStore
 from relay.translate.chat_to_responses import TranslatedRequest
 
@@ -36,6 +39,9 @@ class SessionContext:
     plan_limits: PlanLimits
     max_entry_bytes: int
     new_id: Callable[[str], str]
+    capacity: CapacityLedger
+    deadline_every_s: float  # persist intent deadline metadata at most this often
+    idle_timeout_s: float
 
 
 class ScopedSource:
@@ -75,6 +81,7 @@ class CacheSession:
         self,
         context: SessionContext,
         store: ReasoningStore,
+        lease: Lease,
         *,
         request_id: str,
         request: TranslatedRequest,
@@ -85,6 +92,8 @@ class CacheSession:
     ) -> None:
         self._ctx = context
         self._store = store
+        self._lease = lease
+        self._deadline_saved_at = context.clock.monotonic()
         self.request_id = request_id
         self._request = request
         self._scope = scope
@@ -109,6 +118,7 @@ class CacheSession:
         Call it right before sending, with no ``await`` in between: the plan is validated
         against the store as it is at that instant. Raises ``StoreError`` (503).
         """
+        crash_point("before_dispatch_intent")
         now = self._ctx.clock.wall()
         with self._store.transaction():
             self._row = self._store.scope_for(self._scope.digest, self._scope.targeting)
@@ -120,6 +130,9 @@ class CacheSession:
                 now=now,
                 limits=self._ctx.plan_limits,
             )
+            if not self._ctx.capacity.try_grow(self._lease, self.plan.replay_bytes):
+                rejection = Rejection(Reason.MEMORY_PRESSURE, self.position)
+                self.plan = Plan((), (*self.plan.rejections, rejection))
             self._intent = self._ctx.new_id("intent_")
             ids = [block.observation.id for block in self.plan.blocks]
             self._store.create_intent(
@@ -129,7 +142,7 @@ class CacheSession:
                 start_digest=self._history.final_state.digest,
                 prior_plan=self.plan.refs,
                 now=now,
-                deadline_at=None,
+                deadline_at=now + self._ctx.idle_timeout_s,
             )
             self._store.pin(self._intent, ids)
             self._store.touch_payloads(ids, now)
@@ -144,6 +157,21 @@ class CacheSession:
 
     def feed(self, event_type: str, data: Any) -> None:
         self.capture.feed(event_type, data)
+        self._save_deadline()
+
+    def _save_deadline(self) -> None:
+        """Upstream progress renews the generation; the persisted deadline is diagnostic
+        metadata only, so it is written at most once per ``deadline_every_s``."""
+        now = self._ctx.clock.monotonic()
+        if self._intent is None or now - self._deadline_saved_at < self._ctx.deadline_every_s:
+            return
+        self._deadline_saved_at = now
+        try:
+            with self._store.transaction():
+                wall = self._ctx.clock.wall()
+                self._store.set_intent_deadline(self._intent, wall + self._ctx.idle_timeout_s)
+        except StoreError as err:
+            log.event("cache_deadline_not_saved", request_id=self.request_id, code=err.code)
 
     def complete(self, sent: ClientProjection) -> CaptureResult:
         """Commit what this generation was, before the client sees its end.
@@ -242,6 +270,7 @@ class CacheSession:
         if not self._open:
             return
         self._open = False
+        self._ctx.capacity.release(self._lease)
         if self._row is None or self._intent is None:
             return  # never dispatched: nothing was generated
         now = self._ctx.clock.wall()

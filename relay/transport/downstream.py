@@ -1,8 +1,11 @@
 """Writing to the client: awaited flushes with a per-write deadline, SSE keepalives.
 
 A write that the client does not drain within the deadline closes the connection: a
-stalled reader must not pin an upstream generation forever. Keepalive comments fill
-downstream silence; they renew no upstream deadline and never reach assistant output.
+stalled reader must not pin an upstream generation forever. Once the generation has
+completed, :meth:`Downstream.start_delivery` also bounds the whole remaining delivery by
+a fixed deadline, so a client that drains just fast enough cannot stretch it forever.
+Keepalive comments fill downstream silence; they renew no upstream deadline and never
+reach assistant output.
 """
 
 from __future__ import annotations
@@ -37,6 +40,12 @@ class Downstream:
         self._pending = 0
         self.closed = False
         self.frames_sent = 0
+        self._delivery_ends: float | None = None
+
+    def start_delivery(self, seconds: float) -> None:
+        """The generation is complete: everything left must reach the client in ``seconds``."""
+        if self._delivery_ends is None:
+            self._delivery_ends = self._clock.monotonic() + seconds
 
     def queue(self, data: bytes) -> None:
         """Buffer one complete frame; :meth:`drain` sends it."""
@@ -57,7 +66,10 @@ class Downstream:
         if self.closed:
             raise ClientGone
         self._writing = True
-        deadline = Deadline(self._clock, self._write_timeout_s, self._on_write_timeout)
+        timeout = self._write_timeout_s
+        if self._delivery_ends is not None:
+            timeout = min(timeout, max(0.0, self._delivery_ends - self._clock.monotonic()))
+        deadline = Deadline(self._clock, timeout, self._on_write_timeout)
         try:
             await self._handler.flush()
         except StreamClosedError:

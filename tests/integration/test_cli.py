@@ -63,3 +63,29 @@ def test_invalid_config_stops_startup_with_one_line(tmp_path: Path) -> None:
     assert result.stderr.strip().splitlines() == [
         "relay: configuration error: RELAY_PORT='x': expected a whole number >= 0"
     ]
+
+
+def test_a_second_relay_on_the_same_cache_is_refused_clearly(tmp_path: Path) -> None:
+    env = relay_env(tmp_path, REASONING_CACHE_ENABLED="1")
+    with subprocess.Popen(
+        [sys.executable, "-m", "relay", "serve"], env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    ) as first:
+        try:
+            assert first.stdout is not None
+            banner = [first.stdout.readline() for _ in range(4)]
+            assert banner[3].startswith("reasoning cache: on (")
+            second = subprocess.run(
+                [sys.executable, "-m", "relay", "serve"], env=env,
+                capture_output=True, text=True, timeout=30, check=False,
+            )
+            assert second.returncode == 1
+            lines = second.stderr.strip().splitlines()
+            assert len(lines) == 1, lines
+            assert lines[0].startswith("relay: cannot open the reasoning cache: ")
+            assert "another relay process" in lines[0]
+            first.send_signal(signal.SIGTERM)
+            assert first.wait(10) == 0
+        finally:
+            first.kill()
+            first.wait()

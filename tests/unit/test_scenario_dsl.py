@@ -26,9 +26,11 @@ from scenarios.core import (
     resolve,
 )
 from scenarios.dsl import (
+    Branch,
     Chat,
     ClientGot,
     Ctx,
+    EchoAs,
     RelayAlive,
     ReplayOf,
     Scenario,
@@ -355,3 +357,60 @@ def test_upstream_received_checks_exact_replays() -> None:
         UpstreamReceived("t2", replayed=[]).check(ctx)
     with pytest.raises(AssertionError, match="minted in \\['t1'\\]"):
         UpstreamReceived("t2", replayed=[ReplayOf("t1", at=1)]).check(_ctx_with_replay("T9"))
+
+
+# --- client-side history steps (no processes) ----------------------------------------------
+
+
+def _ctx_with_history(*messages: dict[str, object]) -> Ctx:
+    ctx = Ctx(harness=None, seed=Seed(1))  # type: ignore[arg-type]
+    ctx.conversations["main"] = [dict(m) for m in messages]
+    return ctx
+
+
+@pytest.mark.parametrize(
+    ("form", "split", "content"),
+    [
+        ("string", None, "Hello"),
+        ("parts", None, [{"type": "text", "text": "Hello"}]),
+        ("parts", 2, [{"type": "text", "text": "He"}, {"type": "text", "text": "llo"}]),
+        ("parts", 99, [{"type": "text", "text": "Hello"}, {"type": "text", "text": ""}]),
+    ],
+)
+def test_echo_as_rewrites_text_forms(form: str, split: int | None, content: object) -> None:
+    ctx = _ctx_with_history({"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello"})
+    EchoAs(form, split=split).run(ctx)
+    assert ctx.history_of("main")[-1] == {"role": "assistant", "content": content}
+
+
+def test_echo_as_rewrites_empty_content_of_tool_calls() -> None:
+    calls = [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    ctx = _ctx_with_history({"role": "assistant", "content": None, "tool_calls": calls})
+    EchoAs("empty").run(ctx)
+    assert ctx.history_of("main")[-1] == {"role": "assistant", "content": "", "tool_calls": calls}
+    EchoAs("absent").run(ctx)
+    assert ctx.history_of("main")[-1] == {"role": "assistant", "tool_calls": calls}
+    EchoAs("null").run(ctx)
+    assert ctx.history_of("main")[-1]["content"] is None
+
+
+def test_echo_as_refuses_to_drop_text() -> None:
+    ctx = _ctx_with_history({"role": "assistant", "content": "Hello"})
+    with pytest.raises(AssertionError, match="drop the answer's text"):
+        EchoAs("null").run(ctx)
+    with pytest.raises(ValueError, match="form must be one of"):
+        EchoAs("xml").run(ctx)
+
+
+def test_branch_continues_from_a_turn_answer_partial_text_included() -> None:
+    ctx = _ctx_with_history({"role": "user", "content": "later"})
+    asked = [{"role": "user", "content": "hi"}]
+    ctx.turns["cut"] = Turn("cut", "main", {"messages": asked}, upstream_from=0)
+    ctx.turns["cut"].answer = ChatAnswer(status=200, text="Hel")  # no [DONE]: a cut
+    Branch("cut", conv="copy").run(ctx)
+    assert ctx.history_of("copy") == [*asked, {"role": "assistant", "content": "Hel"}]
+    assert ctx.history_of("main") == [{"role": "user", "content": "later"}]
+    ctx.history_of("copy").append({"role": "user", "content": "more"})
+    assert ctx.turns["cut"].body["messages"] == asked  # a copy, not the turn's own list
+    Branch("cut").run(ctx)
+    assert ctx.history_of("main")[-1] == {"role": "assistant", "content": "Hel"}

@@ -1,0 +1,109 @@
+"""What every model-call handler shares: the body read within limits, and one upstream
+exchange that a client disconnect or a shutdown can abort."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tornado.web import stream_request_body
+
+from relay.crashpoints import crash_point
+from relay.errors import PayloadTooLarge
+from relay.handlers.base import BaseHandler
+from relay.request_body import parse_json_object
+from relay.transport.downstream import Downstream
+from relay.transport.upstream import BatchDone, ClientGone, EventSink, UpstreamExchange
+
+
+@stream_request_body
+class RelayingHandler(BaseHandler):
+    def prepare(self) -> None:
+        super().prepare()
+        self._body = bytearray()
+        self._exchange: UpstreamExchange | None = None
+        limit = self.runtime.config.max_request_bytes
+        declared = self.request.headers.get("Content-Length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise PayloadTooLarge(_too_large(limit))
+        # Chunked uploads are limited by data_received alone. Tornado's own body limit
+        # (left at the server's "unlimited") must not fire first: Tornado 6.6 coalesces
+        # small chunks and would answer a bare 400 before we see the data. Once we have
+        # answered 413, Tornado drops the rest of the body and closes the connection.
+
+    def data_received(self, chunk: bytes) -> None:
+        if self._finished:
+            return
+        if len(self._body) + len(chunk) > self.runtime.config.max_request_bytes:
+            self.send_relay_error(
+                PayloadTooLarge(_too_large(self.runtime.config.max_request_bytes))
+            )
+            return
+        self._body += chunk
+
+    def on_connection_close(self) -> None:
+        if self._exchange is not None:
+            self._exchange.abort(ClientGone())
+
+    def downstream(self, keepalive_frame: bytes | None = None) -> Downstream:
+        """The client side of this request; SSE keepalives only with a keepalive frame."""
+        config = self.runtime.config
+        return Downstream(
+            self,
+            self.runtime.clock,
+            write_timeout_s=config.delivery_timeout_ms / 1000,
+            keepalive_s=config.sse_keepalive_ms / 1000 if keepalive_frame else 0,
+            keepalive_frame=keepalive_frame or b"",
+        )
+
+    def start_sse(self, down: Downstream) -> None:
+        self.set_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.set_header("Cache-Control", "no-cache")
+        self.set_header("X-Accel-Buffering", "no")
+        down.start_keepalive()
+
+    def json_body(self) -> dict[str, Any]:
+        """The request body as a JSON object (its buffer is released)."""
+        body = parse_json_object(bytes(self._body), self.request.headers.get("Content-Type"))
+        self._body = bytearray()
+        return body
+
+    def exchange_for(
+        self,
+        upstream_body: dict[str, Any],
+        sink: EventSink,
+        *,
+        buffered: bool,
+        batch_done: BatchDone | None = None,
+    ) -> UpstreamExchange:
+        # Always streamed upstream, so the idle timer and capture work alike in both modes.
+        upstream_body["stream"] = True
+        exchange = UpstreamExchange(
+            client=self.runtime.http_client,
+            clock=self.runtime.clock,
+            limits=self.runtime.upstream_limits,
+            url=self.runtime.upstream_url,
+            headers=self.runtime.upstream_headers(),
+            body=json.dumps(upstream_body, ensure_ascii=False).encode("utf-8"),
+            sink=sink,
+            buffered=buffered,
+            batch_done=batch_done,
+        )
+        self._exchange = exchange
+        return exchange
+
+    async def run_exchange(self, exchange: UpstreamExchange) -> None:
+        self.runtime.active.add(exchange)
+        crash_point("before_upstream_send")
+        try:
+            await exchange.run()
+        finally:
+            self.runtime.active.discard(exchange)
+            self._exchange = None
+
+
+def _too_large(limit: int) -> str:
+    return (
+        f"request body exceeds RELAY_MAX_REQUEST_BYTES ({limit} bytes); "
+        "shorten the conversation or raise the limit"
+    )

@@ -1,0 +1,103 @@
+"""POST /v1/responses: a passthrough for direct Responses API clients.
+
+The body goes upstream as sent (only a model alias is resolved); events come back as
+Responses SSE, or as the final ``response`` object for a non-streaming call. The cache
+cannot observe these generations, so before forwarding it *fences* the scopes they may
+extend (spec §7): an unobserved generation must never leave an older record looking
+unique. If the fence cannot be written the call is refused with 503, never forwarded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+from tornado.iostream import StreamClosedError
+
+from relay import log
+from relay.errors import InvalidRequest, RelayError, UpstreamFailed, UpstreamProtocolError
+from relay.handlers.relaying import RelayingHandler
+from relay.routing import resolve_model
+from relay.translate.chat_sse import KEEPALIVE
+from relay.transport.upstream import TERMINAL_EVENTS, ClientGone
+
+
+def encode_event(event_type: str, data: dict[str, Any]) -> bytes:
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    return f"event: {event_type}\ndata: {text}\n\n".encode()
+
+
+class ResponsesHandler(RelayingHandler):
+    async def post(self) -> None:
+        if self._finished:
+            return
+        body = self.json_body()
+        target = resolve_model(body.get("model"), self.runtime.config.model_aliases)
+        stream = body.get("stream")
+        if stream not in (None, True, False):
+            raise InvalidRequest("'stream' must be true or false", param="stream")
+        caller = body.get("user")
+        if caller is not None and not isinstance(caller, str):
+            raise InvalidRequest("'user' must be a string", param="user")
+        self.runtime.cache.fence(target.model, caller, self.request_id)
+        upstream_body = {**body, "model": target.model}
+        log.event(
+            "responses_passthrough", request_id=self.request_id, model=target.model,
+            stream=bool(stream),
+        )  # fmt: skip
+        if stream:
+            await self._relay_stream(upstream_body)
+        else:
+            await self._relay_json(upstream_body)
+
+    async def _relay_json(self, upstream_body: dict[str, Any]) -> None:
+        final: dict[str, Any] = {}
+
+        async def sink(event_type: str, data: dict[str, Any]) -> None:
+            if event_type == "error":
+                raise UpstreamFailed(str(data.get("message") or "the upstream reported an error"))
+            if event_type in TERMINAL_EVENTS and isinstance(data.get("response"), dict):
+                final.update(data["response"])
+
+        try:
+            await self.run_exchange(self.exchange_for(upstream_body, sink, buffered=True))
+        except ClientGone:
+            return
+        if not final:
+            raise UpstreamProtocolError("the upstream stream ended without a final response")
+        with contextlib.suppress(StreamClosedError):
+            await self.finish(json.dumps(final, ensure_ascii=False))
+
+    async def _relay_stream(self, upstream_body: dict[str, Any]) -> None:
+        down = self.downstream(keepalive_frame=KEEPALIVE)
+
+        forwarded_error = False
+
+        async def sink(event_type: str, data: dict[str, Any]) -> None:
+            nonlocal forwarded_error
+            if not self._headers_written:
+                self.start_sse(down)
+            down.queue(encode_event(event_type, data))
+            if event_type == "error":  # the upstream's own failure, already forwarded
+                forwarded_error = True
+                await down.drain()
+                raise UpstreamFailed(str(data.get("message") or "the upstream reported an error"))
+
+        try:
+            exchange = self.exchange_for(upstream_body, sink, buffered=False, batch_done=down.drain)
+            await self.run_exchange(exchange)
+            await down.drain()
+        except ClientGone:
+            log.event("client_disconnected", request_id=self.request_id, frames=down.frames_sent)
+        except RelayError as err:
+            if not self._headers_written:
+                raise
+            log.event("stream_failed", request_id=self.request_id, code=err.code)
+            if not forwarded_error:
+                with contextlib.suppress(ClientGone):
+                    await down.send(encode_event("error", err.envelope()["error"]))
+        finally:
+            down.stop_keepalive()
+        if not self._finished and not down.closed:
+            self.finish()

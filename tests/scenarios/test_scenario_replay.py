@@ -1,0 +1,125 @@
+"""The history checks bind on real cache-enabled runs: a replay scenario passes, and the
+same history with one replay removed or forged fails the right check. A check that cannot
+fail on a real history proves nothing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scenarios.checker import check_history
+from scenarios.history import History
+from scenarios.library import REGISTRY, load_all
+from scenarios.play import PlayResult, play
+from scenarios.requirements import missing
+from scenarios.seed import Seed
+
+pytestmark = pytest.mark.scenario
+
+load_all()
+
+
+@pytest.fixture
+def kept() -> Iterator[Callable[[str, Seed], PlayResult]]:
+    """Play a library scenario keeping its run directory; removed afterwards."""
+    dirs: list[Path] = []
+
+    def run(name: str, seed: Seed) -> PlayResult:
+        result = play(REGISTRY[name].build(seed), seed, keep=True)
+        dirs.append(result.run_dir)
+        return result
+
+    yield run
+    for path in dirs:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _events(result: PlayResult) -> list[dict[str, Any]]:
+    path = result.run_dir / "history.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _load(result: PlayResult, events: list[dict[str, Any]]) -> History:
+    mutated = result.run_dir / "mutated.jsonl"
+    mutated.write_text("\n".join(json.dumps(event) for event in events))
+    return History.load(mutated)
+
+
+def _calls_after_restart(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Upstream calls made by the second relay incarnation (after the first restart)."""
+    starts = [e["seq"] for e in events if e["kind"] == "process_start" and e["role"] == "relay"]
+    return [e for e in events if e["kind"] == "upstream_exchange" and e["seq"] > starts[1]]
+
+
+def test_nothing_lost_binds_across_restarts(
+    kept: Callable[[str, Seed], PlayResult], seed: Seed
+) -> None:
+    result = kept("replay_survives_restarts", seed)
+    assert result.report.ok
+    assert result.report.stats["owed_across_restarts"] == 2  # one kill -9, one graceful
+
+    events = _events(result)
+    first = _calls_after_restart(events)[0]
+    first["body"]["input"] = [i for i in first["body"]["input"] if i.get("type") != "reasoning"]
+    report = check_history(_load(result, events))
+    assert report.count("nothing_lost") == 1, report.describe()
+    assert "across 1 relay restart" in report.describe()
+
+    # The same loss is allowed when the restarted relay had the cache off.
+    for event in events:
+        if event["kind"] == "process_start" and event.get("incarnation") == 2:
+            event["cache_enabled"] = False
+    assert check_history(_load(result, events), ("nothing_lost",)).ok
+
+
+def test_a_replay_under_another_credential_is_a_wrong_replay(
+    kept: Callable[[str, Seed], PlayResult], seed: Seed
+) -> None:
+    result = kept("replay_isolated_by_credential", seed)
+    assert result.report.ok
+    events = _events(result)
+    calls = [e for e in events if e["kind"] == "upstream_exchange"]
+    minted, replayed = calls[0], calls[1]  # t1, and t2 replaying t1 (both key0)
+    other_key = _calls_after_restart(events)[0]
+    assert (minted["credential"], other_key["credential"]) == ("key0", "key1")
+    # Forge what a relay leaking blocks across credentials would send: t2's input (t1's
+    # block in place) under key1, for the very same visible history.
+    other_key["body"]["input"] = replayed["body"]["input"]
+    report = check_history(_load(result, events))
+    assert report.stats["wrong_replays"] == 1, report.describe()
+    assert "in another scope" in report.describe()
+
+
+def test_every_replay_scenario_owes_and_pays(
+    kept: Callable[[str, Seed], PlayResult], seed: Seed
+) -> None:
+    """Where blocks are committed and then carried forward, the check did bind."""
+    for name in ("replay_multi_turn_mixed_modes", "replay_regenerated_versions_on_their_branches"):
+        result = kept(name, seed)
+        assert result.report.ok
+        assert result.report.stats["owed_replays"] >= 2, (name, result.report.stats)
+
+
+def test_an_unconfirmed_delivery_explains_the_loss(
+    kept: Callable[[str, Seed], PlayResult], seed: Seed
+) -> None:
+    name = "replay_lost_only_with_an_unconfirmed_delivery"
+    if (reason := missing(REGISTRY[name].needs)) is not None:
+        pytest.skip(reason)
+    result = kept(name, seed)
+    assert result.report.ok
+    events = _events(result)
+    t2 = next(e for e in events if e["kind"] == "client_answer" and e["turn"] == "t2")
+    assert t2["request_id"]
+    # Had the crashed relay confirmed t2's delivery, t3 would have owed it a replay.
+    events.append(
+        {"seq": len(events), "t": 0.0, "kind": "relay_event", "event": "chat_done",
+         "fields": {"request_id": t2["request_id"]}, "incarnation": 2}
+    )  # fmt: skip
+    report = check_history(_load(result, events), ("nothing_lost",))
+    assert report.count("nothing_lost") == 1, report.describe()
