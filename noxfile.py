@@ -100,7 +100,10 @@ def serve(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Relay vs direct-to-fake ratios; prints a table and writes bench-results/bench.json."""
+    """Ratios measured in one run: relay (cache off and on) vs direct-to-fake, identity and
+    the cache path vs json.loads, canonical hashing vs the stdlib floor, SQLite commit
+    costs. Markdown tables on stdout, JSON in bench-results/bench.json. Pass options after
+    ``--`` (``nox -s bench -- --profile`` adds cProfile tables, ``--help`` lists them)."""
     install_project(session, "test")
     session.run("python", "-m", "tests.bench", *session.posargs)
 

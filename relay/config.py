@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from relay.errors import ConfigError
+from relay.providers import BUILTIN, Provider, parse_providers
 from relay.reasoning.resources import BudgetTooSmall, CacheBudget
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
@@ -35,6 +36,7 @@ class ModelAlias:
     # "auto": decide by model family (relay.translate.sampling); "forward": always send
     # temperature/top_p; "drop": never send them.
     sampling: str = "auto"
+    provider: str = BUILTIN  # a RELAY_PROVIDERS name, or the built-in "openai"
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class Config:
     openai_api_key: str | None = None
     openai_base_url: str = DEFAULT_OPENAI_BASE_URL
     model_aliases: Mapping[str, ModelAlias] = field(default_factory=dict)
+    providers: Mapping[str, Provider] = field(default_factory=dict)  # without the built-in
     reasoning_cache_enabled: bool = False
     reasoning_cache_path: Path | None = None  # None: <data_dir>/reasoning-cache.sqlite
     reasoning_cache_retention_days: int = 30
@@ -54,6 +57,8 @@ class Config:
     reasoning_cache_max_plan_records: int = 256
     reasoning_cache_max_concurrent: int = 10
     reasoning_cache_memory_bytes: int = 128 * 1024 * 1024
+    reasoning_cache_strict_ttl_seconds: int = 2 * 3600
+    reasoning_cache_strict_memory_entries: int = 2000
     reasoning_summaries_as_content: bool = False
     max_request_bytes: int = 64 * 1024 * 1024
     max_response_bytes: int = 64 * 1024 * 1024
@@ -146,16 +151,20 @@ def load_json_or_path(name: str, raw: str) -> Any:
         raise ConfigError(f"{name}: invalid JSON ({exc})") from None
 
 
-def parse_model_aliases(raw: str | None) -> dict[str, ModelAlias]:
-    """``{"alias": "upstream-model"}`` or ``{"alias": {"model": ..., "reasoning_effort": ...}}``."""
+def parse_model_aliases(
+    raw: str | None, providers: Mapping[str, Provider] | None = None
+) -> dict[str, ModelAlias]:
+    """``{"alias": "upstream-model"}`` or ``{"alias": {"model": ..., "reasoning_effort": ...,
+    "provider": ...}}``; ``provider`` names one of ``providers`` (default: the built-in)."""
     name = "RELAY_MODEL_ALIASES"
+    providers = providers or {}
     if raw is None or raw.strip() == "":
         return {}
     data = load_json_or_path(name, raw)
     if not isinstance(data, dict):
         raise ConfigError(f"{name}: expected a JSON object mapping alias names to models")
     aliases: dict[str, ModelAlias] = {}
-    allowed = {"model", "reasoning_effort", "reasoning_summary", "sampling"}
+    allowed = {"model", "reasoning_effort", "reasoning_summary", "sampling", "provider"}
     for alias, spec in data.items():
         where = f"{name}[{alias!r}]"
         if isinstance(spec, str):
@@ -171,8 +180,27 @@ def parse_model_aliases(raw: str | None) -> dict[str, ModelAlias]:
         effort = _choice(spec, "reasoning_effort", REASONING_EFFORTS, where)
         summary = _choice(spec, "reasoning_summary", REASONING_SUMMARIES, where)
         sampling = _choice(spec, "sampling", SAMPLING_POLICIES, where) or "auto"
-        aliases[alias] = ModelAlias(alias, model.strip(), effort, summary, sampling)
+        provider = spec.get("provider", BUILTIN)
+        if not isinstance(provider, str) or (provider != BUILTIN and provider not in providers):
+            known = ", ".join(sorted([BUILTIN, *providers]))
+            raise ConfigError(f"{where}.provider={provider!r}: expected one of {known}")
+        if summary is not None and provider in providers and providers[provider].kind == "chat":
+            raise ConfigError(
+                f"{where}.reasoning_summary: applies to Responses upstreams only; "
+                f"{provider!r} is a Chat Completions provider"
+            )
+        aliases[alias] = ModelAlias(
+            alias, model.strip(), effort, summary, sampling, provider=provider
+        )
     return aliases
+
+
+def parse_provider_config(env: Mapping[str, str]) -> dict[str, Provider]:
+    """``RELAY_PROVIDERS``: inline JSON or a path to a JSON file (see relay.providers)."""
+    raw = env.get("RELAY_PROVIDERS")
+    if raw is None or raw.strip() == "":
+        return {}
+    return parse_providers(load_json_or_path("RELAY_PROVIDERS", raw), env)
 
 
 def _choice(spec: Mapping[str, Any], key: str, allowed: tuple[str, ...], where: str) -> str | None:
@@ -194,6 +222,7 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
     log_level = env.get("RELAY_LOG_LEVEL", "").strip().lower() or "info"
     if log_level not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"RELAY_LOG_LEVEL={log_level!r}: expected debug, info, warning or error")
+    providers = parse_provider_config(env)
     config = Config(
         host=host,
         port=_int(env, "RELAY_PORT", 8787, minimum=0),
@@ -201,7 +230,8 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
         data_dir=Path(env.get("RELAY_DATA_DIR", "").strip() or "data"),
         openai_api_key=key,
         openai_base_url=_base_url(env),
-        model_aliases=parse_model_aliases(env.get("RELAY_MODEL_ALIASES")),
+        model_aliases=parse_model_aliases(env.get("RELAY_MODEL_ALIASES"), providers),
+        providers=providers,
         reasoning_cache_enabled=_bool(env, "REASONING_CACHE_ENABLED", False),
         reasoning_cache_path=_path(env, "REASONING_CACHE_PATH"),
         reasoning_cache_retention_days=_int(env, "REASONING_CACHE_RETENTION_DAYS", 30, minimum=30),
@@ -217,6 +247,12 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
         reasoning_cache_max_concurrent=_int(env, "REASONING_CACHE_MAX_CONCURRENT", 10, minimum=0),
         reasoning_cache_memory_bytes=_int(
             env, "REASONING_CACHE_MEMORY_BYTES", 128 * 1024 * 1024, minimum=1024 * 1024
+        ),
+        reasoning_cache_strict_ttl_seconds=_int(
+            env, "REASONING_CACHE_STRICT_TTL_SECONDS", 2 * 3600, minimum=60
+        ),
+        reasoning_cache_strict_memory_entries=_int(
+            env, "REASONING_CACHE_STRICT_MEMORY_ENTRIES", 2000, minimum=0
         ),
         reasoning_summaries_as_content=_bool(env, "RELAY_REASONING_SUMMARIES", False),
         max_request_bytes=_int(env, "RELAY_MAX_REQUEST_BYTES", 64 * 1024 * 1024, minimum=1024),

@@ -143,6 +143,27 @@ class UpstreamFailed(UpstreamError):
     default_code = "upstream_failed"
 
 
+class UpstreamReportedError(UpstreamFailed):
+    """A Chat upstream ended its answer with its own error envelope (an SSE ``{"error":
+    ...}`` frame, or a JSON body holding only an error): relayed as the provider wrote it."""
+
+    def __init__(self, envelope: dict[str, Any]):
+        err = envelope.get("error")
+        if not isinstance(err, dict):  # e.g. {"error": "overloaded"}: give it OpenAI's shape
+            text = str(err) if err else "the upstream reported an error"
+            err = {"message": text, "type": "upstream_error", "param": None, "code": None}
+            envelope = {"error": err}
+        code = err.get("code")
+        super().__init__(
+            str(err.get("message") or "the upstream reported an error"),
+            code=code if isinstance(code, str) else None,
+        )
+        self._envelope = envelope
+
+    def envelope(self) -> dict[str, Any]:
+        return self._envelope
+
+
 class UpstreamTimeout(UpstreamError):
     status = 504
     default_code = "upstream_timeout"

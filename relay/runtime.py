@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
 
 from relay.clock import Clock
 from relay.config import Config
-from relay.reasoning.cache import ReplayCache
+from relay.providers import BUILTIN, Provider
+from relay.reasoning.cache import ReplayCache, UpstreamIdentity
 from relay.reasoning.session import CacheSession
+from relay.strict.cache import StrictCache
 from relay.transport.upstream import UpstreamExchange, UpstreamLimits
 
 
@@ -23,6 +26,8 @@ class Runtime:
     upstream_api_key: str
     http_client: SimpleAsyncHTTPClient
     cache: ReplayCache
+    strict: StrictCache
+    providers: Mapping[str, Provider]  # the configured ones and the built-in "openai"
     shutting_down: bool = False
     active: set[UpstreamExchange] = field(default_factory=set)
     sessions: set[CacheSession] = field(default_factory=set)
@@ -35,12 +40,31 @@ class Runtime:
             max_sse_event_bytes=self.config.max_sse_event_bytes,
         )
 
+    @property
+    def builtin_provider(self) -> Provider:
+        return self.providers[BUILTIN]
+
     def upstream_headers(self) -> dict[str, str]:
+        return self.headers_for(self.builtin_provider)
+
+    def headers_for(self, provider: Provider, *, json_answer: bool = False) -> dict[str, str]:
         return {
-            "Authorization": f"Bearer {self.upstream_api_key}",
+            "Authorization": f"Bearer {provider.api_key}",
             "Content-Type": "application/json",
-            "Accept": "text/event-stream",
+            "Accept": "application/json" if json_answer else "text/event-stream",
         }
+
+    def cache_identity(self, provider: Provider) -> UpstreamIdentity | None:
+        """The replay cache's view of a Responses provider (``None``: the built-in)."""
+        if provider.name == BUILTIN:
+            return None
+        return UpstreamIdentity.of(provider.url, provider.api_key)
+
+    @staticmethod
+    def reach_hint(provider: Provider) -> str:
+        if provider.name == BUILTIN:
+            return "check OPENAI_BASE_URL and the network"
+        return f"check RELAY_PROVIDERS[{provider.name!r}].base_url and the network"
 
     @staticmethod
     def new_id(prefix: str) -> str:

@@ -19,8 +19,10 @@ from relay.config import Config
 from relay.handlers.base import HealthHandler, ModelsHandler, NotFoundHandler
 from relay.handlers.chat import ChatCompletionsHandler
 from relay.handlers.responses import ResponsesHandler
+from relay.providers import BUILTIN, Provider
 from relay.reasoning.cache import ReplayCache
 from relay.runtime import Runtime
+from relay.strict.cache import StrictCache
 from relay.transport.upstream import ClientGone, make_http_client
 
 EMBEDDED_FAKE_KEY = "sk-embedded-offline-fake"
@@ -65,11 +67,12 @@ class RelayServer:
 
             self.fake = FakeUpstream(clock=self.clock)
             await self.fake.start("127.0.0.1", 0)
-            upstream_url = self.fake.base_url.rstrip("/") + "/responses"
-            api_key = EMBEDDED_FAKE_KEY
+            base_url, api_key = self.fake.base_url.rstrip("/"), EMBEDDED_FAKE_KEY
         else:
             assert config.openai_api_key is not None
-            upstream_url, api_key = config.responses_url, config.openai_api_key
+            base_url, api_key = config.openai_base_url, config.openai_api_key
+        builtin = Provider(BUILTIN, "responses", base_url, api_key, api_key_env="OPENAI_API_KEY")
+        upstream_url = builtin.url
         cache = ReplayCache.open(
             config,
             self.clock,
@@ -77,6 +80,14 @@ class RelayServer:
             upstream_credential=api_key,
             relay_token=token,
             new_id=Runtime.new_id,
+        )
+        strict = StrictCache(
+            clock=self.clock,
+            store=cache.store if cache.enabled else None,
+            relay_token=token,
+            ttl_s=config.reasoning_cache_strict_ttl_seconds,
+            memory_entries=config.reasoning_cache_strict_memory_entries,
+            max_entry_bytes=config.reasoning_cache_max_entry_bytes,
         )
         self.runtime = Runtime(
             config=config,
@@ -86,6 +97,8 @@ class RelayServer:
             upstream_api_key=api_key,
             http_client=make_http_client(),
             cache=cache,
+            strict=strict,
+            providers={**config.providers, BUILTIN: builtin},
         )
         self._http = HTTPServer(
             make_app(self.runtime),
@@ -101,6 +114,7 @@ class RelayServer:
             raise
         self._http.add_sockets(sockets)
         self.port = sockets[0].getsockname()[1]
+        strict.start_cleanup()
         return self.port
 
     def banner(self) -> list[str]:
@@ -115,6 +129,11 @@ class RelayServer:
             )
         else:
             lines.append(f"upstream: {self.runtime.upstream_url}")
+        for provider in self.config.providers.values():
+            lines.append(
+                f"provider {provider.name}: {provider.kind} at {provider.url} "
+                f"(key from {provider.api_key_env}, strict {provider.strict_setting})"
+            )
         if self.token_path is not None:
             lines.append(f"relay token: stored in {self.token_path} (send it as a Bearer token)")
         else:
@@ -140,6 +159,7 @@ class RelayServer:
             await self._http.close_all_connections()
         if self.runtime is not None:
             self.runtime.http_client.close()
+            self.runtime.strict.stop_cleanup()
             self.runtime.cache.close()
         if self.fake is not None:
             await self.fake.stop()

@@ -1,8 +1,14 @@
-"""``nox -s bench``: the relay against the fake directly, as ratios measured in one run.
+"""``nox -s bench``: the relay and its cache as ratios measured in one run.
 
-Both servers run as real subprocesses (as in production); the client is a raw streaming
-HTTP client in this process. Each measurement alternates direct and relayed requests so
-machine noise hits both alike, and reports medians. Nothing here asserts a time limit.
+Relay vs direct-to-fake: both servers run as real subprocesses (as in production); the
+client is a raw streaming HTTP client in this process. Each round sends one request
+directly, one through the relay with the cache off and one through a relay with the cache
+on, so machine noise hits them alike, and reports medians.
+
+In-process sections (identity, cache path, commits) compare the relay's code against a
+stdlib baseline measured on the same data in the same process (see ``bench_identity`` and
+``bench_cache``). Results are printed as markdown tables and written as JSON; nothing
+here asserts a time limit.
 """
 
 from __future__ import annotations
@@ -11,6 +17,8 @@ import argparse
 import http.client
 import json
 import os
+import platform
+import pstats
 import statistics
 import subprocess
 import sys
@@ -21,15 +29,30 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tests.bench_cache import bench_cache_scaling, bench_commits, profile_cache_path
+from tests.bench_identity import (
+    SIZES,
+    bench_canonical_vs_stdlib,
+    bench_identity_scaling,
+    cursor_history,
+)
+
 TOKEN = "bench-relay-token-0123456789"
 KEY = "sk-bench"
 DELTAS = 300
+MODES = ("direct", "relay", "relay_cache")
+PROFILE_ROUNDS = 100  # requests a profiled relay serves (amortizes its startup)
+LABELS = {"direct": "direct", "relay": "relay (cache off)", "relay_cache": "relay (cache on)"}
 
 
 @contextmanager
 def process(args: list[str], env: dict[str, str], banner: str) -> Iterator[int]:
     proc = subprocess.Popen(
-        args, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        args,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
         start_new_session=True,
     )
     try:
@@ -39,15 +62,20 @@ def process(args: list[str], env: dict[str, str], banner: str) -> Iterator[int]:
                 port = int(line.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
                 break
         else:
-            raise RuntimeError(f"{args[2]} exited before printing its address")
+            raise RuntimeError(f"{' '.join(args[1:])} exited before printing its address")
         yield port
     finally:
         proc.terminate()
-        proc.wait(10)
+        proc.wait(30)
 
 
-def stream_once(port: int, path: str, body: dict[str, Any], headers: dict[str, str],
-                is_content: Callable[[bytes], bool]) -> tuple[float, float, int]:
+def stream_once(
+    port: int,
+    path: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    is_content: Callable[[bytes], bool],
+) -> tuple[float, float, int]:
     """(seconds to first content frame, total seconds, content frames)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     payload = json.dumps(body).encode()
@@ -71,78 +99,230 @@ def stream_once(port: int, path: str, body: dict[str, Any], headers: dict[str, s
     return (first if first is not None else total), total, frames
 
 
-def run(iterations: int, out: Path) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    script = {"output": [{"type": "message", "text": "x" * DELTAS}], "delta_size": 1}
-    small = {"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}], "stream": True}
-    with tempfile.TemporaryDirectory() as data, process(
-        [sys.executable, "-m", "fakeupstream", "--port", "0"], env, "fakeupstream listening"
-    ) as fake_port:
-        relay_env = {
-            **env, "RELAY_PORT": "0", "RELAY_TOKEN": TOKEN, "RELAY_DATA_DIR": data,
-            "OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": f"http://127.0.0.1:{fake_port}/v1",
-            "RELAY_LOG_LEVEL": "warning",
-        }
-        with process([sys.executable, "-m", "relay", "serve"], relay_env, "relay listening") as relay_port:
-            direct_body = {"model": "gpt-5", "input": [{"role": "user", "content": "hi"}], "stream": True}
-            samples: dict[str, list[tuple[float, float, int]]] = {"direct": [], "relay": []}
-            for i in range(iterations + 2):
-                for mode in ("direct", "relay"):
-                    enqueue(fake_port, script)
-                    if mode == "direct":
-                        sample = stream_once(fake_port, "/v1/responses", direct_body,
-                                             {"Authorization": f"Bearer {KEY}"},
-                                             lambda f: b"output_text.delta" in f)
-                    else:
-                        sample = stream_once(relay_port, "/v1/chat/completions", small,
-                                             {"Authorization": f"Bearer {TOKEN}"},
-                                             lambda f: b'"content":"x' in f)
-                    if i >= 2:  # warm-up rounds are discarded
-                        samples[mode].append(sample)
-    result = summarize(samples)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    return result
-
-
 def enqueue(port: int, script: dict[str, Any]) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    conn.request("POST", "/__fake/scripts", json.dumps(script), {"Content-Type": "application/json"})
+    conn.request(
+        "POST", "/__fake/scripts", json.dumps(script), {"Content-Type": "application/json"}
+    )
     assert conn.getresponse().status == 200
     conn.close()
+
+
+def relay_env(env: dict[str, str], fake_port: int, data: str, *, cache: bool) -> dict[str, str]:
+    return {
+        **env, "RELAY_PORT": "0", "RELAY_TOKEN": TOKEN, "RELAY_DATA_DIR": data,
+        "OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": f"http://127.0.0.1:{fake_port}/v1",
+        "RELAY_LOG_LEVEL": "warning", "REASONING_CACHE_ENABLED": "1" if cache else "0",
+    }  # fmt: skip
+
+
+def run_servers(iterations: int, *, profile: Path | None = None) -> dict[str, Any]:
+    """Direct vs relay (cache off) vs relay (cache on) on one small streamed request.
+
+    With ``profile``, the cache-on relay runs under cProfile (stats written to that file
+    when it stops) and only its samples are meaningful for the profile, not the ratios.
+    """
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    script = {
+        "output": [{"type": "reasoning", "summary": ["plan"]},
+                   {"type": "message", "text": "x" * DELTAS}],
+        "delta_size": 1,
+    }  # fmt: skip
+    small = {"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    direct_body = {"model": "gpt-5", "input": [{"role": "user", "content": "hi"}], "stream": True}
+    relay_cmd = [sys.executable, "-m", "relay", "serve"]
+    cached_cmd = relay_cmd if profile is None else [
+        sys.executable, "-m", "cProfile", "-o", str(profile), *relay_cmd[1:]
+    ]  # fmt: skip
+    samples: dict[str, list[tuple[float, float, int]]] = {mode: [] for mode in MODES}
+    with (
+        tempfile.TemporaryDirectory() as off_data,
+        tempfile.TemporaryDirectory() as on_data,
+        process(
+            [sys.executable, "-m", "fakeupstream", "--port", "0"], env, "fakeupstream listening"
+        ) as fake_port,  # fmt: skip
+        process(
+            relay_cmd, relay_env(env, fake_port, off_data, cache=False), "relay listening"
+        ) as relay_port,  # fmt: skip
+        process(
+            cached_cmd, relay_env(env, fake_port, on_data, cache=True), "relay listening"
+        ) as cached_port,  # fmt: skip
+    ):
+        ports = {"relay": relay_port, "relay_cache": cached_port}
+        for i in range(iterations + 2):
+            for mode in MODES:
+                enqueue(fake_port, script)
+                if mode == "direct":
+                    sample = stream_once(fake_port, "/v1/responses", direct_body,
+                                         {"Authorization": f"Bearer {KEY}"},
+                                         lambda f: b"output_text.delta" in f)  # fmt: skip
+                else:
+                    sample = stream_once(ports[mode], "/v1/chat/completions", small,
+                                         {"Authorization": f"Bearer {TOKEN}"},
+                                         lambda f: b'"content":"x' in f)  # fmt: skip
+                if i >= 2:  # warm-up rounds are discarded
+                    samples[mode].append(sample)
+    return summarize(samples)
 
 
 def summarize(samples: dict[str, list[tuple[float, float, int]]]) -> dict[str, Any]:
     def med(mode: str, index: int) -> float:
         return statistics.median(s[index] for s in samples[mode])
 
-    rows = {}
+    rows: dict[str, dict[str, float]] = {}
     for name, index in (("ttft_s", 0), ("total_s", 1)):
-        direct, relay = med("direct", index), med("relay", index)
-        rows[name] = {"direct": direct, "relay": relay, "ratio": relay / direct}
-    eps = {mode: DELTAS / med(mode, 1) for mode in ("direct", "relay")}
-    rows["events_per_s"] = {**eps, "ratio": eps["relay"] / eps["direct"]}
+        row = {mode: med(mode, index) for mode in MODES}
+        rows[name] = {**row, "ratio": row["relay"] / row["direct"],
+                      "ratio_cache": row["relay_cache"] / row["direct"]}  # fmt: skip
+    eps = {mode: DELTAS / med(mode, 1) for mode in MODES}
+    rows["events_per_s"] = {**eps, "ratio": eps["relay"] / eps["direct"],
+                            "ratio_cache": eps["relay_cache"] / eps["direct"]}  # fmt: skip
     frames = {s[2] for mode in samples for s in samples[mode]}
-    return {"deltas": DELTAS, "iterations": len(samples["relay"]), "content_frames": sorted(frames), "rows": rows}
+    return {
+        "deltas": DELTAS, "iterations": len(samples["relay"]), "content_frames": sorted(frames),
+        "rows": rows, "target_ttft_ratio_cache": 1.5,
+    }  # fmt: skip
 
 
-def print_table(result: dict[str, Any]) -> None:
-    print(f"relay vs direct-to-fake, {result['iterations']} runs, {result['deltas']}-delta stream")
-    print(f"{'metric':<16}{'direct':>12}{'relay':>12}{'relay/direct':>14}")
-    for name, row in result["rows"].items():
-        unit = 1 if name == "events_per_s" else 1000
-        label = name if unit == 1 else name.removesuffix("_s") + " (ms)"
-        print(f"{label:<16}{row['direct'] * unit:>12.2f}{row['relay'] * unit:>12.2f}{row['ratio']:>14.2f}")
+def relay_profile(path: Path, requests: int, *, top: int = 15) -> list[dict[str, Any]]:
+    """Top functions of a profiled relay by own time per request (idle waits left out;
+    startup is amortized over the requests)."""
+    stats = pstats.Stats(str(path))
+    rows = []
+    for (file, line, name), (_, _, own, cumulative, _) in stats.stats.items():  # type: ignore[attr-defined]
+        if "select.epoll" in name or "selectors.py" in file:
+            continue  # waiting for the network, not work
+        label = f"{Path(file).name}:{line}({name})" if line else name
+        rows.append({"function": label, "own_ms": own / requests * 1000,
+                     "cumulative_ms": cumulative / requests * 1000})  # fmt: skip
+    rows.sort(key=lambda row: row["own_ms"], reverse=True)
+    return rows[:top]
+
+
+# --- output ----------------------------------------------------------------------------
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.3f}"
+
+
+def x(ratio: float) -> str:
+    return f"{ratio:.2f}x"
+
+
+def report(result: dict[str, Any]) -> str:
+    out = []
+    servers = result.get("servers")
+    if servers:
+        out.append(f"### Relay vs direct-to-fake ({servers['iterations']} runs, "
+                   f"{servers['deltas']}-delta stream, small history; medians)")  # fmt: skip
+        body = []
+        for name, row in servers["rows"].items():
+            scale = 1.0 if name == "events_per_s" else 1000.0
+            label = "events/s" if name == "events_per_s" else name.removesuffix("_s") + " (ms)"
+            body.append([label, *(f"{row[m] * scale:.2f}" for m in MODES),
+                         x(row["ratio"]), x(row["ratio_cache"])])  # fmt: skip
+        out.append(table(["metric", *(LABELS[m] for m in MODES), "off/direct", "on/direct"],
+                         body))  # fmt: skip
+        out.append("Target: ttft cache on / direct ≤ 1.5x.")
+    canonical = result["canonical"]
+    out.append(f"### Canonicalize + hash vs stdlib floor ({canonical['messages']} messages, "
+               f"{canonical['canonical_bytes'] / 1e6:.1f} MB canonical; best of runs)")  # fmt: skip
+    out.append(table(
+        ["contender", "ms", "throughput vs floor"],
+        [["floor: json.dumps(sort_keys) + sha256", ms(canonical["floor_seconds"]), "1.00x"],
+         ["history_digests (the relay's path: + a digest per boundary, envelopes)",
+          ms(canonical["identity_seconds"]), x(canonical["ratio_identity_to_floor"])],
+         ["generic: normalize + Budget.render + frame, one sha256",
+          ms(canonical["canonical_seconds"]), x(canonical["ratio_canonical_to_floor"])]],
+    ))  # fmt: skip
+    out.append("Target: ≥ 0.50x of the floor's throughput.")
+    identity = result["identity"]
+    out.append("### Identity only (scope + history_digests) vs json.loads of the body")
+    out.append(table(
+        ["messages", "body MB", "json.loads ms", "identity ms", "identity/loads",
+         "µs/message"],
+        [[str(r["messages"]), f"{r['body_bytes'] / 1e6:.2f}", ms(r["loads_seconds"]),
+          ms(r["identity_seconds"]), x(r["ratio"]), f"{r['identity_us_per_message']:.1f}"]
+         for r in identity["rows"]],
+    ))  # fmt: skip
+    out.append(f"Linearity (µs/message, largest / second largest): {identity['linearity']:.2f}. "
+               "Target: identity/loads ≤ 2x at 6,400 messages.")  # fmt: skip
+    path = result["cache_path"]
+    out.append("### Cache path: ReplayCache.begin + CacheSession.dispatch vs json.loads "
+               "(populated store, synchronous=FULL; best of runs)")  # fmt: skip
+    out.append(table(
+        ["messages", "records", "replayed", "json.loads ms", "begin ms", "dispatch ms",
+         "total ms", "begin/loads", "total/loads", "µs/message (begin, dispatch)"],
+        [[str(r["messages"]), str(r["records"]), str(r["replayed_blocks"]),
+          ms(r["loads_seconds"]), ms(r["begin_seconds"]), ms(r["dispatch_seconds"]),
+          ms(r["total_seconds"]), x(r["ratio_identity"]), x(r["ratio"]),
+          f"{r['us_per_message']:.1f} ({r['identity_us_per_message']:.1f}, "
+          f"{r['dispatch_us_per_message']:.1f})"]
+         for r in path["rows"]],
+    ))  # fmt: skip
+    out.append(f"Linearity (µs/message, largest / second largest): total "
+               f"{path['linearity']:.2f}, begin {path['linearity_identity']:.2f}. Planning "
+               "follows the plan (at most max_plan_records blocks), not the history length. "
+               "Target: total/loads ≤ 2x at 6,400 messages.")  # fmt: skip
+    commits = result["commits"]
+    out.append(f"### SQLite commits at synchronous=FULL ({commits['rounds']} rounds, "
+               f"{commits['history_messages']}-message history)")  # fmt: skip
+    out.append(table(
+        ["transaction", "median ms", "min ms"],
+        [[name, f"{commits['median_ms'][name]:.3f}", f"{commits['min_ms'][name]:.3f}"]
+         for name in commits["median_ms"]],
+    ))  # fmt: skip
+    for key in ("relay_profile", "cache_profile"):
+        rows = result.get(key)
+        if rows:
+            what = "the cache-on relay" if key == "relay_profile" else "begin + dispatch"
+            out.append(f"### Profile of {what}: top own time per request (cProfile)")
+            out.append(table(["function", "own ms", "cumulative ms"],
+                             [[r["function"], f"{r['own_ms']:.3f}", f"{r['cumulative_ms']:.3f}"]
+                              for r in rows]))  # fmt: skip
+    return "\n\n".join(out)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--iterations", type=int, default=15)
+    parser.add_argument("--iterations", type=int, default=25, help="relay rounds")
+    parser.add_argument("--repeat", type=int, default=7, help="in-process samples per row")
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    parser.add_argument("--no-servers", action="store_true", help="in-process sections only")
+    parser.add_argument("--profile", action="store_true",
+                        help="also cProfile the cache-on relay and the cache path")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("bench-results/bench.json"))
     args = parser.parse_args()
-    result = run(args.iterations, args.out)
-    print_table(result)
-    print(f"written: {args.out}")
+    sizes = sorted(args.sizes)
+    result: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine()}
+    if not args.no_servers:
+        result["servers"] = run_servers(args.iterations)
+    result["canonical"] = bench_canonical_vs_stdlib(cursor_history(sizes[-1]), repeat=args.repeat)
+    result["identity"] = bench_identity_scaling(sizes, repeat=args.repeat)
+    result["cache_path"] = bench_cache_scaling(sizes, repeat=args.repeat)
+    result["commits"] = bench_commits()
+    if args.profile:
+        if not args.no_servers:
+            rounds = max(args.iterations, PROFILE_ROUNDS)
+            with tempfile.TemporaryDirectory() as scratch:
+                stats = Path(scratch) / "relay.prof"
+                run_servers(rounds, profile=stats)
+                result["relay_profile"] = relay_profile(stats, rounds + 2)
+        result["cache_profile"] = [
+            {"function": name, "own_ms": own * 1000, "cumulative_ms": cumulative * 1000}
+            for name, own, cumulative in profile_cache_path(sizes[-1])
+        ]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    print(report(result))
+    print(f"\nwritten: {args.out}")
 
 
 if __name__ == "__main__":

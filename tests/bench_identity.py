@@ -7,10 +7,12 @@ ratios against a stdlib baseline measured on the same data in the same process.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +20,11 @@ from relay.reasoning.canonical import Budget, frame
 from relay.reasoning.envelope import normalize_message
 from relay.reasoning.identity import Scope, build_scope, history_digests
 
-RECORDING = (
-    Path(__file__).resolve().parents[1].parent
-    / "shared/fixtures/cursor-recordings/context_single_tool_calls/cursor_request.json"
-)
+RECORDINGS = Path(__file__).resolve().parents[1].parent / "shared/fixtures/cursor-recordings"
+RECORDING = RECORDINGS / "context_single_tool_calls/cursor_request.json"
+PARALLEL_RECORDING = RECORDINGS / "context_parallel_tool_call/cursor_request.json"
 MIN_SAMPLE_SECONDS = 0.02  # small histories run several times per sample
+SIZES = (10, 100, 1000, 6400)
 
 
 def recorded_request() -> dict[str, Any]:
@@ -30,10 +32,70 @@ def recorded_request() -> dict[str, Any]:
 
 
 def cursor_like_history(count: int) -> list[dict[str, Any]]:
-    """A real recorded Cursor history (tool calls, tool results with file contents)
-    repeated to ``count`` messages."""
+    """The recorded ``context_single_tool_calls`` history repeated to ``count`` messages
+    (the history of the first identity measurements; call ids repeat)."""
     messages = recorded_request()["messages"]
     return [messages[i % len(messages)] for i in range(count)]
+
+
+@cache
+def _rounds() -> tuple[tuple[dict[str, Any], tuple[dict[str, Any], ...]], ...]:
+    """Every recorded tool round: an assistant message with its calls, and their results."""
+    rounds = []
+    for path in (RECORDING, PARALLEL_RECORDING):
+        messages = json.loads(path.read_text(encoding="utf-8"))["messages"]
+        for index, message in enumerate(messages):
+            if message["role"] == "assistant" and message.get("tool_calls"):
+                ids = {call["id"] for call in message["tool_calls"]}
+                results = tuple(
+                    m for m in messages[index + 1 :]
+                    if m["role"] == "tool" and m["tool_call_id"] in ids
+                )  # fmt: skip
+                rounds.append((message, results))
+    return tuple(rounds)
+
+
+def cursor_history(count: int) -> list[dict[str, Any]]:
+    """A Cursor-like history of ``count`` messages built from the recordings' shapes.
+
+    The recorded system prompt, then turns: a recorded user message, one to three
+    recorded tool rounds (an assistant message with text content and its tool calls,
+    ``index`` included, then each call's tool result, the parallel round's two among
+    them), and an assistant text answer (a slice of a recorded file read, so it has the
+    recordings' escaping profile). Call ids are made unique per round, as a real
+    conversation's are, so call pairing holds and the history can be planned. A history
+    never ends inside a tool round (the trailing slots become user messages). Every
+    message is a fresh object.
+    """
+    request = recorded_request()
+    system, users = request["messages"][0], [m for m in request["messages"] if m["role"] == "user"]
+    rounds = _rounds()
+    texts = [m["content"] for _, results in rounds for m in results if len(m["content"]) > 400]
+    history: list[dict[str, Any]] = [system]
+    turn = used = 0
+    while len(history) < count:
+        history.append(users[turn % len(users)])
+        for _ in range(1 + turn % 3):
+            assistant, results = rounds[used % len(rounds)]
+            used += 1
+            assistant = copy.deepcopy(assistant)
+            for call in assistant["tool_calls"]:
+                call["id"] = f"{call['id']}_{used}"
+            history.append(assistant)
+            history += [{**r, "tool_call_id": f"{r['tool_call_id']}_{used}"} for r in results]
+        text = texts[turn % len(texts)]
+        history.append({"role": "assistant", "content": text[: 300 + 97 * turn % 900]})
+        turn += 1
+    history = history[:count]
+    # No unanswered calls at the end: from the last incomplete round on, user messages.
+    for index in range(len(history) - 1, -1, -1):
+        calls = history[index].get("tool_calls") or []
+        if calls:
+            answered = {m.get("tool_call_id") for m in history[index + 1 :]}
+            if not all(call["id"] in answered for call in calls):
+                history[index:] = [users[0]] * (len(history) - index)
+            break
+    return json.loads(json.dumps(history))  # type: ignore[no-any-return]
 
 
 def bench_scope(body: dict[str, Any] | None = None) -> Scope:
@@ -50,7 +112,7 @@ def bench_scope(body: dict[str, Any] | None = None) -> Scope:
     )
 
 
-def _best_times(contenders: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
+def best_times(contenders: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
     """Best seconds per call for each contender, sampled round-robin."""
     loops = {}
     for name, run in contenders.items():
@@ -68,15 +130,16 @@ def _best_times(contenders: dict[str, Callable[[], object]], repeat: int) -> dic
     return best
 
 
-def bench_canonical_vs_stdlib(history: Sequence[Any], *, repeat: int = 7) -> dict[str, Any]:
+def bench_canonical_vs_stdlib(history: Sequence[Any], *, repeat: int = 9) -> dict[str, Any]:
     """Canonicalize+hash throughput against the stdlib floor on the same history.
 
     Floor: ``json.dumps(m, sort_keys=True)`` per message into one SHA-256. Ours:
-    normalization, the measuring pass and bounded emission into one SHA-256
-    (``canonical``), and the full ``history_digests`` (plus a digest per boundary and an
-    envelope fingerprint per assistant message). Ratios are floor time / our time, i.e.
-    our throughput as a fraction of the floor's (target ≥ 0.5).
+    normalization, one-pass measuring and rendering (:meth:`Budget.render`) and framing
+    into one SHA-256 (``canonical``), and the full ``history_digests`` (plus a digest per
+    boundary and an envelope fingerprint per assistant message). Ratios are floor time /
+    our time, i.e. our throughput as a fraction of the floor's (target ≥ 0.5).
     """
+    history = json.loads(json.dumps(list(history)))  # fresh objects, as a request has
     scope = bench_scope()
 
     def floor() -> str:
@@ -88,16 +151,15 @@ def bench_canonical_vs_stdlib(history: Sequence[Any], *, repeat: int = 7) -> dic
     def canonical() -> str:
         digest = hashlib.sha256()
         budget = Budget()
-        normalized = [normalize_message(message) for message in history]
-        sizes = [budget.measure(message) for message in normalized]
-        for message, size in zip(normalized, sizes, strict=True):
-            frame(digest, message, size)
+        documents = [budget.render(normalize_message(message)) for message in history]
+        for size, document in documents:
+            frame(digest, document, size)
         return digest.hexdigest()
 
     def identity() -> object:
         return history_digests(scope, history)
 
-    best = _best_times({"floor": floor, "canonical": canonical, "identity": identity}, repeat)
+    best = best_times({"floor": floor, "canonical": canonical, "identity": identity}, repeat)
     canonical_bytes = sum(Budget().measure(normalize_message(message)) for message in history)
     return {
         "messages": len(history),
@@ -113,7 +175,10 @@ def bench_canonical_vs_stdlib(history: Sequence[Any], *, repeat: int = 7) -> dic
 
 
 def bench_identity_scaling(
-    sizes: Sequence[int] = (10, 100, 1000, 6400), *, repeat: int = 5
+    sizes: Sequence[int] = SIZES,
+    *,
+    repeat: int = 7,
+    history: Callable[[int], list[dict[str, Any]]] = cursor_history,
 ) -> dict[str, Any]:
     """Identity (scope + all prefix digests) against ``json.loads`` of the request body.
 
@@ -124,7 +189,7 @@ def bench_identity_scaling(
     request = recorded_request()
     rows = []
     for size in sizes:
-        body = json.dumps({**request, "messages": cursor_like_history(size)})
+        body = json.dumps({**request, "messages": history(size)})
 
         def loads(body: str = body) -> object:
             return json.loads(body)
@@ -134,7 +199,7 @@ def bench_identity_scaling(
         def identity_only(parsed: dict[str, Any] = parsed) -> object:
             return history_digests(bench_scope(parsed), parsed["messages"])
 
-        best = _best_times({"loads": loads, "identity": identity_only}, repeat)
+        best = best_times({"loads": loads, "identity": identity_only}, repeat)
         rows.append(
             {
                 "messages": size,

@@ -9,7 +9,9 @@ from typing import Any
 from relay import log
 from relay.crashpoints import crash_point
 from relay.errors import RelayError, UpstreamProtocolError
+from relay.handlers.chat_provider import relay_chat_provider
 from relay.handlers.relaying import RelayingHandler
+from relay.providers import Provider
 from relay.reasoning.capture import ClientProjection
 from relay.reasoning.session import CacheSession
 from relay.routing import resolve_model
@@ -21,12 +23,19 @@ from relay.transport.upstream import BatchDone, ClientGone, EventSink, UpstreamE
 
 
 class ChatCompletionsHandler(RelayingHandler):
+    _provider: Provider | None = None  # the Responses provider of this request
+
     async def post(self) -> None:
         if self._finished:
             return
         config = self.runtime.config
         body = self.json_body()
-        target = resolve_model(body.get("model"), config.model_aliases)
+        target = resolve_model(body.get("model"), config.model_aliases, self.runtime.providers)
+        provider = self.runtime.providers[target.provider]
+        if provider.kind == "chat":
+            await relay_chat_provider(self, body, target, provider)
+            return
+        self._provider = provider
         request = translate_request(
             body, target, reasoning_summaries=config.reasoning_summaries_as_content
         )
@@ -37,7 +46,9 @@ class ChatCompletionsHandler(RelayingHandler):
             stream=request.stream,
             shape=request.shape,
         )
-        session = self.runtime.cache.begin(request, body, self.request_id)
+        session = self.runtime.cache.begin(
+            request, body, self.request_id, upstream=self.runtime.cache_identity(provider)
+        )
         self._completion_id = self.runtime.new_id("chatcmpl-")
         self._created = int(self.runtime.clock.wall())
         converter = ChatStreamConverter(
@@ -71,7 +82,9 @@ class ChatCompletionsHandler(RelayingHandler):
         # The cache plans and records its dispatch intent here, synchronously; _run_exchange
         # starts sending with no await in between.
         upstream_body = session.dispatch() if session else dict(request.upstream_body)
-        return self.exchange_for(upstream_body, sink, buffered=buffered, batch_done=batch_done)
+        return self.exchange_for(
+            upstream_body, sink, buffered=buffered, batch_done=batch_done, provider=self._provider
+        )
 
     async def _relay_json(
         self,

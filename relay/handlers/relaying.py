@@ -11,9 +11,16 @@ from tornado.web import stream_request_body
 from relay.crashpoints import crash_point
 from relay.errors import PayloadTooLarge
 from relay.handlers.base import BaseHandler
+from relay.providers import Provider
 from relay.request_body import parse_json_object
 from relay.transport.downstream import Downstream
-from relay.transport.upstream import BatchDone, ClientGone, EventSink, UpstreamExchange
+from relay.transport.upstream import (
+    BatchDone,
+    ClientGone,
+    Dialect,
+    EventSink,
+    UpstreamExchange,
+)
 
 
 @stream_request_body
@@ -75,19 +82,44 @@ class RelayingHandler(BaseHandler):
         *,
         buffered: bool,
         batch_done: BatchDone | None = None,
+        provider: Provider | None = None,
     ) -> UpstreamExchange:
+        """A Responses exchange with ``provider`` (default: the built-in upstream)."""
         # Always streamed upstream, so the idle timer and capture work alike in both modes.
         upstream_body["stream"] = True
+        return self.open_exchange(
+            provider or self.runtime.builtin_provider,
+            json.dumps(upstream_body, ensure_ascii=False).encode("utf-8"),
+            sink,
+            buffered=buffered,
+            batch_done=batch_done,
+            dialect=Dialect.RESPONSES,
+        )
+
+    def open_exchange(
+        self,
+        provider: Provider,
+        body: bytes,
+        sink: EventSink,
+        *,
+        buffered: bool,
+        batch_done: BatchDone | None,
+        dialect: Dialect,
+    ) -> UpstreamExchange:
+        """An exchange posting ``body`` to ``provider`` in ``dialect``; this handler's
+        disconnect aborts it."""
         exchange = UpstreamExchange(
             client=self.runtime.http_client,
             clock=self.runtime.clock,
             limits=self.runtime.upstream_limits,
-            url=self.runtime.upstream_url,
-            headers=self.runtime.upstream_headers(),
-            body=json.dumps(upstream_body, ensure_ascii=False).encode("utf-8"),
+            url=provider.url,
+            headers=self.runtime.headers_for(provider, json_answer=dialect is Dialect.CHAT_JSON),
+            body=body,
             sink=sink,
             buffered=buffered,
             batch_done=batch_done,
+            dialect=dialect,
+            reach_hint=self.runtime.reach_hint(provider),
         )
         self._exchange = exchange
         return exchange

@@ -18,6 +18,7 @@ from tornado.iostream import StreamClosedError
 from relay import log
 from relay.errors import InvalidRequest, RelayError, UpstreamFailed, UpstreamProtocolError
 from relay.handlers.relaying import RelayingHandler
+from relay.providers import Provider
 from relay.routing import resolve_model
 from relay.translate.chat_sse import KEEPALIVE
 from relay.transport.upstream import TERMINAL_EVENTS, ClientGone
@@ -29,18 +30,31 @@ def encode_event(event_type: str, data: dict[str, Any]) -> bytes:
 
 
 class ResponsesHandler(RelayingHandler):
+    _provider: Provider | None = None
+
     async def post(self) -> None:
         if self._finished:
             return
         body = self.json_body()
-        target = resolve_model(body.get("model"), self.runtime.config.model_aliases)
+        runtime = self.runtime
+        target = resolve_model(body.get("model"), runtime.config.model_aliases, runtime.providers)
+        provider = runtime.providers[target.provider]
+        if provider.kind != "responses":
+            raise InvalidRequest(
+                f"provider {provider.name!r} speaks Chat Completions; send this model to "
+                "POST /v1/chat/completions",
+                param="model",
+            )
+        self._provider = provider
         stream = body.get("stream")
         if stream not in (None, True, False):
             raise InvalidRequest("'stream' must be true or false", param="stream")
         caller = body.get("user")
         if caller is not None and not isinstance(caller, str):
             raise InvalidRequest("'user' must be a string", param="user")
-        self.runtime.cache.fence(target.model, caller, self.request_id)
+        runtime.cache.fence(
+            target.model, caller, self.request_id, upstream=runtime.cache_identity(provider)
+        )
         upstream_body = {**body, "model": target.model}
         log.event(
             "responses_passthrough", request_id=self.request_id, model=target.model,
@@ -61,7 +75,10 @@ class ResponsesHandler(RelayingHandler):
                 final.update(data["response"])
 
         try:
-            await self.run_exchange(self.exchange_for(upstream_body, sink, buffered=True))
+            exchange = self.exchange_for(
+                upstream_body, sink, buffered=True, provider=self._provider
+            )
+            await self.run_exchange(exchange)
         except ClientGone:
             return
         if not final:
@@ -85,7 +102,9 @@ class ResponsesHandler(RelayingHandler):
                 raise UpstreamFailed(str(data.get("message") or "the upstream reported an error"))
 
         try:
-            exchange = self.exchange_for(upstream_body, sink, buffered=False, batch_done=down.drain)
+            exchange = self.exchange_for(
+                upstream_body, sink, buffered=False, batch_done=down.drain, provider=self._provider
+            )
             await self.run_exchange(exchange)
             await down.drain()
         except ClientGone:

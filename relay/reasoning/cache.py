@@ -36,6 +36,20 @@ from relay.translate.chat_to_responses import TranslatedRequest
 from relay.translate.sampling import is_reasoning_model
 
 
+@dataclass(frozen=True)
+class UpstreamIdentity:
+    """The upstream a generation goes to, as scopes see it (origin, endpoint, credential)."""
+
+    origin: str
+    endpoint: str
+    credential: str = field(repr=False)
+
+    @classmethod
+    def of(cls, url: str, credential: str) -> UpstreamIdentity:
+        parts = urlsplit(url)
+        return cls(f"{parts.scheme}://{parts.netloc}", parts.path, credential)
+
+
 @dataclass
 class CacheMetrics:
     """Process-local counters (diagnostics, not the safety ledger)."""
@@ -72,7 +86,7 @@ class ReplayCache:
         self.serving = store is not None and config.reasoning_cache_enabled
         self.metrics = CacheMetrics()
         self.capacity = CapacityLedger(config.cache_budget)
-        url = urlsplit(upstream_url)
+        self._upstream = UpstreamIdentity.of(upstream_url, upstream_credential)
         self._context = SessionContext(
             clock=clock,
             metrics=self.metrics,
@@ -87,9 +101,6 @@ class ReplayCache:
             deadline_every_s=min(5.0, config.idle_timeout_ms / 4000),
             idle_timeout_s=config.idle_timeout_ms / 1000,
         )
-        self._origin = f"{url.scheme}://{url.netloc}"
-        self._endpoint = url.path
-        self._credential = upstream_credential
         self._relay_token = relay_token
 
     @classmethod
@@ -142,26 +153,42 @@ class ReplayCache:
         if self.store is not None:
             self.store.close()
 
-    def fence(self, model: str, caller: str | None, request_id: str) -> None:
+    def fence(
+        self,
+        model: str,
+        caller: str | None,
+        request_id: str,
+        *,
+        upstream: UpstreamIdentity | None = None,
+    ) -> None:
         """Before forwarding a generation the cache cannot observe (direct Responses
-        traffic, an underivable history): fence the scopes it may extend. Raises
-        ``StoreError`` (503): never forward unfenced."""
+        traffic, an underivable history): fence the scopes it may extend. ``upstream``:
+        another Responses provider (default: the built-in one). Raises ``StoreError``
+        (503): never forward unfenced."""
         if not self.serving:
             return  # no store: nothing to protect; off: the coverage gap covers it
         assert self.store is not None
+        credential = (upstream or self._upstream).credential
         targeting = scope_targeting(
-            self.store.secret, credential=self._credential, model=model, caller=caller
+            self.store.secret, credential=credential, model=model, caller=caller
         )
         fenced = fence(self.store, targeting, self.clock.wall())
         self.metrics.fenced += 1
         log.event("cache_fenced", request_id=request_id, scopes=fenced)
 
     def begin(
-        self, request: TranslatedRequest, body: Mapping[str, Any], request_id: str
+        self,
+        request: TranslatedRequest,
+        body: Mapping[str, Any],
+        request_id: str,
+        *,
+        upstream: UpstreamIdentity | None = None,
     ) -> CacheSession | None:
         """A session for an eligible request, or ``None`` (ordinary translation, the
-        caller's own ``store``/``include`` untouched). Raises ``StoreError`` (503) when a
-        required safety marker cannot be written."""
+        caller's own ``store``/``include`` untouched). ``upstream``: another Responses
+        provider (default: the built-in one); its scopes are its own. Raises
+        ``StoreError`` (503) when a required safety marker cannot be written."""
+        upstream = upstream or self._upstream
         if not self.serving:
             return None
         assert self.store is not None
@@ -173,16 +200,16 @@ class ReplayCache:
         visible = _visible_history(request, body)
         if visible is None:
             self._skip(request_id, Reason.UNDERIVABLE_HISTORY.value)
-            self.fence(model, request.caller, request_id)
+            self.fence(model, request.caller, request_id, upstream=upstream)
             return None
         messages, spans = visible
         summaries = self.config.reasoning_summaries_as_content
         try:
             scope = build_scope(
                 secret=self.store.secret,
-                upstream_origin=self._origin,
-                endpoint=self._endpoint,
-                credential=self._credential,
+                upstream_origin=upstream.origin,
+                endpoint=upstream.endpoint,
+                credential=upstream.credential,
                 relay_token=self._relay_token,
                 caller=request.caller,
                 upstream_body=request.upstream_body,

@@ -19,6 +19,17 @@ The format (part of ``IDENTITY_FORMAT_VERSION``):
 Bounded: :meth:`Budget.measure` walks a value first (exact byte size, node count, depth)
 and refuses before a byte is emitted; :func:`chunks` then emits the measured value in
 pieces of at most ``CHUNK_BYTES``, so no canonical text longer than one chunk ever exists.
+
+:meth:`Budget.render` is the one-pass form for documents that fit in one chunk: it
+measures *by rendering* (the text's length is its size) and keeps the bytes, as a
+:class:`Rendered`, for :func:`frame` to emit later, so a document is escaped once, not
+measured and then escaped again. It renders only what is provably at most one chunk
+(every code point escapes to at most 12 bytes, 6 for ASCII text) and charges the budget
+with the same sizes, node counts and depths as :meth:`Budget.measure`; whatever it cannot
+decide that way (a limit reached, a value outside the fast shapes) goes through
+:meth:`Budget.measure`, so refusals are exactly the ones ``measure`` gives. A caller that
+renders a whole history before emitting holds at most the history's canonical bytes,
+which the byte limit bounds.
 """
 
 from __future__ import annotations
@@ -26,7 +37,8 @@ from __future__ import annotations
 import json
 import math
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from operator import itemgetter
 from typing import Any, Final, Protocol
 
 from relay.reasoning.limits import CANONICAL_LIMITS, CHUNK_BYTES, CanonicalLimits
@@ -46,6 +58,36 @@ _SLICE: Final = 4096
 _MEASURE_SLICE: Final = 65536
 _SHORT: Final = 256  # below this, one escape call beats counting
 _U64: Final = struct.Struct(">Q")
+
+
+def _c_encode() -> Callable[[Any, int], Any] | None:
+    # The C encoder _ENCODER.encode builds on each call, built once (its configuration is
+    # fixed). None when the interpreter has no C accelerator.
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return None
+    encoder: Callable[[Any, int], Any] = make(
+        None, _ENCODER.default, _escape, None, ":", ",", True, False, False
+    )
+    return encoder
+
+
+_C_ENCODE: Final = _c_encode()
+
+
+def _encode(value: object) -> str:
+    """The canonical text of a measured value in one call (exactly ``_ENCODER.encode``)."""
+    if _C_ENCODE is None:
+        return _ENCODER.encode(value)
+    return "".join(_C_ENCODE(value, 0))
+
+
+# Escaped, a code point takes at most 12 bytes (a surrogate pair), an ASCII one at most 6.
+MAX_ESCAPE: Final = 12
+MAX_ASCII_ESCAPE: Final = 6
+escape = _escape  # one string's canonical text, quotes included (for one-pass renderers)
+_ONLY_STR: Final = frozenset((str,))
+_MAX_PLANS: Final = 64  # flat templates one Budget keeps (distinct key sets)
 
 
 def _weights() -> bytes:
@@ -140,10 +182,10 @@ def _size(value: Any, depth: int, budget: Budget) -> int:
     if kind is dict:
         known = budget.key_sizes
         for key, item in value.items():
+            if type(key) is not str:  # before the cache: a str subclass equal to a seen key
+                raise NotCanonicalizable("key")  # is still not a canonical key
             key_size = known.get(key)
             if key_size is None:  # keys repeat across messages: measure each one once
-                if type(key) is not str:
-                    raise NotCanonicalizable("key")
                 key_size = _str_size(key, budget)
                 if len(key) < _SHORT:
                     known[key] = key_size
@@ -162,7 +204,7 @@ class Budget:
     Scope and history share it, so their bytes and nodes count together.
     """
 
-    __slots__ = ("bytes", "key_sizes", "limits", "nodes", "room")
+    __slots__ = ("bytes", "key_sizes", "limits", "nodes", "plans", "room")
 
     def __init__(
         self,
@@ -176,6 +218,7 @@ class Budget:
         self.nodes = nodes_used
         self.room = limits.max_bytes - bytes_used  # bytes left for the document being measured
         self.key_sizes: dict[str, int] = {}
+        self.plans: dict[tuple[str, ...], _FlatPlan] = {}  # render()'s flat templates
 
     def measure(self, value: object) -> int:
         """Return the exact canonical byte size of ``value`` and charge it to the budget.
@@ -192,6 +235,99 @@ class Budget:
         if self.bytes > self.limits.max_bytes:
             raise CanonicalLimitExceeded("bytes")
         return size
+
+    def admit(self, size: int, nodes: int, depth: int) -> bool:
+        """Charge a document measured another way: ``size`` canonical bytes, ``nodes``
+        values (itself included), ``depth`` levels of container nesting, all exactly as
+        :meth:`measure` would count them. ``False``, charging nothing, when that breaks a
+        limit: then :meth:`measure` the document for the exact refusal."""
+        limits = self.limits
+        if (
+            depth > limits.max_depth
+            or self.nodes + nodes > limits.max_nodes
+            or self.bytes + size > limits.max_bytes
+        ):
+            return False
+        self.nodes += nodes
+        self.bytes += size
+        return True
+
+    def render(self, value: object) -> tuple[int, object]:
+        """Measure ``value`` like :meth:`measure` (same size, charges and refusals) and
+        return ``(size, document)`` for :func:`frame`: the value rendered once into a
+        :class:`Rendered` when it fits in one chunk, else the value itself (streamed)."""
+        if type(value) is dict:
+            text = _render_flat(value, self.plans)
+            if text is not None and self.admit(len(text), len(value) + 1, 1):
+                return len(text), Rendered(text)
+        size = self.measure(value)
+        if size <= CHUNK_BYTES:
+            return size, Rendered(_encode(value))
+        return size, value
+
+
+class Rendered:
+    """A document rendered while it was measured, as :func:`frame` emits it: the u64
+    big-endian length, then the canonical text (at most ``CHUNK_BYTES``), in one piece."""
+
+    __slots__ = ("framed",)
+
+    def __init__(self, text: str) -> None:
+        self.framed = _U64.pack(len(text)) + text.encode("ascii")
+
+
+def fits_one_chunk(chars: int, fixed: int, texts: Sequence[str]) -> bool:
+    """Whether strings of ``chars`` code points in all (``texts``), escaped, plus ``fixed``
+    bytes of literal text are provably at most one chunk: decided from lengths (and
+    ASCII-ness, O(1) per string) alone, before anything is escaped."""
+    if MAX_ESCAPE * chars + fixed <= CHUNK_BYTES:
+        return True
+    return MAX_ASCII_ESCAPE * chars + fixed <= CHUNK_BYTES and all(map(str.isascii, texts))
+
+
+# --- one-pass rendering of flat objects ------------------------------------------------
+# A dict whose keys and values are all strings (user, system and tool messages) is
+# rendered from a template per key set: its keys in code-point order, escaped once.
+
+
+class _FlatPlan:
+    __slots__ = ("fixed", "get", "small", "template")
+
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        order = sorted(keys)
+        members = ",".join(_escape(key).replace("%", "%%") + ":%s" for key in order)
+        self.template = "{" + members + "}"
+        # Bytes of the rendered text besides the values' escaped code points: braces,
+        # commas, colons, keys and the values' quotes.
+        self.fixed = sum(len(_escape(key)) + 4 for key in order) + 1
+        # Values of at most this many code points in all fit one chunk, whatever they hold.
+        self.small = (CHUNK_BYTES - self.fixed) // MAX_ESCAPE
+        getter = itemgetter(*order)
+        self.get: Callable[[dict[str, Any]], tuple[Any, ...]] = (
+            getter if len(order) > 1 else lambda value: (getter(value),)
+        )
+
+
+def _render_flat(value: dict[Any, Any], plans: dict[tuple[str, ...], _FlatPlan]) -> str | None:
+    """The canonical text of a non-empty dict of strings that fits one chunk, or ``None``.
+
+    ``plans`` caches templates by key tuple (one cache per Budget: no shared state)."""
+    keys = tuple(value)
+    plan = plans.get(keys)
+    if plan is None:
+        if not keys or len(keys) > 16 or not _ONLY_STR.issuperset(map(type, keys)):
+            return None
+        plan = _FlatPlan(keys)
+        if len(plans) < _MAX_PLANS:
+            plans[keys] = plan
+    values = plan.get(value)
+    # Keys again: an equal str subclass finds the plan too, and is not a canonical key.
+    if not _ONLY_STR.issuperset(map(type, keys + values)):
+        return None
+    chars = sum(map(len, values))
+    if chars > plan.small and not fits_one_chunk(chars, plan.fixed, values):
+        return None
+    return plan.template % tuple(map(_escape, values))
 
 
 # --- emitting ------------------------------------------------------------------------
@@ -252,10 +388,15 @@ def chunks(value: object, size: int) -> Iterator[bytes]:
 
 
 def frame(sink: Sink, value: object, size: int) -> None:
-    """Append one measured document to ``sink``: its u64 big-endian length, then its bytes."""
+    """Append one measured document to ``sink``: its u64 big-endian length, then its bytes.
+
+    ``value`` is the measured value, or its :class:`Rendered` form (of ``size`` bytes)."""
+    if type(value) is Rendered:
+        sink.update(value.framed)
+        return
     sink.update(_U64.pack(size))
     if size <= CHUNK_BYTES:  # the common case of chunks(), without a generator
-        sink.update(_ENCODER.encode(value).encode("ascii"))
+        sink.update(_encode(value).encode("ascii"))
         return
     for chunk in chunks(value, size):
         sink.update(chunk)

@@ -25,9 +25,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from relay.reasoning.canonical import Budget, CanonicalLimitExceeded, frame
-from relay.reasoning.envelope import is_assistant, normalize_assistant, normalize_message
-from relay.reasoning.limits import CANONICAL_LIMITS, IDENTITY_FORMAT_VERSION, CanonicalLimits
+from relay.reasoning.canonical import (
+    MAX_ESCAPE,
+    Budget,
+    CanonicalLimitExceeded,
+    Rendered,
+    escape,
+    fits_one_chunk,
+    frame,
+)
+from relay.reasoning.envelope import is_assistant, normalize_assistant
+from relay.reasoning.limits import (
+    CANONICAL_LIMITS,
+    CHUNK_BYTES,
+    IDENTITY_FORMAT_VERSION,
+    CanonicalLimits,
+)
 
 SCOPE_TAG: Final = b"rrr/scope/v1\0"
 HISTORY_TAGS: Final = (b"rrr/history/v1\0", b"rrr/history-without-reasoning-content/v1\0")
@@ -248,33 +261,214 @@ def history_digests(
     """Digest every prefix of a visible history (Chat messages, as the client sent them).
 
     Everything is measured before anything is emitted: over a limit (or not canonical),
-    this raises ``CanonicalRefused`` having hashed nothing.
+    this raises ``CanonicalRefused`` having hashed nothing. Measuring renders each
+    document that fits one chunk (:meth:`Budget.render`), so emitting is hashing.
     """
     limits = scope.limits
     if len(messages) > limits.max_messages:
         raise CanonicalLimitExceeded("messages")
     flag = exclude_reasoning_content
-    normalized = [normalize_message(m, exclude_reasoning_content=flag) for m in messages]
     budget = Budget(limits, bytes_used=scope.canonical_size, nodes_used=scope.nodes)
-    sizes = [budget.measure(message) for message in normalized]
+    sizes: list[int] = []
+    documents: list[object] = []  # Rendered, or the normalized value to stream
+    assistants: list[bool] = []
+    for message in messages:
+        assistant = is_assistant(message)
+        if assistant:
+            rendered = _render_assistant(message, flag)
+            if rendered is not None:
+                text, nodes, depth = rendered
+                if budget.admit(len(text), nodes, depth):
+                    sizes.append(len(text))
+                    documents.append(Rendered(text))
+                    assistants.append(True)
+                    continue
+        size, document = budget.render(
+            normalize_assistant(message, exclude_reasoning_content=flag) if assistant else message
+        )
+        sizes.append(size)
+        documents.append(document)
+        assistants.append(assistant)
 
     hasher = scope.history_start(exclude_reasoning_content=flag)
     boundaries = [hasher.hexdigest()]
     blocks: list[AssistantBlockKey] = []
-    for position, (message, size) in enumerate(zip(normalized, sizes, strict=True)):
-        if is_assistant(message):
-            envelope_hash = hashlib.sha256(ENVELOPE_TAGS[flag])
-            frame(_Fanout((hasher, envelope_hash)), message, size)
+    envelope_start = hashlib.sha256(ENVELOPE_TAGS[flag])
+    for position, (document, size, assistant) in enumerate(
+        zip(documents, sizes, assistants, strict=True)
+    ):
+        if assistant:
+            envelope_hash = envelope_start.copy()
+            if type(document) is Rendered:  # two hash updates: no fan-out object
+                frame(hasher, document, size)
+                frame(envelope_hash, document, size)
+            else:  # streamed: emitted once, into both
+                frame(_Fanout((hasher, envelope_hash)), document, size)
             start, end = boundaries[-1], hasher.hexdigest()
             boundaries.append(end)
             blocks.append(AssistantBlockKey(position, start, end, envelope_hash.hexdigest()))
         else:
-            frame(hasher, message, size)
+            frame(hasher, document, size)
             boundaries.append(hasher.hexdigest())
     final = HistoryState(
-        len(normalized), boundaries[-1], budget.bytes, budget.nodes, limits, flag, hasher.copy()
+        len(documents), boundaries[-1], budget.bytes, budget.nodes, limits, flag, hasher.copy()
     )
     return HistoryDigests(
         scope.digest, tuple(boundaries), tuple(sizes), tuple(blocks), budget.bytes,
         budget.nodes, final,
     )  # fmt: skip
+
+
+# --- one-pass rendering of the common assistant envelope ---------------------------------
+# Cursor's assistant messages: text content (or none) and plain function tool calls, each
+# with an index equal to its position. Their normalized form is rendered straight from the
+# message: exactly the canonical bytes of normalize_assistant(message), in sorted member
+# order (content, reasoning_content, role, tool_calls; function, id, type; arguments,
+# name). Anything else returns None and takes the general path.
+
+_ASSISTANT_KEYS: Final = frozenset({"role", "content", "tool_calls", "reasoning_content"})
+_CALL_KEYS: Final = frozenset({"id", "type", "function"})
+_INDEXED_CALL_KEYS: Final = frozenset({"id", "type", "function", "index"})
+_FUNCTION_KEYS: Final = frozenset({"name", "arguments"})
+_ONLY_STR: Final = frozenset((str,))
+_NO_CALLS: Final[list[Any]] = []
+_CALL: Final = '{"function":{"arguments":%s,"name":%s},"id":%s,"type":%s}'
+_ENVELOPE: Final = '{"content":%s,"role":"assistant","tool_calls":[%s]}'
+_ENVELOPE_REASONING: Final = (
+    '{"content":%s,"reasoning_content":%s,"role":"assistant","tool_calls":[%s]}'
+)
+_ENVELOPE_ONE_CALL: Final = _ENVELOPE % ("%s", _CALL)
+# Literal bytes besides the strings' escaped code points (their quotes counted here).
+_ENVELOPE_FIXED: Final = len(_ENVELOPE % ('""', ""))
+_REASONING_FIXED: Final = len(_ENVELOPE_REASONING % ('""', '""', "")) - _ENVELOPE_FIXED
+_CALL_FIXED: Final = len(_CALL % ('""', '""', '""', '""')) + 1  # and a comma
+_ENVELOPE_NO_CALLS: Final = _ENVELOPE % ("%s", "")
+# Strings of at most this many code points in all make an envelope of at most one call
+# that fits one chunk, whatever they hold.
+_SMALL_CHARS: Final = (CHUNK_BYTES - _ENVELOPE_FIXED - _CALL_FIXED) // MAX_ESCAPE
+
+
+def _render_assistant(
+    message: dict[str, Any], exclude_reasoning_content: bool
+) -> tuple[str, int, int] | None:
+    """``(text, nodes, depth)`` of ``normalize_assistant(message)`` for the common shape
+    when it provably fits one chunk, counted as :meth:`Budget.measure` counts; else ``None``.
+
+    Straight-line code for the most common envelopes (text, or text and one call);
+    :func:`_render_assistant_general` for the rest of the shape."""
+    keys = message.keys()
+    if not _ASSISTANT_KEYS.issuperset(keys) or (
+        not exclude_reasoning_content and "reasoning_content" in keys
+    ):
+        return _render_assistant_general(message, exclude_reasoning_content)
+    content = message.get("content")
+    if content is None:
+        content = ""
+    calls = message.get("tool_calls", _NO_CALLS)
+    # role: is_assistant made it equal to "assistant"; a str subclass (or key) is not canonical.
+    if (
+        type(content) is not str
+        or type(calls) is not list
+        or type(message["role"]) is not str
+        or not _ONLY_STR.issuperset(map(type, keys))
+    ):
+        return None
+    if not calls:
+        if len(content) > _SMALL_CHARS:
+            return _render_assistant_general(message, exclude_reasoning_content)
+        return _ENVELOPE_NO_CALLS % escape(content), 4, 2
+    if len(calls) != 1:
+        return _render_assistant_general(message, exclude_reasoning_content)
+    call = calls[0]
+    if type(call) is not dict:
+        return None
+    call_keys = call.keys()
+    if call_keys != _CALL_KEYS:
+        if call_keys != _INDEXED_CALL_KEYS:
+            return None
+        index = call["index"]  # dropped when it is its position, else general path
+        if type(index) is not int or index != 0:
+            return None
+    function = call["function"]
+    if type(function) is not dict or function.keys() != _FUNCTION_KEYS:
+        return None
+    arguments, name, call_id, kind = (
+        function["arguments"],
+        function["name"],
+        call["id"],
+        call["type"],
+    )
+    if (
+        type(arguments) is not str
+        or type(name) is not str
+        or type(call_id) is not str
+        or type(kind) is not str
+        or not _ONLY_STR.issuperset(map(type, (*call_keys, *function)))
+    ):
+        return None
+    if len(content) + len(arguments) + len(name) + len(call_id) + len(kind) > _SMALL_CHARS:
+        return _render_assistant_general(message, exclude_reasoning_content)
+    text = _ENVELOPE_ONE_CALL % (
+        escape(content), escape(arguments), escape(name), escape(call_id), escape(kind)
+    )  # fmt: skip
+    return text, 10, 4  # 4 values of the envelope and 6 of the call; nesting as below
+
+
+def _render_assistant_general(
+    message: dict[str, Any], exclude_reasoning_content: bool
+) -> tuple[str, int, int] | None:
+    """:func:`_render_assistant` for any number of calls and a kept reasoning_content."""
+    if not _ASSISTANT_KEYS.issuperset(message):
+        return None
+    content = message.get("content")
+    if content is None:
+        content = ""
+    calls = message.get("tool_calls", _NO_CALLS)
+    if type(calls) is not list:
+        return None
+    reasoning = not exclude_reasoning_content and "reasoning_content" in message
+    # Every key of the message, its calls and their functions, then every string value
+    # (role too: is_assistant made it equal to "assistant", but a str subclass is not
+    # canonical), must be exactly a str.
+    typed: list[Any] = [*message, message["role"], content]
+    texts: list[Any] = [content, message["reasoning_content"]] if reasoning else [content]
+    for position, call in enumerate(calls):
+        if type(call) is not dict:
+            return None
+        keys = call.keys()
+        if keys != _CALL_KEYS:
+            if keys != _INDEXED_CALL_KEYS:
+                return None
+            index = call["index"]  # dropped when it is its position, else general path
+            if type(index) is not int or index != position:
+                return None
+        function = call["function"]
+        if type(function) is not dict or function.keys() != _FUNCTION_KEYS:
+            return None
+        typed += call
+        typed += function
+        texts += (function["arguments"], function["name"], call["id"], call["type"])
+    if not _ONLY_STR.issuperset(map(type, typed)) or not _ONLY_STR.issuperset(map(type, texts)):
+        return None
+    fixed = _ENVELOPE_FIXED + _CALL_FIXED * len(calls) + (_REASONING_FIXED if reasoning else 0)
+    chars = sum(map(len, texts))
+    if chars * MAX_ESCAPE + fixed > CHUNK_BYTES and not fits_one_chunk(chars, fixed, texts):
+        return None
+    escaped = tuple(map(escape, texts))
+    count = len(calls)
+    nodes = 4 + reasoning + 6 * count  # the envelope, 3 or 4 members, 6 values per call
+    depth = 4 if count else 2  # tool_calls nests 2 levels deep, calls 3, functions 4
+    if reasoning:
+        text = _ENVELOPE_REASONING % (
+            escaped[0],
+            escaped[1],
+            ",".join([_CALL % escaped[at : at + 4] for at in range(2, len(escaped), 4)]),
+        )
+    elif count == 1:
+        text = _ENVELOPE_ONE_CALL % escaped
+    else:
+        text = _ENVELOPE % (
+            escaped[0],
+            ",".join([_CALL % escaped[at : at + 4] for at in range(1, len(escaped), 4)]),
+        )
+    return text, nodes, depth

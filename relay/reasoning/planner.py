@@ -101,6 +101,14 @@ class _Planning:
     work: int = 0
     blocks_by_position: dict[int, AssistantBlockKey] = field(default_factory=dict)
     verified: dict[int, SelectedBlock] = field(default_factory=dict)
+    by_ref: dict[BlockRef, Observation | None] = field(default_factory=dict)
+    # call id -> positions of the tool messages answering it, computed once per plan
+    results: dict[Any, list[int]] = field(default_factory=dict)
+
+    def observation_by_ref(self, ref: BlockRef) -> Observation | None:
+        if ref not in self.by_ref:
+            self.by_ref[ref] = self.source.observation_by_ref(ref)
+        return self.by_ref[ref]
 
     def spend(self) -> None:
         self.work += 1
@@ -120,6 +128,11 @@ def plan_replay(
     """The replay plan for one visible history (``messages`` as the client sent them)."""
     state = _Planning(history, messages, source, generation, now, limits)
     state.blocks_by_position = {block.position: block for block in history.assistant_blocks}
+    for position, message in enumerate(messages):
+        if isinstance(message, dict) and message.get("role") == "tool":
+            call_id = message.get("tool_call_id")
+            if isinstance(call_id, str):
+                state.results.setdefault(call_id, []).append(position)
     rejections: list[Rejection] = []
     try:
         for block in reversed(history.assistant_blocks):
@@ -145,7 +158,7 @@ def _plan_for(
     chain: list[Observation] = []
     for index, ref in enumerate(record.prior_plan):
         state.spend()
-        ancestor = state.source.observation_by_ref(ref)
+        ancestor = state.observation_by_ref(ref)
         if ancestor is None:
             raise _Rejected(Reason.ANCESTOR_MISSING, record)
         if ancestor.prior_plan != record.prior_plan[:index]:
@@ -235,7 +248,7 @@ def _verified_block(state: _Planning, record: Observation) -> SelectedBlock:
     if hashlib.sha256(raw).hexdigest() != record.output_hash:
         raise _Rejected(Reason.PAYLOAD_DIGEST_MISMATCH, record)
     items = _parse_block(payload.output_json, record)
-    _check_call_pairing(items, state.messages, record)
+    _check_call_pairing(items, state.messages, state.results, record)
     selected = SelectedBlock(record, items, len(raw))
     state.verified[record.id] = selected
     return selected
@@ -263,7 +276,10 @@ def _parse_block(output_json: str, record: Observation) -> tuple[dict[str, Any],
 
 
 def _check_call_pairing(
-    items: Sequence[Mapping[str, Any]], messages: Sequence[Any], record: Observation
+    items: Sequence[Mapping[str, Any]],
+    messages: Sequence[Any],
+    results: Mapping[Any, Sequence[int]],
+    record: Observation,
 ) -> None:
     """The block's calls must be exactly the visible message's calls (ids and names, in
     order), and each must be answered by a tool result after it and never before it."""
@@ -276,15 +292,9 @@ def _check_call_pairing(
         visible.append((call.get("id") if isinstance(call, dict) else None, name))
     if calls != visible:
         raise _Rejected(Reason.CALL_PAIRING_BROKEN, record)
-
-    def results(part: Sequence[Any]) -> set[Any]:
-        return {
-            m.get("tool_call_id") for m in part if isinstance(m, dict) and m.get("role") == "tool"
-        }
-
-    before, after = results(messages[: record.position]), results(messages[record.position + 1 :])
     for call_id, _ in calls:
-        if call_id in before or call_id not in after:
+        answered_at = results.get(call_id, ())
+        if not answered_at or min(answered_at) < record.position:
             raise _Rejected(Reason.CALL_PAIRING_BROKEN, record)
 
 

@@ -8,6 +8,7 @@ stores, so the planner can check an ancestor is the very block that was dispatch
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -49,12 +50,11 @@ class StoredSizeExceeded(ValueError):
     """A stored value is larger than the caller may load (checked before loading it)."""
 
 
+_HEX_DIGEST = re.compile(f"[0-9a-f]{{{HEX_DIGEST_LENGTH}}}")
+
+
 def is_hex_digest(value: Any) -> bool:
-    return (
-        isinstance(value, str)
-        and len(value) == HEX_DIGEST_LENGTH
-        and all(c in "0123456789abcdef" for c in value)
-    )
+    return isinstance(value, str) and _HEX_DIGEST.fullmatch(value) is not None
 
 
 def plan_json(plan: Sequence[BlockRef]) -> list[list[str]]:

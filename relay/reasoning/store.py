@@ -1,4 +1,6 @@
-"""The replay cache's SQLite store: the one module that talks to SQLite (spec §6).
+"""The replay cache's SQLite store: the one module that talks to SQLite (spec §6), with
+its strict-provider tables in :mod:`relay.reasoning.store_strict` (``ReasoningStore.strict``,
+the same connection).
 
 One process owns the database: ``locking_mode=EXCLUSIVE`` plus a startup write means a
 second relay on the same file fails at :meth:`ReasoningStore.open` with
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
@@ -47,6 +50,7 @@ from relay.reasoning.records import (
     plan_json,
 )
 from relay.reasoning.store_schema import TABLES, SchemaRefused, migrate
+from relay.reasoning.store_strict import StrictEntries
 
 SECRET_BYTES: Final = 32
 MAX_STORED_PLAN: Final = 4096  # descriptors; far above the 256-record plan limit
@@ -147,18 +151,20 @@ def _checked_plan(plan: Sequence[BlockRef]) -> tuple[str, int]:
     return json.dumps(plan_json(plan), separators=(",", ":")), len(plan)
 
 
+_REF_TEXT = r'\["[0-9a-f]{64}","[0-9a-f]{64}"\]'
+_PLAN_TEXT = re.compile(rf"\[(?:{_REF_TEXT}(?:,{_REF_TEXT})*)?\]")
+_REF_PARTS = re.compile(r'"([0-9a-f]{64})","([0-9a-f]{64})"')
+
+
 def _parse_plan(text: str | None, count: int) -> tuple[BlockRef, ...] | None:
     """A stored plan, or ``None`` when malformed (``text`` is ``None`` when the SQL bound
-    check already refused it)."""
-    if text is None:
+    check already refused it). Plans are only ever written by ``_checked_plan`` in one
+    compact form, so one anchored regex validates the whole text at C speed; anything
+    else (even valid JSON spelled differently) counts as malformed."""
+    if text is None or _PLAN_TEXT.fullmatch(text) is None:
         return None
-    try:
-        value = json.loads(text)
-        if not isinstance(value, list) or len(value) != count:
-            return None
-        return tuple(BlockRef.from_json(item) for item in value)
-    except (ValueError, RecursionError):
-        return None
+    refs = tuple(BlockRef(end, payload) for end, payload in _REF_PARTS.findall(text))
+    return refs if len(refs) == count else None
 
 
 class ReasoningStore:
@@ -172,6 +178,8 @@ class ReasoningStore:
         self._clock = clock
         self._in_transaction = False
         self._malformed_plans = 0
+        # The strict-provider records (relay.strict), on this same connection.
+        self.strict = StrictEntries(self._sqlite, self._writer, self.transaction)
 
     # --- lifecycle -------------------------------------------------------------------
 

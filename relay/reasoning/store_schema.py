@@ -95,7 +95,42 @@ _VERSION_1: Final = (
     "CREATE INDEX dependencies_by_ancestor ON dependencies (ancestor_id)",
 )
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_VERSION_1,)
+# Strict Chat providers (relay.strict): reasoning_content records, keyed by the visible-
+# history identity of the assistant message (end_digest, NULL when the client's next
+# envelope could not be predicted) and indexed by every tool-call id. Times are wall-clock
+# seconds; expires_at slides forward on use. text_digest is SHA-256 of the UTF-8 text.
+_VERSION_2: Final = (
+    """CREATE TABLE strict_entries (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        scope_digest TEXT NOT NULL,
+        end_digest TEXT,
+        provider TEXT NOT NULL,
+        model TEXT NOT NULL,
+        reasoning TEXT NOT NULL,
+        text_digest TEXT NOT NULL,
+        chars INTEGER NOT NULL CHECK (chars >= 0),
+        created_at REAL NOT NULL,
+        touched_at REAL NOT NULL,
+        expires_at REAL NOT NULL
+    ) STRICT""",
+    """CREATE UNIQUE INDEX strict_entries_by_end ON strict_entries (scope_digest, end_digest)
+        WHERE end_digest IS NOT NULL""",
+    "CREATE INDEX strict_entries_by_expiry ON strict_entries (expires_at)",
+    "CREATE INDEX strict_entries_by_provider ON strict_entries (provider, model)",
+    "CREATE INDEX strict_entries_by_model ON strict_entries (model)",
+    "CREATE INDEX strict_entries_by_created ON strict_entries (created_at)",
+    """CREATE TABLE strict_tool_calls (
+        scope_digest TEXT NOT NULL,
+        tool_call_id TEXT NOT NULL,
+        entry_id INTEGER NOT NULL REFERENCES strict_entries (id) ON DELETE CASCADE,
+        ordinal INTEGER NOT NULL CHECK (ordinal >= 0),
+        PRIMARY KEY (scope_digest, tool_call_id)
+    ) STRICT, WITHOUT ROWID""",
+    "CREATE INDEX strict_tool_calls_by_entry ON strict_tool_calls (entry_id)",
+    "CREATE INDEX strict_tool_calls_by_id ON strict_tool_calls (tool_call_id)",
+)
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_VERSION_1, _VERSION_2)
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 TABLES: Final = ("scopes", "observations", "payloads", "markers", "dependencies", "intents")

@@ -185,3 +185,22 @@ def decode_event(event: SSEEvent) -> tuple[str, dict[str, Any]]:
             f"upstream SSE event line says {event.event[:64]!r} but its data says {kind[:64]!r}"
         )
     return kind, payload
+
+
+def _reject_constant(name: str) -> Any:
+    raise UpstreamProtocolError(f"upstream SSE event data holds {name}, which is not JSON")
+
+
+def decode_chat_event(event: SSEEvent) -> dict[str, Any] | None:
+    """The payload of a Chat Completions stream event: a ``chat.completion.chunk`` or an
+    ``{"error": ...}`` envelope; ``None`` for the terminal ``data: [DONE]``. Chat streams
+    carry no ``event:`` type, so the line, when present, is not checked."""
+    if event.data == DONE_DATA:
+        return None
+    try:
+        payload = json.loads(event.data, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        raise UpstreamProtocolError("upstream SSE event data is not valid JSON") from None
+    if not isinstance(payload, dict):
+        raise UpstreamProtocolError("upstream SSE event data is not a JSON object")
+    return payload

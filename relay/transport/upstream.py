@@ -4,6 +4,12 @@ Tornado's ``request_timeout`` covers the whole request, which is wrong for a str
 may legitimately run for many minutes, so it is off; instead an idle :class:`Deadline`
 renewed by every received byte ends a silent upstream with a 504. The streaming callback
 is a coroutine, so a slow downstream slows our reads of the upstream (backpressure).
+
+Three dialects (:class:`Dialect`) share those guards, the size limits and the HTTP error
+mapping: the Responses event stream; a Chat Completions stream (``data:`` chunks ending
+with ``data: [DONE]``, an ``{"error": ...}`` frame ending it as a failure); and one Chat
+Completions JSON answer, buffered within ``RELAY_MAX_RESPONSE_BYTES`` and delivered once
+whole.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,15 +32,26 @@ from relay.errors import (
     UpstreamError,
     UpstreamHTTPError,
     UpstreamProtocolError,
+    UpstreamReportedError,
     UpstreamTimeout,
 )
 from relay.transport.deadline import Deadline
-from relay.transport.sse import SSEEvent, SSEParser, decode_event
+from relay.transport.sse import SSEEvent, SSEParser, decode_chat_event, decode_event
 
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
 BatchDone = Callable[[], Awaitable[None]]
 
 TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+# What a Chat exchange hands its sink: one event type per dialect.
+CHAT_CHUNK = "chat.completion.chunk"
+CHAT_COMPLETION = "chat.completion"
+CHAT_DONE = "[DONE]"
+
+
+class Dialect(StrEnum):
+    RESPONSES = "responses"  # Responses SSE: typed events, ends with response.completed & co
+    CHAT_STREAM = "chat_stream"  # Chat SSE: chunks, ends with data: [DONE]
+    CHAT_JSON = "chat_json"  # one chat.completion JSON body
 
 
 class StreamFinished(Exception):
@@ -112,11 +130,15 @@ class UpstreamExchange:
     # Awaited after the events of one network read were delivered: the downstream
     # flushes once per read, which keeps backpressure without a flush per event.
     batch_done: BatchDone | None = None
+    dialect: Dialect = Dialect.RESPONSES
+    # Said when the upstream cannot be reached: which setting holds its address.
+    reach_hint: str = "check OPENAI_BASE_URL and the network"
     status: int | None = None
     content_type: str = ""
     terminal_event: str | None = None
     bytes_received: int = 0
     _error_body: bytearray = field(default_factory=bytearray)
+    _json_body: bytearray = field(default_factory=bytearray)
     _request: _AbortableRequest | None = None
     _idle: Deadline | None = None
     _stopped: bool = False
@@ -201,6 +223,9 @@ class UpstreamExchange:
                 )
             self._error_body += chunk
             return
+        if self.dialect is Dialect.CHAT_JSON:
+            self._buffer_json(chunk)
+            return
         if not self.content_type.startswith("text/event-stream"):
             raise UpstreamProtocolError(
                 f"upstream answered {self.content_type or 'no content type'} "
@@ -218,13 +243,51 @@ class UpstreamExchange:
         if self.batch_done is not None:
             await self.batch_done()
 
+    def _buffer_json(self, chunk: bytes) -> None:
+        media = self.content_type.split(";", 1)[0].strip()
+        if media != "application/json" and not media.endswith("+json"):
+            raise UpstreamProtocolError(
+                f"upstream answered {self.content_type or 'no content type'} "
+                "where a JSON answer (application/json) was requested"
+            )
+        if len(self._json_body) + len(chunk) > self.limits.max_response_bytes:
+            raise UpstreamProtocolError(
+                "upstream response exceeds RELAY_MAX_RESPONSE_BYTES "
+                f"({self.limits.max_response_bytes} bytes)"
+            )
+        self._json_body += chunk
+
     async def _deliver(self, event: SSEEvent) -> None:
+        if self.dialect is not Dialect.RESPONSES:
+            await self._deliver_chat(event)
+            return
         event_type, data = decode_event(event)
         if event_type == "[DONE]":
             raise UpstreamProtocolError("upstream stream sent [DONE] before a terminal event")
         if event_type in TERMINAL_EVENTS:
             self.terminal_event = event_type
         await self.sink(event_type, data)
+
+    async def _deliver_chat(self, event: SSEEvent) -> None:
+        payload = decode_chat_event(event)
+        if payload is None:
+            self.terminal_event = CHAT_DONE
+            return
+        if "error" in payload and not payload.get("choices"):
+            raise UpstreamReportedError(payload)
+        await self.sink(CHAT_CHUNK, payload)
+
+    async def _deliver_json(self) -> None:
+        try:
+            payload = json.loads(self._json_body.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            raise UpstreamProtocolError("upstream JSON answer is not valid JSON") from None
+        if not isinstance(payload, dict):
+            raise UpstreamProtocolError("upstream JSON answer is not a JSON object")
+        if "error" in payload and not payload.get("choices"):
+            raise UpstreamReportedError(payload)
+        self.terminal_event = CHAT_COMPLETION
+        await self.sink(CHAT_COMPLETION, payload)
 
     def _is_success(self) -> bool:
         return self.status is not None and 200 <= self.status < 300
@@ -233,7 +296,7 @@ class UpstreamExchange:
         if self.status is None:
             return UpstreamError(
                 f"could not reach the upstream at {origin_of(self.url)} ({_kind(exc)}); "
-                "check OPENAI_BASE_URL and the network"
+                f"{self.reach_hint}"
             )
         if not self._is_success():
             return _http_error(self.status, bytes(self._error_body))
@@ -246,10 +309,15 @@ class UpstreamExchange:
             raise UpstreamError(f"the upstream at {origin_of(self.url)} sent no answer")
         if not self._is_success():
             raise _http_error(self.status, bytes(self._error_body))
+        if self.dialect is Dialect.CHAT_JSON:
+            await self._deliver_json()
+            return
         for event in parser.close():
             await self._deliver(event)
             if self.terminal_event is not None:
                 return
+        if self.dialect is Dialect.CHAT_STREAM:
+            raise UpstreamProtocolError("the upstream chat stream ended without data: [DONE]")
         raise UpstreamProtocolError(
             "the upstream stream ended without a terminal event "
             "(response.completed, response.incomplete or response.failed)"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import threading
 from collections.abc import Coroutine, Iterator, Mapping
 from contextlib import contextmanager
@@ -15,13 +16,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fakeupstream.server import FakeUpstream
-from relay.clock import SystemClock
+from relay.clock import Clock, SystemClock
 from relay.config import Config, load_config
 from relay.server import RelayServer
 
 T = TypeVar("T")
 TOKEN = "test-relay-token-0123456789"
 UPSTREAM_KEY = "sk-test-upstream-key"
+PROVIDER_KEY_ENV = "TEST_PROVIDER_KEY"
+PROVIDER_KEY = "sk-test-provider-key"
 
 
 class LoopThread:
@@ -45,6 +48,7 @@ class Stack:
     fake: FakeUpstream
     relay: RelayServer
     config: Config
+    clock: Clock = dataclasses.field(default_factory=SystemClock)
 
     @property
     def base_url(self) -> str:
@@ -60,7 +64,7 @@ class Stack:
     def restart_relay(self) -> None:
         """Stop the relay and start a new one with the same config, data and upstream."""
         self.loop.run(self.relay.stop())
-        self.relay = RelayServer(self.config)
+        self.relay = RelayServer(self.config, clock=self.clock)
         self.loop.run(self.relay.start())
 
     def script(self, *scripts: Mapping[str, Any]) -> None:
@@ -79,9 +83,19 @@ class Stack:
 
 
 @contextmanager
-def running_stack(data_dir: Path, env: Mapping[str, str] | None = None) -> Iterator[Stack]:
+def running_stack(
+    data_dir: Path,
+    env: Mapping[str, str] | None = None,
+    *,
+    clock: Clock | None = None,
+    providers: Mapping[str, Mapping[str, Any]] | None = None,
+    fake_strict: str | None = None,
+) -> Iterator[Stack]:
+    """``providers``: RELAY_PROVIDERS entries served by the fake (``base_url`` and
+    ``api_key_env`` filled in unless given); ``fake_strict``: the fake's Chat rule."""
     loop = LoopThread()
-    fake = FakeUpstream(clock=SystemClock(), seed=1234)
+    fake = FakeUpstream(clock=SystemClock(), seed=1234, strict=fake_strict)
+    clock = clock if clock is not None else SystemClock()
     try:
         loop.run(fake.start("127.0.0.1", 0))
         base = {
@@ -92,10 +106,16 @@ def running_stack(data_dir: Path, env: Mapping[str, str] | None = None) -> Itera
             "OPENAI_BASE_URL": fake.base_url,
             "RELAY_SSE_KEEPALIVE_MS": "0",
         }
+        if providers:
+            specs = {
+                name: {"base_url": fake.base_url, "api_key_env": PROVIDER_KEY_ENV, **spec}
+                for name, spec in providers.items()
+            }
+            base |= {"RELAY_PROVIDERS": json.dumps(specs), PROVIDER_KEY_ENV: PROVIDER_KEY}
         config = load_config({**base, **(env or {})})
-        relay = RelayServer(config)
+        relay = RelayServer(config, clock=clock)
         loop.run(relay.start())
-        stack = Stack(loop, fake, relay, config)
+        stack = Stack(loop, fake, relay, config, clock)
         try:
             yield stack
         finally:

@@ -1,0 +1,1 @@
+"""Strict thinking-mode Chat providers: restoring ``reasoning_content`` (issue 6)."""

@@ -1,0 +1,34 @@
+"""The README's configuration table and provider example stay true to relay.config."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from relay.config import load_config
+from relay.strict.rules import rule_for
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+CONFIG = (ROOT / "relay" / "config.py").read_text(encoding="utf-8")
+
+
+def test_every_variable_is_in_the_table() -> None:
+    read = set(re.findall(r'"((?:RELAY|OPENAI|REASONING)_[A-Z_]+)"', CONFIG))
+    table = set(re.findall(r"^\| `([A-Z_]+)` \|", README, re.MULTILINE))
+    assert read, "no variables found in relay/config.py"
+    assert read <= table, f"add to the README's configuration table: {sorted(read - table)}"
+
+
+def test_the_deepseek_example_is_a_valid_configuration() -> None:
+    raw = re.search(r"export RELAY_PROVIDERS='(.*?)'", README, re.DOTALL)
+    assert raw is not None
+    example = json.loads(raw.group(1))
+    config = load_config({"RELAY_PROVIDERS": raw.group(1), "DEEPSEEK_API_KEY": "sk-x"})
+    provider = config.providers["deepseek"]
+    assert provider.url == "https://api.deepseek.com/chat/completions"
+    assert example["deepseek"]["strict"] is True
+    rule = rule_for(provider.strict, "deepseek", "deepseek-reasoner")
+    assert rule is not None and rule.restores  # the example restores for deepseek-reasoner
+    assert "`deepseek/deepseek-reasoner`" in README
