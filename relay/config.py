@@ -44,6 +44,7 @@ class Config:
     host: str = "127.0.0.1"
     port: int = 8787
     relay_token: str | None = None
+    admin_token: str | None = None  # RELAY_ADMIN_TOKEN: the cache API is off without it
     data_dir: Path = Path("data")
     openai_api_key: str | None = None
     openai_base_url: str = DEFAULT_OPENAI_BASE_URL
@@ -218,6 +219,11 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
     token = env.get("RELAY_TOKEN") or None
     if token is not None and (len(token) < 16 or any(c.isspace() for c in token)):
         raise ConfigError("RELAY_TOKEN: expected at least 16 characters with no whitespace")
+    admin = env.get("RELAY_ADMIN_TOKEN") or None
+    if admin is not None and (len(admin) < 16 or any(c.isspace() for c in admin)):
+        raise ConfigError("RELAY_ADMIN_TOKEN: expected at least 16 characters with no whitespace")
+    if admin is not None and admin == token:
+        raise ConfigError("RELAY_ADMIN_TOKEN must differ from RELAY_TOKEN")
     key = env.get("OPENAI_API_KEY", "").strip() or None
     log_level = env.get("RELAY_LOG_LEVEL", "").strip().lower() or "info"
     if log_level not in ("debug", "info", "warning", "error"):
@@ -227,6 +233,7 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
         host=host,
         port=_int(env, "RELAY_PORT", 8787, minimum=0),
         relay_token=token,
+        admin_token=admin,
         data_dir=Path(env.get("RELAY_DATA_DIR", "").strip() or "data"),
         openai_api_key=key,
         openai_base_url=_base_url(env),

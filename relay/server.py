@@ -17,6 +17,7 @@ from relay.auth import load_or_create_token
 from relay.clock import Clock, SystemClock
 from relay.config import Config
 from relay.handlers.base import HealthHandler, ModelsHandler, NotFoundHandler
+from relay.handlers.cache_api import CacheApiHandler
 from relay.handlers.chat import ChatCompletionsHandler
 from relay.handlers.responses import ResponsesHandler
 from relay.providers import BUILTIN, Provider
@@ -37,6 +38,7 @@ def make_app(runtime: Runtime) -> Application:
             (r"/v1/responses", ResponsesHandler, args),
             (r"/responses", ResponsesHandler, args),
             (r"/v1/models", ModelsHandler, args),
+            (r"/api/cache/reasoning", CacheApiHandler, args),
             (r"/healthz", HealthHandler, args),
         ],
         default_handler_class=NotFoundHandler,

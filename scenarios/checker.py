@@ -25,7 +25,13 @@ records, the checker judges afterwards against a small model).
   generation at the same scope and history that the client did not receive in full (cut,
   failed, incomplete: the relay poisons the position), that showed the same visible answer
   (a conflict), or that was a refusal (unpredictable, so poisoned). A regeneration with
-  other visible text contests nothing: each version is owed on its own branch. The report's
+  other visible text contests nothing: each version is owed on its own branch. A chat
+  request the relay took but never answered (no response head: it died first) contests
+  its position too, with or without an upstream call: its intent may exist, and recovery
+  poisons it. A direct ``POST /v1/responses`` request (``endpoint="responses"``) *fences*:
+  nothing is owed across it to blocks of that model (and of its ``user``, when it names
+  one) whose request started before it, and a generation in flight during it contests its
+  position (spec §7). The report's
   ``owed_replays`` / ``owed_across_restarts`` stats show how often the check bound.
 """
 
@@ -37,6 +43,7 @@ from typing import Any
 
 from scenarios.history import Event, History
 from scenarios.visible import (
+    chat_segments,
     input_items,
     output_segment,
     scope_of,
@@ -226,9 +233,7 @@ def no_false_success(history: History, gens: list[Generation] | None = None) -> 
             (
                 g
                 for g in backing
-                if g.index not in used
-                and g.segment == shown
-                and answer.get("finish_reason") in SUCCESS_FINISH[g.outcome]
+                if g.index not in used and g.segment == shown and _finish_matches(answer, g)
             ),
             None,
         )
@@ -245,6 +250,12 @@ def no_false_success(history: History, gens: list[Generation] | None = None) -> 
         else:
             used.add(match.index)
     return violations
+
+
+def _finish_matches(answer: Event, gen: Generation) -> bool:
+    if answer.get("endpoint") == "responses":  # a passthrough success: a completed response
+        return gen.outcome == "completed"
+    return answer.get("finish_reason") in SUCCESS_FINISH[gen.outcome]
 
 
 def _answer_segment(answer: Event) -> tuple[Any, ...]:
@@ -305,9 +316,12 @@ def owed_replays(history: History, gens: list[Generation] | None = None) -> list
     for gen in gens:
         at_position.setdefault((gen.scope, gen.prefix), []).append(gen)
     by_token = {token: gen for gen in gens for token in gen.tokens}
+    fences = _fences(history)
+    requests = _chat_requests(history)
+    doubted = _doubted_positions(history) | _fenced_in_flight(gens, fences, requests)
 
     def contested(gen: Generation) -> bool:
-        return any(
+        return gen.prefix in doubted or any(
             other is not gen
             and (
                 other.index not in shown
@@ -333,7 +347,7 @@ def owed_replays(history: History, gens: list[Generation] | None = None) -> list
             if later.prefix[: len(extended)] != extended:
                 continue
             restarts = _restarts_with_cache(history, block.seq, later.seq)
-            if restarts is not None:
+            if restarts is not None and not _fenced(block, later, fences, requests):
                 owed.append(Owed(block, later, restarts))
             break  # only the first extending request is owed the replay
     return owed
@@ -368,6 +382,7 @@ def _delivered_blocks(
         _answer_segment(a)
         for a in history.of("client_answer")
         if a.get("outcome") == "success"
+        and a.get("endpoint") != "responses"
         and a.get("finish_reason") in ("stop", "tool_calls")
         and a.get("request_id") not in unconfirmed
     }
@@ -394,6 +409,88 @@ def _unconfirmed_deliveries(history: History) -> frozenset[str]:
         elif event.get("event") == "chat_done":
             done.add(request_id)
     return frozenset(r for r, incarnation in taken.items() if incarnation in died) - done
+
+
+def _chat_requests(history: History) -> list[tuple[int, tuple[Any, ...]]]:
+    """(seq, visible prefix) of every chat request the client sent, in order."""
+    found = []
+    for event in history.of("client_request"):
+        messages = (event.get("body") or {}).get("messages")
+        if event.get("endpoint") != "responses" and isinstance(messages, list):
+            found.append((event.seq, tuple(chat_segments(messages))))
+    return found
+
+
+def _doubted_positions(history: History) -> set[tuple[Any, ...]]:
+    """Visible positions of chat requests answered with no response head at all: the
+    relay died (or was killed) before it answered, maybe after recording the dispatch
+    intent, maybe after forwarding. Nobody can tell which, so recovery poisons them."""
+    pending: dict[str, tuple[Any, ...]] = {}
+    doubted: set[tuple[Any, ...]] = set()
+    requests = dict(_chat_requests(history))
+    for event in history.events:
+        if event.kind == "client_request" and event.seq in requests:
+            pending[str(event.get("turn"))] = requests[event.seq]
+        elif event.kind == "client_answer" and event.get("status") is None:
+            prefix = pending.get(str(event.get("turn")))
+            if prefix is not None:
+                doubted.add(prefix)
+    return doubted
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A direct Responses request: the relay retires the scopes it may extend."""
+
+    seq: int
+    model: Any
+    user: Any  # None: every caller's scopes
+
+
+def _fences(history: History) -> list[Fence]:
+    fences = []
+    for event in history.of("client_request"):
+        body = event.get("body") or {}
+        if event.get("endpoint") == "responses":
+            fences.append(Fence(event.seq, body.get("model"), body.get("user")))
+    return fences
+
+
+def _started(gen: Generation, requests: list[tuple[int, tuple[Any, ...]]]) -> int:
+    """When the chat request that caused ``gen`` was sent (its call is recorded only once
+    it ended): the newest request for the same visible position before it."""
+    earlier = (seq for seq, prefix in requests if seq < gen.seq and prefix == gen.prefix)
+    return max(earlier, default=gen.seq)
+
+
+def _fence_hits(fence: Fence, gen: Generation) -> bool:
+    body = gen.body if isinstance(gen.body, dict) else {}
+    return fence.model == body.get("model") and fence.user in (None, body.get("user"))
+
+
+def _fenced(
+    block: Generation,
+    later: Generation,
+    fences: list[Fence],
+    requests: list[tuple[int, tuple[Any, ...]]],
+) -> bool:
+    """Whether a fence fell between the start of ``block``'s request and ``later``, in
+    ``block``'s model and caller: its scope's generation was advanced in between."""
+    started = _started(block, requests) if fences else block.seq
+    return any(started < f.seq < later.seq and _fence_hits(f, block) for f in fences)
+
+
+def _fenced_in_flight(
+    gens: list[Generation], fences: list[Fence], requests: list[tuple[int, tuple[Any, ...]]]
+) -> set[tuple[Any, ...]]:
+    """Positions of generations in flight during a fence of their model and caller: their
+    intents were unresolved then, and the fence poisons those positions (spec §7)."""
+    return {
+        gen.prefix
+        for gen in gens
+        for fence in fences
+        if _started(gen, requests) < fence.seq < gen.seq and _fence_hits(fence, gen)
+    }
 
 
 def _restarts_with_cache(history: History, start: int, end: int) -> int | None:

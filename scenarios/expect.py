@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scenarios.core import Ctx, Expectation, ExpectationFailed, matches
+from scenarios.faults.disk import inspect_store
 from scenarios.relaylog import parse_relay_events
 
 
@@ -198,6 +199,28 @@ class RelayAlive(Expectation):
             raise ExpectationFailed(
                 f"the relay died (exit {relay.proc.returncode}):\n{relay.proc.stderr_tail()}"
             )
+
+
+@dataclass
+class StoreIntegrity(Expectation):
+    """The relay's cache file, opened read-only while no relay owns it (a running relay
+    holds an exclusive lock): ``PRAGMA integrity_check`` says ok, and ``intents`` (a value
+    or matcher) counts the unresolved dispatch intents it holds (what recovery will find).
+    """
+
+    intents: Any = None
+
+    def check(self, ctx: Ctx) -> None:
+        if ctx.harness.poll_relay():
+            raise ExpectationFailed("StoreIntegrity needs the relay down (it owns the file)")
+        path = ctx.harness.cache_path
+        report = inspect_store(path)
+        ctx.harness.history.record(
+            "note", note="store_integrity", integrity=report.integrity, rows=report.rows
+        )
+        if report.integrity != "ok":
+            raise ExpectationFailed(f"integrity_check of {path}: {report.integrity}")
+        _compare(f"the store {path.name}", {"intents": self.intents}, report.rows)
 
 
 @dataclass

@@ -53,6 +53,7 @@ class RelayOptions:
     log_level: str = "info"
     crash_at: str | None = None  # RELAY_TEST_CRASH_AT, e.g. "before_terminal_frame@2"
     credential: int = 0  # which of the harness's upstream API keys (OPENAI_API_KEY) to use
+    cache_max_concurrent: int | None = None  # REASONING_CACHE_MAX_CONCURRENT (cached sessions)
     extra_env: tuple[tuple[str, str], ...] = ()
     mods: tuple[LaunchMod, ...] = ()  # faketime, libfiu, strace ...
 
@@ -70,6 +71,8 @@ class RelayOptions:
             env["RELAY_MAX_SSE_EVENT_BYTES"] = str(self.max_sse_event_bytes)
         if self.crash_at:
             env["RELAY_TEST_CRASH_AT"] = self.crash_at
+        if self.cache_max_concurrent is not None:
+            env["REASONING_CACHE_MAX_CONCURRENT"] = str(self.cache_max_concurrent)
         env.update(dict(self.extra_env))
         return env
 
@@ -124,6 +127,15 @@ class Harness:
     @property
     def log_dir(self) -> Path:
         return self.tmp / "logs"
+
+    @property
+    def cache_path(self) -> Path:
+        """The relay's reasoning cache file (REASONING_CACHE_PATH, else its default)."""
+        options = self.relay.options if self.relay is not None else RelayOptions()
+        configured = dict(options.extra_env).get("REASONING_CACHE_PATH")
+        if not configured:
+            return self.data_dir / "reasoning-cache.sqlite"
+        return self.tmp / configured  # a relative path is the relay's: its cwd is self.tmp
 
     # --- children -----------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from scenarios.core import (
     short,
 )
 from scenarios.faults import network
+from scenarios.responses_answer import compare_with_upstream, parse_responses_answer
 
 DEFAULT_MODEL = "gpt-5"
 TOOLS = [
@@ -228,11 +229,12 @@ class Branch(Action):
 
 @dataclass(init=False)
 class Concurrently(Action):
-    """Run several turns at once (each in its own thread and, usually, conversation)."""
+    """Run several turns at once (each in its own thread and, usually, conversation):
+    ``Chat``, ``Regenerate`` or any other conversation action."""
 
-    turns: tuple[Chat, ...]
+    turns: tuple[Action, ...]
 
-    def __init__(self, *turns: Chat) -> None:
+    def __init__(self, *turns: Action) -> None:
         self.turns = turns
 
     def run(self, ctx: Ctx) -> None:
@@ -359,3 +361,44 @@ class PostRaw(Action):
         )
         conn.read_head()
         finish_turn(ctx, turn, conn.read_all())
+
+
+@dataclass
+class DirectResponses(Action):
+    """A direct Responses API client: ``POST /v1/responses`` through the relay (relay
+    token; the body goes upstream as sent). The answer must be a valid Responses stream
+    or object that forwards exactly what the upstream sent (else its outcome is
+    ``malformed``); its history record carries ``endpoint="responses"``."""
+
+    input: str | list[dict[str, Any]]
+    user: str | None = None
+    stream: bool = True
+    model: str = DEFAULT_MODEL
+    name: str | None = None
+
+    def run(self, ctx: Ctx) -> None:
+        body: dict[str, Any] = {"model": self.model, "input": self.input, "stream": self.stream}
+        if self.user is not None:
+            body["user"] = self.user
+        name = self.name or ctx.next_turn_name()
+        turn = Turn(name, "responses", body, upstream_from=ctx.upstream_count())
+        with ctx.lock:
+            ctx.turns[name] = turn
+            ctx.last_turn = name
+        ctx.harness.history.record(
+            "client_request", turn=name, conversation="responses", stream=self.stream,
+            body=body, endpoint="responses",
+        )  # fmt: skip
+        conn = RelayConnection(ctx.harness.require_relay().base_url, ctx.harness.relay_token)
+        conn.send_request("POST", "/responses", json.dumps(body).encode("utf-8"))
+        conn.read_head()
+        conn.read_all()
+        answer = parse_responses_answer(
+            conn.status, conn.headers, bytes(conn.raw_body), stream=self.stream
+        )
+        fake = ctx.harness.fake
+        if answer.status == 200 and fake is not None and ctx.upstream_count() > turn.upstream_from:
+            fake.wait_for_end()  # every event the fake sent is in its record
+            sent = fake.requests()[-1].get("events") or []
+            compare_with_upstream(answer, list(sent), self.stream)
+        finish_turn(ctx, turn, answer)

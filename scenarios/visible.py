@@ -113,6 +113,44 @@ def segments(items: Sequence[Any]) -> list[Segment]:
     return out
 
 
+def chat_segments(messages: Sequence[Any]) -> list[Segment]:
+    """The segments of a Chat Completions ``messages`` list, as the relay's Responses input
+    for it shows them: leading system/developer messages become ``instructions`` (scope,
+    not input), an assistant message is its text, refusal and calls, a tool message its
+    call id and output. Images are not mapped (their chat and Responses forms differ)."""
+    items: list[Any] = []
+    leading = True
+    for message in messages:
+        role = message.get("role") if isinstance(message, dict) else None
+        if leading and role in ("system", "developer"):
+            continue
+        leading = False
+        if not isinstance(message, dict):
+            items.append(message)
+        elif role == "assistant":
+            text = message.get("content") or ""
+            items.append({"type": "message", "role": "assistant", "content": text})
+            if message.get("refusal"):
+                items.append({"type": "refusal", "refusal": message["refusal"]})
+            for call in message.get("tool_calls") or []:
+                function = call.get("function") or {}
+                items.append(
+                    {
+                        "type": "function_call",
+                        "call_id": call.get("id"),
+                        "name": function.get("name"),
+                        "arguments": function.get("arguments"),
+                    }
+                )
+        elif role == "tool":
+            output = message.get("content")
+            call_id = message.get("tool_call_id")
+            items.append({"type": "function_call_output", "call_id": call_id, "output": output})
+        else:
+            items.append({"type": "message", "role": role, "content": message.get("content")})
+    return segments(items)
+
+
 def output_segment(output: Sequence[Any]) -> Segment | None:
     """The one assistant segment a response's output shows the client (None if empty)."""
     found = segments(output)

@@ -167,6 +167,21 @@ def _parse_plan(text: str | None, count: int) -> tuple[BlockRef, ...] | None:
     return refs if len(refs) == count else None
 
 
+@dataclass(frozen=True)
+class RecordSummary:
+    """What the cache API may show of one observation: sizes, prefixes, model, times."""
+
+    id: int
+    model: str
+    snapshot: str | None
+    position: int
+    replayable: bool
+    payload_bytes: int | None  # None: observed only, or the payload was reclaimed
+    end_digest_prefix: str
+    observed_at: float
+    touched_at: float | None
+
+
 class ReasoningStore:
     """The replay cache's persistent state, owned exclusively by this process."""
 
@@ -666,6 +681,24 @@ class ReasoningStore:
         """``PRAGMA integrity_check`` rows: ``["ok"]`` for a healthy database."""
         with self._sqlite("check integrity") as conn:
             return [str(row[0]) for row in conn.execute("PRAGMA integrity_check")]
+
+    def recent_records(self, *, model: str | None, limit: int) -> list[RecordSummary]:
+        """Metadata of the newest observations (never payload or ciphertext): for the
+        cache API. ``model`` filters on the scope's resolved model."""
+        sql = (
+            "SELECT o.id, s.model, o.snapshot, o.position, o.replayable, p.size, o.end_digest,"
+            " o.observed_at, p.touched_at FROM observations o JOIN scopes s ON s.id = o.scope_id"
+            " LEFT JOIN payloads p ON p.observation_id = o.id"
+        )
+        params: tuple[object, ...] = ()
+        if model is not None:
+            sql, params = sql + " WHERE s.model = ?", (model,)
+        with self._sqlite("read observations") as conn:
+            rows = conn.execute(sql + " ORDER BY o.id DESC LIMIT ?", (*params, limit)).fetchall()
+        return [
+            RecordSummary(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6][:12], r[7], r[8])
+            for r in rows
+        ]
 
     def stats(self) -> dict[str, int]:
         """Row counts per table plus stored payload bytes, for diagnostics."""

@@ -25,6 +25,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 from scenarios.history import History
 from scenarios.launch import LaunchMod
@@ -276,10 +277,43 @@ def limit_pages(conn: sqlite3.Connection, extra_pages: int = 0) -> int:
 
 def integrity_check(path: Path) -> str:
     """``PRAGMA integrity_check`` on a fresh read-only connection: 'ok' or the problems."""
-    uri = f"file:{path}?mode=ro"
-    conn = sqlite3.connect(uri, uri=True, timeout=5)
+    return inspect_store(path, count=()).integrity
+
+
+@dataclass(frozen=True)
+class StoreReport:
+    integrity: str  # 'ok' or the problems PRAGMA integrity_check found
+    rows: dict[str, int]  # row counts of the tables asked for
+
+
+def inspect_store(path: Path, count: tuple[str, ...] = ("intents",)) -> StoreReport:
+    """Open a SQLite file read-only (nobody may hold it: the relay's lock is exclusive),
+    run ``PRAGMA integrity_check`` and count the rows of ``count``'s tables.
+
+    A read-only connection to a WAL database whose writer kept its WAL index in memory
+    (``locking_mode=EXCLUSIVE``) builds a ``-shm`` file to read the WAL; one this call
+    created is removed again, so the check leaves the directory as it found it.
+    """
+    if not path.exists():
+        raise FileNotFoundError(f"no SQLite file at {path}")
+    shm = path.with_name(path.name + "-shm")
+    had_shm = shm.exists()
+    conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=0)
+    counts: dict[str, int] = {}
     try:
         rows = conn.execute("PRAGMA integrity_check").fetchall()
+        for table in count:
+            if not table.isidentifier():
+                raise ValueError(f"not a table name: {table!r}")
+            counts[table] = int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])  # noqa: S608
+    except sqlite3.DatabaseError as exc:
+        code = getattr(exc, "sqlite_errorcode", -1) & 0xFF
+        if code not in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+            raise  # locked (someone owns it), missing table ...: not a verdict on the file
+        rows = [(f"unreadable: {getattr(exc, 'sqlite_errorname', type(exc).__name__)}",)]
     finally:
         conn.close()
-    return "\n".join(str(row[0]) for row in rows)
+        if not had_shm:
+            with contextlib.suppress(FileNotFoundError):
+                shm.unlink()
+    return StoreReport("\n".join(str(row[0]) for row in rows), counts)

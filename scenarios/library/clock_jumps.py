@@ -1,12 +1,16 @@
 """Clock faults on the relay process (libfaketime): timeouts use monotonic time, so wall
-jumps change nothing, while a monotonic advance fires them."""
+jumps change nothing, while a monotonic advance fires them; with the cache on, wall jumps
+change no generation deadline and no replay decision within the retention window."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from scenarios.core import Ctx
 from scenarios.dsl import (
     AdvanceMonotonic,
     AtMost,
+    Branch,
     Chat,
     ClientGot,
     Holds,
@@ -17,9 +21,11 @@ from scenarios.dsl import (
     Scenario,
     Upstream,
     UpstreamEnded,
+    UpstreamReceived,
     reply,
 )
 from scenarios.library import scenario
+from scenarios.library.replay import CACHE, chain, echo, intact
 from scenarios.seed import Seed
 
 TEXT = "tick tock " * 30
@@ -87,4 +93,41 @@ def monotonic_advance_fires_idle_timeout(seed: Seed) -> Scenario:
     s << _elapsed_since_request("hang", 10.0)
     s << UpstreamEnded("hang", events_sent=AtMost(4))
     s << RelayAlive()
+    return s
+
+
+@scenario(needs=("faketime",))
+def wall_clock_jumps_during_cached_generation(seed: Seed) -> Scenario:
+    """Wall jumps of ±minutes and ±days (seeded, log-uniform) during a cached generation
+    and between turns: no deadline moves (the generation completes and is admitted), a
+    hang still times out on schedule, and after every jump, back in time included, the
+    admitted blocks replay exactly where they belong (within the 30-day retention)."""
+    minutes = [abs(seed.clock_jump(f"minutes@{k}", 60, 3600)) for k in range(2)]
+    days = [abs(seed.clock_jump(f"days@{k}", DAY, 7 * DAY)) for k in range(2)]
+    s = Scenario(
+        "wall_clock_jumps_during_cached_generation",
+        clock="wall",
+        relay=replace(CACHE, idle_timeout_ms=1500),
+    )
+    s >> Chat("first", name="t1")
+    s >> Upstream(reply(TEXT, reasoning=["r"], deltas=30, latency_ms=50))
+    s >> Chat("second", name="t2", hold=seed.randint("hold_frames", 1, 10))
+    for jump in (minutes[0], -days[0], days[1], -minutes[1]):
+        s >> JumpWall(jump)
+    s >> Resume("t2")
+    s << ClientGot("t2", outcome="success", text=TEXT, done=True)
+    s << UpstreamReceived("t2", replayed=chain("t1"), continuity=intact(1))
+    s >> JumpWall(-days[1])  # back to before t2 was observed
+    s >> Chat("third", name="t3", stream=False)
+    s << UpstreamReceived(replayed=chain("t1", "t2"), continuity=intact(2))
+    s >> Upstream(reply(TEXT, reasoning=["r"], deltas=30, hang_after_events=5))
+    s >> Chat("then hang", name="hang", hold=1)
+    s >> JumpWall()  # one seeded jump of up to a day, either way
+    s >> Resume("hang")
+    s << ClientGot("hang", outcome="error", error_code="upstream_timeout")
+    s << _elapsed_since_request("hang", 6.0)
+    s >> Branch("t3")
+    s >> Chat("fourth", name="t4", stream=seed.choice("mode", ["sse", "json"]) == "sse")
+    s << UpstreamReceived(replayed=chain("t1", "t2", "t3"), continuity=intact(3))
+    s << ClientGot("t4", text=echo("fourth", 3))
     return s

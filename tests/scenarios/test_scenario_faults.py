@@ -22,6 +22,7 @@ from scenarios.faults.disk import (
     fiu_ctrl,
     fiu_missing,
     fiu_mod,
+    inspect_store,
     integrity_check,
     limit_pages,
     strace_missing,
@@ -239,3 +240,55 @@ def test_managed_process_reports_startup_failure(tmp_path: Path) -> None:
     )
     with pytest.raises(RuntimeError, match="exited with 1 before it was ready"):
         proc.start("^never$", timeout=5)
+
+
+# A writer that owns its database as the relay does (EXCLUSIVE before WAL: the WAL index
+# lives in its memory, no -shm), commits, reports, and waits to be killed.
+OWNER = textwrap.dedent(
+    """
+    import sqlite3, sys
+    db = sqlite3.connect(sys.argv[1], isolation_level=None)
+    db.execute("pragma locking_mode=exclusive"); db.execute("pragma journal_mode=wal")
+    db.execute("pragma synchronous=full")
+    db.execute("create table if not exists intents(id)")
+    for i in range(50):
+        db.execute("begin immediate"); db.execute("insert into intents values (?)", (i,))
+        db.execute("commit")
+    print("committed", flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+def test_store_inspection_after_a_kill_leaves_the_directory_as_it_was(tmp_path: Path) -> None:
+    """StoreIntegrity's mechanism: while the owner runs, the file is locked; after a
+    kill -9 a read-only connection sees every commit (replaying the WAL) and leaves no
+    -shm behind; a damaged file is reported, not 'ok'."""
+    db = tmp_path / "cache.sqlite"
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER, str(db)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert owner.stdout is not None and owner.stdout.readline().strip() == "committed"
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            inspect_store(db)
+    finally:
+        owner.kill()
+        owner.communicate(timeout=10)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert "cache.sqlite-wal" in before and "cache.sqlite-shm" not in before
+    report = inspect_store(db)
+    assert (report.integrity, report.rows) == ("ok", {"intents": 50})
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    writer = sqlite3.connect(db)  # checkpoint every page into the main file, then damage one
+    writer.execute("pragma wal_checkpoint(truncate)")
+    writer.execute("pragma journal_mode=delete")
+    writer.close()
+    with db.open("r+b") as raw:
+        raw.seek(4096)  # page 2: the table's b-tree page
+        raw.write(b"\x42" * 16)
+    assert inspect_store(db, count=()).integrity != "ok"

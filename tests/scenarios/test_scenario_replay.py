@@ -123,3 +123,36 @@ def test_an_unconfirmed_delivery_explains_the_loss(
     )  # fmt: skip
     report = check_history(_load(result, events), ("nothing_lost",))
     assert report.count("nothing_lost") == 1, report.describe()
+
+
+def test_a_request_the_relay_never_answered_explains_the_loss(
+    kept: Callable[[str, Seed], PlayResult], seed: Seed
+) -> None:
+    """crash_lifecycle_at_every_point: a crash at before_upstream_send leaves an intent
+    but no upstream call; only the client's unanswered request explains why the admitted
+    answer there no longer replays. Pretend the relay had answered: two losses (SSE, JSON)."""
+    name = "crash_lifecycle_at_every_point"
+    if (reason := missing(REGISTRY[name].needs)) is not None:
+        pytest.skip(reason)
+    result = kept(name, seed)
+    assert result.report.ok
+    events = _events(result)
+    for event in events:
+        if event["kind"] == "client_answer" and event["status"] is None:
+            event["status"] = 200
+    report = check_history(_load(result, events), ("nothing_lost",))
+    assert report.count("nothing_lost") == 2, report.describe()
+
+
+def test_a_fence_explains_the_loss_only_for_its_caller(
+    kept: Callable[[str, Seed], PlayResult], seed: Seed
+) -> None:
+    for name in ("direct_responses_fence_their_scope", "fence_poisons_a_generation_in_flight"):
+        result = kept(name, seed)
+        assert result.report.ok and result.report.stats["owed_replays"] >= 1
+        events = _events(result)
+        for event in events:  # the same direct requests, for a caller nobody else is
+            if event["kind"] == "client_request" and event.get("endpoint") == "responses":
+                event["body"]["user"] = "somebody-else"
+        report = check_history(_load(result, events), ("nothing_lost",))
+        assert report.count("nothing_lost") >= 2, (name, report.describe())

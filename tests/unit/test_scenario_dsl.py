@@ -6,11 +6,14 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import sqlite3
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from relay.crashpoints import KNOWN_POINTS
 from scenarios import launch
 from scenarios.answer import ChatAnswer, parse_sse_data
 from scenarios.client import _Body
@@ -34,6 +37,7 @@ from scenarios.dsl import (
     RelayAlive,
     ReplayOf,
     Scenario,
+    StoreIntegrity,
     Upstream,
     UpstreamReceived,
     reply,
@@ -42,6 +46,7 @@ from scenarios.dsl import (
 from scenarios.history import History
 from scenarios.launch import LaunchMod
 from scenarios.library import REGISTRY, load_all
+from scenarios.library.lifecycle import SSE_ONLY, lifecycle_cases
 from scenarios.relaylog import parse_relay_events
 from scenarios.seed import Seed, replay_command, seed_from_env
 from scenarios.visible import segments
@@ -414,3 +419,43 @@ def test_branch_continues_from_a_turn_answer_partial_text_included() -> None:
     assert ctx.turns["cut"].body["messages"] == asked  # a copy, not the turn's own list
     Branch("cut").run(ctx)
     assert ctx.history_of("main")[-1] == {"role": "assistant", "content": "Hel"}
+
+
+# --- store integrity and the lifecycle cases --------------------------------------------------
+
+
+class _StoreHarness:
+    """Just what StoreIntegrity reads: whether a relay runs, the cache path, the history."""
+
+    def __init__(self, path: Path, running: bool) -> None:
+        self.cache_path = path
+        self.running = running
+        self.history = History()
+
+    def poll_relay(self) -> bool:
+        return self.running
+
+
+def test_store_integrity_needs_the_relay_down_and_counts_intents(tmp_path: Path) -> None:
+    path = tmp_path / "reasoning-cache.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("create table intents(id)")
+    db.execute("insert into intents values ('intent_1')")
+    db.commit()
+    db.close()
+    ctx = Ctx(harness=_StoreHarness(path, running=True), seed=Seed(1))  # type: ignore[arg-type]
+    with pytest.raises(AssertionError, match="needs the relay down"):
+        StoreIntegrity().check(ctx)
+    ctx.harness.running = False  # type: ignore[attr-defined]
+    StoreIntegrity(intents=1).check(ctx)
+    with pytest.raises(AssertionError, match="intents: expected 0, got 1"):
+        StoreIntegrity(intents=0).check(ctx)
+    assert ctx.harness.history.of("note")[0]["integrity"] == "ok"
+
+
+def test_lifecycle_cases_cover_every_point_in_both_modes() -> None:
+    cases = lifecycle_cases(Seed(5))
+    assert sorted(cases) == sorted(
+        [(p, True) for p in KNOWN_POINTS] + [(p, False) for p in KNOWN_POINTS if p not in SSE_ONLY]
+    )
+    assert cases != lifecycle_cases(Seed(6))  # the order comes from the seed
