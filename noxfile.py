@@ -63,6 +63,11 @@ def scenarios(session: nox.Session) -> None:
         "pytest", "-m", "scenario", "tests/scenarios", *session.posargs,
         env={"RELAY_SCENARIO_BUDGET": "long"},
     )
+    # The replay state machine again, with its long budget (the fast suite runs a short one).
+    session.run(
+        "pytest", "tests/unit/test_replay_state_machine.py", *session.posargs,
+        env={"RELAY_SCENARIO_BUDGET": "long"},
+    )
 
 
 @nox.session

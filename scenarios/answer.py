@@ -28,6 +28,7 @@ class ChatAnswer:
     json_body: Any = None
     text: str = ""
     refusal: str = ""
+    reasoning: str = ""  # reasoning_content shown (thinking); assistant_message() drops it
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     finish_reason: str | None = None
     completion_id: str | None = None
@@ -67,6 +68,7 @@ class ChatAnswer:
             message = choice.get("message") or {}
             self.text += message.get("content") or ""
             self.refusal += message.get("refusal") or ""
+            self.reasoning += _text(message.get("reasoning_content"))
             for call in message.get("tool_calls") or []:
                 function = call.get("function") or {}
                 self.tool_calls.append(
@@ -85,6 +87,7 @@ class ChatAnswer:
             "outcome": self.outcome,
             "text": self.text,
             "refusal": self.refusal,
+            "reasoning": self.reasoning,
             "tool_calls": self.tool_calls,
             "finish_reason": self.finish_reason,
             "frames": len(self.frames),
@@ -98,7 +101,9 @@ class ChatAnswer:
         }
 
     def assistant_message(self) -> dict[str, Any]:
-        """The assistant message a client like Cursor appends to its history."""
+        """The assistant message a client like Cursor appends to its history: content,
+        refusal and tool calls; the ``reasoning_content`` it was shown is dropped, as
+        Cursor drops it (``KeepReasoning`` makes a client that sends it back)."""
         message: dict[str, Any] = {"role": "assistant", "content": self.text or None}
         if self.refusal:
             message["refusal"] = self.refusal
@@ -140,10 +145,15 @@ def parse_sse_data(answer: ChatAnswer, data: str) -> None:
         delta = choice.get("delta") or {}
         answer.text += delta.get("content") or ""
         answer.refusal += delta.get("refusal") or ""
+        answer.reasoning += _text(delta.get("reasoning_content"))
         for call in delta.get("tool_calls") or []:
             _merge_tool_call(answer.tool_calls, call)
         if choice.get("finish_reason"):
             answer.finish_reason = choice["finish_reason"]
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
 
 
 def _merge_tool_call(calls: list[dict[str, Any]], delta: dict[str, Any]) -> None:

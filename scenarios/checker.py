@@ -33,16 +33,31 @@ records, the checker judges afterwards against a small model).
   one) whose request started before it, and a generation in flight during it contests its
   position (spec §7). The report's
   ``owed_replays`` / ``owed_across_restarts`` stats show how often the check bound.
+- ``no_wrong_restore``: for strict Chat providers (calls to the fake's
+  ``/v1/chat/completions``), every ``reasoning_content`` the relay put into a message the
+  client sent without it is exactly what the fake minted, in an earlier call of the same
+  provider and model, for a visible assistant message equal to this one (content, refusal,
+  tool-call ids, names and arguments as JSON), and the fake's own probe did not find it
+  ``wrong``. ``""`` (a rule's fill on a miss) is not reasoning and never counts as wrong;
+  values the client sent itself are its own. The stats count ``chat_calls``,
+  ``restored_reasoning``, ``empty_fills`` and ``wrong_restores`` (must be 0).
+
+Chat-provider calls join the model as generations without Responses input or tokens, so
+``no_wrong_replay`` and ``nothing_lost`` have nothing to judge there, while ``no_false_success``
+backs a client's success with the provider's completed answer exactly as for Responses.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from scenarios.history import Event, History
 from scenarios.visible import (
+    canonical,
     chat_segments,
     input_items,
     output_segment,
@@ -102,6 +117,9 @@ def generations(history: History) -> list[Generation]:
     found = []
     for event in history.of("upstream_exchange"):
         body = event.get("body")
+        if is_chat_call(event):
+            found.append(_chat_generation(event, body))
+            continue
         items = input_items(body)
         tokens, ids = _minted(event)
         found.append(
@@ -119,6 +137,59 @@ def generations(history: History) -> list[Generation]:
             )
         )
     return found
+
+
+CHAT_PATH = "/v1/chat/completions"
+
+
+def is_chat_call(event: Event) -> bool:
+    """A call to a strict Chat provider (the fake's ``/v1/chat/completions``)."""
+    return bool(event.get("path") == CHAT_PATH)
+
+
+def _chat_generation(event: Event, body: Any) -> Generation:
+    """A Chat-provider call: visible prefix from ``messages``, the assistant message it
+    answered, no Responses input and no ciphertext (nothing to replay-check)."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    output = event.get("output") or []
+    return Generation(
+        seq=event.seq,
+        index=int(event.get("index", -1)),
+        scope=_chat_scope(event, body),
+        prefix=tuple(chat_segments(messages if isinstance(messages, list) else [])),
+        segment=chat_segment(output[0]) if output else None,
+        tokens=frozenset(),
+        reasoning_ids=frozenset(),
+        outcome=str(event.get("outcome")),
+        input=[],
+        body=body,
+    )
+
+
+def _chat_scope(event: Event, body: Any) -> str:
+    model = body.get("model") if isinstance(body, dict) else None
+    return f"chat|{canonical(model)}|credential={event.get('credential')}"
+
+
+def chat_segment(message: Any, *, json_arguments: bool = False) -> tuple[Any, ...]:
+    """What a client sees of a Chat assistant message (``json_arguments``: tool arguments
+    compared as JSON, keys sorted, as the fake's seal binds them)."""
+    message = message if isinstance(message, dict) else {}
+    listed = message.get("tool_calls")
+    calls = []
+    for raw in listed if isinstance(listed, list) else []:
+        call: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        nested = call.get("function")
+        function: dict[str, Any] = nested if isinstance(nested, dict) else call
+        arguments = function.get("arguments")
+        if json_arguments and isinstance(arguments, str):
+            with contextlib.suppress(ValueError, RecursionError):
+                arguments = canonical(json.loads(arguments))
+        calls.append((call.get("id"), function.get("name"), arguments))
+    text = message.get("content")
+    if isinstance(text, list):
+        text = "".join(p.get("text", "") for p in text if isinstance(p, dict))
+    return ("assistant", text or "", message.get("refusal") or "", tuple(calls))
 
 
 def _scope(event: Event, body: Any) -> str:
@@ -514,6 +585,96 @@ def _restarts_with_cache(history: History, start: int, end: int) -> int | None:
     return restarts if enabled else None
 
 
+# --- no wrong restore (strict Chat providers) --------------------------------------------
+
+
+@dataclass
+class RestoreTally:
+    restored: int = 0  # reasoning the relay added (not the client's own), non-empty
+    empty_fills: int = 0  # "" the relay added on a miss
+
+
+def no_wrong_restore(
+    history: History, gens: list[Generation] | None = None, tally: RestoreTally | None = None
+) -> list[Violation]:
+    tally = tally if tally is not None else RestoreTally()
+    own = _client_reasoning(history)
+    minted: list[tuple[int, str, tuple[Any, ...], str]] = []  # (seq, scope, segment, text)
+    violations = []
+    for event in history.of("upstream_exchange"):
+        if not is_chat_call(event):
+            continue
+        body = event.get("body") if isinstance(event.get("body"), dict) else {}
+        scope = _chat_scope(event, body)
+        listed = body.get("messages")
+        messages: list[Any] = listed if isinstance(listed, list) else []
+        states = {
+            item.get("index"): item.get("state")
+            for item in (event.get("continuity") or {}).get("items") or []
+            if isinstance(item, dict)
+        }
+        for index, message in enumerate(messages):
+            if not isinstance(message, dict) or message.get("role") != "assistant":
+                continue
+            value = message.get("reasoning_content")
+            if value is None or (index, canonical(value)) in own:
+                continue  # absent, or the client's own
+            if value == "":
+                tally.empty_fills += 1
+                continue
+            tally.restored += 1
+            problem = _restore_problem(
+                value, message, scope=scope, seq=event.seq, minted=minted, state=states.get(index)
+            )
+            if problem:
+                violations.append(
+                    Violation(
+                        "no_wrong_restore",
+                        f"chat call {event.get('index')} message {index}: {problem}",
+                        event.seq,
+                    )
+                )
+        for message in event.get("output") or []:
+            if isinstance(message, dict) and message.get("reasoning_content"):
+                segment = chat_segment(message, json_arguments=True)
+                minted.append((event.seq, scope, segment, str(message["reasoning_content"])))
+    return violations
+
+
+def _restore_problem(
+    value: Any,
+    message: dict[str, Any],
+    *,
+    scope: str,
+    seq: int,
+    minted: list[tuple[int, str, tuple[Any, ...], str]],
+    state: Any,
+) -> str:
+    if state == "wrong":
+        return "the fake's probe found the restored reasoning_content wrong"
+    segment = chat_segment(message, json_arguments=True)
+    sources = [m for m in minted if m[3] == value and m[0] < seq]
+    if not sources:
+        return "restored a reasoning_content the fake never minted (invented)"
+    if not any(m[2] == segment for m in sources):
+        return "restored reasoning minted for a different visible assistant message"
+    if not any(m[2] == segment and m[1] == scope for m in sources):
+        return "restored reasoning minted under another provider or model"
+    return ""
+
+
+def _client_reasoning(history: History) -> set[tuple[int, str]]:
+    """(message index, value) of every reasoning_content a client itself sent."""
+    own = set()
+    for event in history.of("client_request"):
+        for body in (event.get("body"), event.get("json")):
+            messages = body.get("messages") if isinstance(body, dict) else None
+            for index, message in enumerate(messages if isinstance(messages, list) else []):
+                if isinstance(message, dict) and "reasoning_content" in message:
+                    own.add((index, canonical(message["reasoning_content"])))
+    return own
+
+
 # --- entry point --------------------------------------------------------------------------
 
 Check = Callable[[History, list[Generation] | None], list[Violation]]
@@ -523,6 +684,7 @@ CHECKS: dict[str, Check] = {
     "no_crash_on_bad_input": no_crash_on_bad_input,
     "no_internal_error": no_internal_error,
     "nothing_lost": nothing_lost,
+    "no_wrong_restore": no_wrong_restore,
 }
 
 
@@ -536,6 +698,8 @@ def check_history(history: History, only: tuple[str, ...] = ("all",)) -> CheckRe
     for name in names:
         report.violations += CHECKS[name](history, gens)
     owed = owed_replays(history, gens)
+    tally = RestoreTally()
+    wrong_restores = no_wrong_restore(history, gens, tally)
     report.stats = {
         "client_answers": len(history.of("client_answer")),
         "upstream_calls": len(history.of("upstream_exchange")),
@@ -547,5 +711,9 @@ def check_history(history: History, only: tuple[str, ...] = ("all",)) -> CheckRe
         "faults": len(history.of("fault")),
         "owed_replays": len(owed),
         "owed_across_restarts": sum(1 for o in owed if o.restarts),
+        "chat_calls": sum(1 for e in history.of("upstream_exchange") if is_chat_call(e)),
+        "restored_reasoning": tally.restored,
+        "empty_fills": tally.empty_fills,
+        "wrong_restores": len(wrong_restores),
     }
     return report

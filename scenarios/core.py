@@ -17,6 +17,7 @@ from typing import Any
 
 from scenarios.answer import ChatAnswer
 from scenarios.client import RelayConnection
+from scenarios.fakeapi import is_model_call
 from scenarios.faults.clock import FakeClock
 from scenarios.faults.disk import TmpfsMount
 from scenarios.runner import Harness
@@ -165,6 +166,7 @@ class Ctx:
     tmpfs: TmpfsMount | None = None
     fiu_prefix: Path | None = None  # libfiu control FIFO prefix when under libfiu
     conversations: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    models: dict[str, str] = field(default_factory=dict)  # conversation -> model it uses
     turns: dict[str, Turn] = field(default_factory=dict)
     last_turn: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -189,12 +191,13 @@ class Ctx:
         return len(self.harness.fake.requests())
 
     def upstream_of(self, turn: Turn) -> list[dict[str, Any]]:
-        """The upstream calls made during ``turn`` (for the concurrent case: by its text)."""
+        """The model calls (Responses, or Chat for a provider) made during ``turn`` (for
+        the concurrent case: by its text)."""
         assert self.harness.fake is not None
         calls = [
             exchange
             for exchange in self.harness.fake.exchanges()
-            if exchange["path"].endswith("/responses")
+            if is_model_call(exchange)
             and exchange["index"] >= turn.upstream_from
             and (turn.upstream_to is None or exchange["index"] < turn.upstream_to)
         ]
@@ -219,5 +222,5 @@ def _last_user_text(messages: list[Any]) -> str:
 def _input_as_messages(body: Any) -> list[Any]:
     if not isinstance(body, dict):
         return []
-    items = body.get("input")
+    items = body.get("input", body.get("messages"))
     return items if isinstance(items, list) else []

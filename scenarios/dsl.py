@@ -33,6 +33,7 @@ from scenarios.core import (
     Step,
 )
 from scenarios.expect import (
+    ABSENT,
     ClientGot,
     Holds,
     RelayAlive,
@@ -57,7 +58,7 @@ from scenarios.fault_steps import (
 )
 from scenarios.faults.clock import ClockMode
 from scenarios.faults.network import default_reply, error_event, http_error, reply, toxics
-from scenarios.runner import RelayOptions
+from scenarios.runner import Provider, RelayOptions
 from scenarios.steps import (
     AnswerTools,
     Branch,
@@ -67,6 +68,8 @@ from scenarios.steps import (
     Disconnect,
     EchoAs,
     Edit,
+    FakeStrict,
+    KeepReasoning,
     PostRaw,
     ReadSlowly,
     Regenerate,
@@ -109,6 +112,7 @@ class Scenario:
 
 
 __all__ = [
+    "ABSENT",
     "Action",
     "AdvanceMonotonic",
     "AnswerTools",
@@ -131,14 +135,17 @@ __all__ = [
     "Expectation",
     "ExpectationFailed",
     "FailWrites",
+    "FakeStrict",
     "FillDisk",
     "FreeDisk",
     "Holds",
     "JumpWall",
+    "KeepReasoning",
     "KillRelay",
     "Matches",
     "Placeholder",
     "PostRaw",
+    "Provider",
     "ReadSlowly",
     "Regenerate",
     "RelayAlive",

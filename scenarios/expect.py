@@ -9,7 +9,7 @@ the upstream received and how its call ended (:class:`UpstreamReceived`,
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +18,7 @@ from scenarios.faults.disk import inspect_store
 from scenarios.relaylog import parse_relay_events
 
 
-def _compare(what: str, expected: dict[str, Any], actual: dict[str, Any]) -> None:
+def _compare(what: str, expected: Mapping[Any, Any], actual: Mapping[Any, Any]) -> None:
     wrong = [
         f"{key}: expected {value!r}, got {actual.get(key)!r}"
         for key, value in expected.items()
@@ -73,18 +73,31 @@ class ReplayOf:
     at: int
 
 
+class _Absent:
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Any = _Absent()  # ``UpstreamReceived(reasoning={1: ABSENT})``: the key is not there
+
+
 @dataclass
 class UpstreamReceived(Expectation):
     """The upstream call(s) a turn caused: how many, and exactly which replayed items where.
 
     ``replayed=[]`` means no reasoning item with ``encrypted_content`` at all;
     ``replayed=[ReplayOf("t1", at=2)]`` means exactly one, at input index 2, minted for t1.
+    For a Chat provider's call, ``continuity`` is the fake's Chat probe (``restored``,
+    ``exact``, ``wrong``, ``missing``) and ``reasoning={index: value}`` says what
+    ``reasoning_content`` the message at that index of ``messages`` carried (a value,
+    matcher or :data:`ABSENT`).
     """
 
     turn: str | None = None
     calls: Any = 1
     replayed: list[ReplayOf] | None = None
     continuity: dict[str, Any] = field(default_factory=dict)
+    reasoning: dict[int, Any] = field(default_factory=dict)
 
     def check(self, ctx: Ctx) -> None:
         turn = ctx.turn(self.turn)
@@ -97,6 +110,13 @@ class UpstreamReceived(Expectation):
             return
         call = calls[-1]
         _compare(f"continuity of {turn.name}'s upstream call", self.continuity, call["continuity"])
+        if self.reasoning:
+            messages = (call["body"] or {}).get("messages") or []
+            sent = {
+                index: m.get("reasoning_content", ABSENT) if isinstance(m, dict) else ABSENT
+                for index, m in enumerate(messages)
+            }
+            _compare(f"reasoning_content {turn.name} sent upstream", self.reasoning, sent)
         if self.replayed is None:
             return
         items = (call["body"] or {}).get("input") or []

@@ -15,6 +15,13 @@
 - ``finished``: whether the fake is done with that call (not still streaming or hanging),
 - ``credential``: the label of the upstream key the relay incarnation that made the call
   was using (``key0`` ...; the fake redacts the key itself), part of a call's scope.
+
+Calls to the fake's strict Chat provider (``path`` ``/v1/chat/completions``, made for a
+``RELAY_PROVIDERS`` model) are normalized by :func:`normalize_chat_exchange` into the same
+keys: ``continuity`` is the Chat probe (restored/exact/wrong/missing and per-message
+items), ``outcome`` completed | incomplete | failed | error_event | http_error | broken,
+``output`` the one assistant message it answered (content, refusal, tool_calls and the
+minted ``reasoning_content``), ``credential`` ``"provider"``.
 """
 
 from __future__ import annotations
@@ -27,6 +34,14 @@ from scenarios.procs import ManagedProcess
 from scenarios.wait import wait_until
 
 TERMINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
+MODEL_PATHS = ("/v1/responses", "/v1/chat/completions")  # calls that consume a script
+CHAT_PATH = "/v1/chat/completions"
+PROVIDER_CREDENTIAL = "provider"  # the credential label of every Chat-provider call
+
+
+def is_model_call(exchange: dict[str, Any]) -> bool:
+    """A Responses or Chat-provider model call (not a control request)."""
+    return str(exchange.get("path", "")) in MODEL_PATHS
 
 
 class FakeControl:
@@ -48,7 +63,7 @@ class FakeControl:
         self._finished: list[dict[str, Any]] = []
 
     def script(self, *scripts: dict[str, Any]) -> None:
-        """Queue behaviours for the next ``/v1/responses`` calls (FIFO)."""
+        """Queue behaviours for the next model calls, Responses or Chat (FIFO)."""
         request_json("POST", f"{self.base_url}/__fake/scripts", list(scripts))
         self._queued.extend(scripts)
 
@@ -66,6 +81,15 @@ class FakeControl:
         self._assigned.clear()
         self._credentials.clear()
         self._finished = []
+
+    def set_strict(self, rule: str, prefix: bool = False) -> dict[str, Any]:
+        """The Chat provider's strictness rule from now on (``POST /__fake/strict``)."""
+        _, body = request_json(
+            "POST", f"{self.base_url}/__fake/strict", {"rule": rule, "prefix": prefix}
+        )
+        if self.history is not None:
+            self.history.record("note", note="fake_strict", rule=rule, prefix=prefix)
+        return dict(body or {})
 
     def health(self) -> dict[str, Any]:
         _, body = request_json("GET", f"{self.base_url}/__fake/health")
@@ -93,12 +117,13 @@ class FakeControl:
         records = self.requests()
         for index, raw in enumerate(records):
             if index not in self._assigned:
-                consumed = raw.get("path") == "/v1/responses" and raw.get("status") != 401
+                consumed = raw.get("path") in MODEL_PATHS and raw.get("status") != 401
                 # A record whose status is still None is mid-flight but already consumed.
                 self._assigned[index] = self._queued.pop(0) if consumed and self._queued else None
-                self._credentials[index] = self.credential
+                chat = raw.get("path") == CHAT_PATH
+                self._credentials[index] = PROVIDER_CREDENTIAL if chat else self.credential
         return [
-            normalize_exchange(
+            (normalize_chat_exchange if raw.get("path") == CHAT_PATH else normalize_exchange)(
                 raw, index, self._assigned.get(index), self._credentials.get(index)
             )
             for index, raw in enumerate(records)
@@ -108,7 +133,7 @@ class FakeControl:
         """Wait until the newest upstream call has sent ``count`` events; return it."""
 
         def probe() -> dict[str, Any] | None:
-            calls = [e for e in self.exchanges() if e["path"].endswith("/responses")]
+            calls = [e for e in self.exchanges() if is_model_call(e)]
             if calls and len(calls[-1]["events"]) >= count:
                 return calls[-1]
             return None
@@ -119,7 +144,7 @@ class FakeControl:
         """Wait until the newest upstream call has ended (finish, cut, client_gone...)."""
 
         def probe() -> dict[str, Any] | None:
-            calls = [e for e in self.exchanges() if e["path"].endswith("/responses")]
+            calls = [e for e in self.exchanges() if is_model_call(e)]
             return calls[-1] if calls and calls[-1]["finished"] else None
 
         return wait_until(probe, timeout=timeout, what="the upstream call to end")
@@ -130,7 +155,7 @@ class FakeControl:
         for exchange in self.exchanges():
             if exchange["index"] in self._recorded:
                 continue
-            if not exchange["path"].endswith("/responses"):
+            if not is_model_call(exchange):
                 continue
             if not exchange["finished"] and not final:
                 continue
@@ -242,3 +267,90 @@ def _final_output(events: list[dict[str, Any]], response: Any) -> list[dict[str,
     if isinstance(response, dict) and isinstance(response.get("output"), list):
         return list(response["output"])
     return []
+
+
+# --- the strict Chat provider's calls ------------------------------------------------------
+
+
+def normalize_chat_exchange(
+    raw: dict[str, Any],
+    index: int,
+    script: dict[str, Any] | None = None,
+    credential: str | None = PROVIDER_CREDENTIAL,
+) -> dict[str, Any]:
+    """A ``/v1/chat/completions`` record → history (see the module docstring)."""
+    sent = list(raw.get("events") or [])
+    status = raw.get("status")
+    response = raw.get("response")
+    chunks = [item for item in sent if isinstance(item, dict)]
+    events: list[dict[str, Any]] = [
+        {"type": "chunk" if "error" not in c else "error", "data": {}} for c in chunks
+    ]
+    events += [{"type": "done", "data": {}} for item in sent if item == "[DONE]"]
+    message, finish = _chat_answer(chunks if raw.get("stream") else [response])
+    failed = any("error" in chunk for chunk in chunks) or (
+        isinstance(response, dict) and "error" in response
+    )
+    return {
+        "index": index,
+        "path": str(raw.get("path", "")),
+        "body": raw.get("body"),
+        "continuity": raw.get("continuity") or {},
+        "status": status,
+        "stream": bool(raw.get("stream")),
+        "events": events,
+        "response": response,
+        "terminal": finish,
+        "outcome": _chat_outcome(status, failed, finish, raw, sent),
+        "output": [message] if finish is not None else [],
+        "ended": raw.get("ended"),
+        "sent_bytes": raw.get("sent_bytes", 0),
+        "script": script,
+        "finished": raw.get("ended") is not None,
+        "credential": credential,
+    }
+
+
+def _chat_answer(parts: list[Any]) -> tuple[dict[str, Any], str | None]:
+    """The assistant message and finish reason of a ``chat.completion`` or its chunks."""
+    content, refusal, reasoning = [], [], []
+    calls: dict[int, dict[str, Any]] = {}
+    finish = None
+    for part in parts:
+        for choice in (part.get("choices") if isinstance(part, dict) else None) or []:
+            delta = choice.get("delta") or choice.get("message") or {}
+            content.append(delta.get("content") or "")
+            refusal.append(delta.get("refusal") or "")
+            reasoning.append(delta.get("reasoning_content") or "")
+            for position, call in enumerate(delta.get("tool_calls") or []):
+                slot = calls.setdefault(call.get("index", position), {"arguments": ""})
+                slot["id"] = call.get("id") or slot.get("id")
+                function = call.get("function") or {}
+                slot["name"] = function.get("name") or slot.get("name")
+                slot["arguments"] += function.get("arguments") or ""
+            finish = choice.get("finish_reason") or finish
+    message: dict[str, Any] = {
+        "role": "assistant", "content": "".join(content), "refusal": "".join(refusal),
+        "reasoning_content": "".join(reasoning),
+        "tool_calls": [calls[key] for key in sorted(calls)],
+    }  # fmt: skip
+    return message, finish
+
+
+CHAT_FINISHED = {"stop": "completed", "tool_calls": "completed", "length": "incomplete",
+                 "content_filter": "incomplete"}  # fmt: skip
+
+
+def _chat_outcome(
+    status: Any, failed: bool, finish: str | None, raw: dict[str, Any], sent: list[Any]
+) -> str:
+    """What the provider really did (the ground truth for "no false success")."""
+    stream = bool(raw.get("stream"))
+    if isinstance(status, int) and status >= 400:
+        return "http_error"
+    if failed:
+        return "error_event" if stream else "failed"
+    whole = "[DONE]" in sent if stream else raw.get("ended") == "finish"
+    if finish is None or not whole:
+        return "broken"  # cut, reset, hang or the client left before the end
+    return CHAT_FINISHED.get(finish, "broken")

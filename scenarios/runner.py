@@ -11,6 +11,7 @@ the run failed, in which case the directory is kept and its path printed.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import secrets
@@ -38,6 +39,23 @@ FAKE_BANNER = r"^fakeupstream listening on http://(?P<host>[^\s/]+):(?P<port>\d+
 # Variables a developer's shell may carry that would leak into (and change) the children.
 _SCRUB_PREFIXES = ("RELAY_", "OPENAI_", "REASONING_", "FAKETIME", "FIU_")
 _SCRUB_NAMES = frozenset({"LD_PRELOAD", "DONT_FAKE_MONOTONIC"})
+# The environment variable holding the key the relay sends to Chat providers (the fake).
+PROVIDER_KEY_ENV = "SCENARIO_PROVIDER_KEY"
+
+
+@dataclass(frozen=True)
+class Provider:
+    """One ``RELAY_PROVIDERS`` entry served by the fake (its ``/v1`` base URL and the
+    harness's provider key are filled in at start); address it as ``name/model``.
+    ``strict``: ``"auto"`` (the relay's rule table decides), ``True`` or ``False``."""
+
+    name: str
+    kind: str = "chat"
+    strict: str | bool = "auto"
+
+    def spec(self, base_url: str) -> dict[str, Any]:
+        return {"kind": self.kind, "base_url": base_url, "api_key_env": PROVIDER_KEY_ENV,
+                "strict": self.strict}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -54,6 +72,8 @@ class RelayOptions:
     crash_at: str | None = None  # RELAY_TEST_CRASH_AT, e.g. "before_terminal_frame@2"
     credential: int = 0  # which of the harness's upstream API keys (OPENAI_API_KEY) to use
     cache_max_concurrent: int | None = None  # REASONING_CACHE_MAX_CONCURRENT (cached sessions)
+    providers: tuple[Provider, ...] = ()  # RELAY_PROVIDERS, all pointing at the fake
+    strict_ttl_s: int | None = None  # REASONING_CACHE_STRICT_TTL_SECONDS (>= 60)
     extra_env: tuple[tuple[str, str], ...] = ()
     mods: tuple[LaunchMod, ...] = ()  # faketime, libfiu, strace ...
 
@@ -73,8 +93,17 @@ class RelayOptions:
             env["RELAY_TEST_CRASH_AT"] = self.crash_at
         if self.cache_max_concurrent is not None:
             env["REASONING_CACHE_MAX_CONCURRENT"] = str(self.cache_max_concurrent)
+        if self.strict_ttl_s is not None:
+            env["REASONING_CACHE_STRICT_TTL_SECONDS"] = str(self.strict_ttl_s)
         env.update(dict(self.extra_env))
         return env
+
+    def provider_env(self, fake_base_url: str, key: str) -> dict[str, str]:
+        """``RELAY_PROVIDERS`` (every provider at the fake's ``/v1``) and its key variable."""
+        if not self.providers:
+            return {}
+        specs = {p.name: p.spec(fake_base_url.rstrip("/") + "/v1") for p in self.providers}
+        return {"RELAY_PROVIDERS": json.dumps(specs), PROVIDER_KEY_ENV: key}
 
 
 @dataclass
@@ -101,6 +130,8 @@ class Harness:
     api_keys: tuple[str, ...] = field(
         default_factory=lambda: tuple("sk-scenario-" + secrets.token_hex(8) for _ in range(2))
     )
+    # The key the relay sends to Chat providers (RelayOptions.providers); the fake accepts it.
+    provider_key: str = field(default_factory=lambda: "sk-provider-" + secrets.token_hex(8))
     failed: bool = False
     _procs: list[ManagedProcess] = field(default_factory=list)
     _cleanups: list[tuple[str, Callable[[], None]]] = field(default_factory=list)
@@ -154,7 +185,8 @@ class Harness:
 
     def start_fake(self) -> FakeControl:
         argv = [sys.executable, "-m", "fakeupstream", "--host", "127.0.0.1", "--port", "0"]
-        argv += ["--api-key", *self.api_keys, "--seed", str(self.seed.randint("fake", 0, 2**31))]
+        argv += ["--api-key", *self.api_keys, self.provider_key]
+        argv += ["--seed", str(self.seed.randint("fake", 0, 2**31))]
         proc = ManagedProcess(
             "fake", argv, self.base_env(), log_dir=self.log_dir, label="fake", cwd=self.tmp
         )
@@ -190,6 +222,7 @@ class Harness:
                 "RELAY_DATA_DIR": str(self.data_dir),
                 "OPENAI_API_KEY": self.api_keys[options.credential],
                 "OPENAI_BASE_URL": self.fake.base_url + "/v1",
+                **options.provider_env(self.fake.base_url, self.provider_key),
             }
         )
         argv, env = launch.apply(options.mods, [sys.executable, "-m", "relay", "serve"], env)
@@ -210,6 +243,7 @@ class Harness:
             crash_at=options.crash_at,
             credential=credential_label(options.credential),
             wrappers=[mod.name for mod in options.mods],
+            providers=[provider.name for provider in options.providers],
         )
         return self.relay
 

@@ -48,6 +48,8 @@ class Chat(Action):
 
     ``hold=N`` reads N frames and keeps the stream open for later steps (Resume,
     Disconnect, Stall, KillRelay). ``rcvbuf`` shrinks the client's receive buffer.
+    ``model`` (``gpt-5``, or ``provider/model`` for a ``RelayOptions.providers`` entry)
+    sticks to the conversation: its later turns (AnswerTools, Regenerate, Edit) use it too.
     """
 
     text: str | None = None
@@ -58,6 +60,7 @@ class Chat(Action):
     hold: int | None = None
     rcvbuf: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    model: str | None = None
 
     def run(self, ctx: Ctx) -> None:
         history = ctx.history_of(self.conv)
@@ -67,7 +70,8 @@ class Chat(Action):
 
 
 def send_turn(ctx: Ctx, step: Chat, messages: list[dict[str, Any]]) -> Turn:
-    body: dict[str, Any] = {"model": DEFAULT_MODEL, "messages": resolve(messages)}
+    model = ctx.models[step.conv] = step.model or ctx.models.get(step.conv, DEFAULT_MODEL)
+    body: dict[str, Any] = {"model": model, "messages": resolve(messages)}
     body["stream"] = step.stream
     if step.tools:
         body["tools"] = TOOLS
@@ -209,6 +213,28 @@ class EchoAs(Action):
 
 
 @dataclass
+class KeepReasoning(Action):
+    """The client keeps the ``reasoning_content`` it was shown with its last answer in
+    that assistant message, so later turns send it back (clients other than Cursor do;
+    by default the scenario client drops it, as Cursor does). Sends nothing."""
+
+    conv: str = "main"
+
+    def run(self, ctx: Ctx) -> None:
+        history = ctx.history_of(self.conv)
+        answers = [
+            turn.answer
+            for turn in ctx.turns.values()
+            if turn.conversation == self.conv and turn.answer and turn.answer.outcome == "success"
+        ]
+        if not history or history[-1].get("role") != "assistant" or not answers:
+            raise ExpectationFailed(f"KeepReasoning: conversation {self.conv} ends with no answer")
+        if not answers[-1].reasoning:
+            raise ExpectationFailed("KeepReasoning: the last answer showed no reasoning_content")
+        history[-1]["reasoning_content"] = answers[-1].reasoning
+
+
+@dataclass
 class Branch(Action):
     """Continue from ``turn``'s answer: the conversation becomes that turn's request
     messages plus the answer as the client kept it (partial text of a failed turn
@@ -323,6 +349,20 @@ class Upstream(Action):
 
 
 @dataclass
+class FakeStrict(Action):
+    """Switch the fake Chat provider's strictness rule (``tool_turns``,
+    ``tool_turns_indexed``, ``kimi``, ``all_turns_with_tools``, ``legacy_rejects``,
+    ``off``); ``prefix`` wraps its error text as some gateways do."""
+
+    rule: str
+    prefix: bool = False
+
+    def run(self, ctx: Ctx) -> None:
+        assert ctx.harness.fake is not None
+        ctx.harness.fake.set_strict(self.rule, self.prefix)
+
+
+@dataclass
 class PostRaw(Action):
     """Send raw bytes to the relay (bad input, oversized or chunked uploads)."""
 
@@ -346,6 +386,7 @@ class PostRaw(Action):
             conversation="raw",
             stream=False,
             body={"raw_bytes": len(self.body), "head": self.body[:80].decode("latin-1")},
+            json=_small_json(self.body),
         )
         conn = RelayConnection(relay.base_url, ctx.harness.relay_token)
         pieces = [
@@ -361,6 +402,22 @@ class PostRaw(Action):
         )
         conn.read_head()
         finish_turn(ctx, turn, conn.read_all())
+
+
+def _small_json(raw: bytes, limit: int = 65536) -> Any:
+    """The ``model`` and ``messages`` of a raw body that is small, parses and is an object
+    (the checker sees what the client itself sent), else None."""
+    if len(raw) > limit:
+        return None
+    try:
+        body = json.loads(raw)
+        if not isinstance(body, dict):
+            return None
+        kept = {key: body[key] for key in ("model", "messages") if key in body}
+        json.dumps(kept)  # the history must be able to write it
+    except (ValueError, RecursionError):
+        return None
+    return kept
 
 
 @dataclass

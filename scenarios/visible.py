@@ -132,8 +132,12 @@ def chat_segments(messages: Sequence[Any]) -> list[Segment]:
             items.append({"type": "message", "role": "assistant", "content": text})
             if message.get("refusal"):
                 items.append({"type": "refusal", "refusal": message["refusal"]})
-            for call in message.get("tool_calls") or []:
-                function = call.get("function") or {}
+            calls = message.get("tool_calls")
+            for call in calls if isinstance(calls, list) else []:
+                if not isinstance(call, dict):
+                    continue  # bad input the upstream refuses; nothing a client sees
+                nested = call.get("function")
+                function: dict[str, Any] = nested if isinstance(nested, dict) else {}
                 items.append(
                     {
                         "type": "function_call",

@@ -44,3 +44,4 @@ def test_scenario(name: str, seed: Seed, request: pytest.FixtureRequest) -> None
     )
     assert result.report.ok
     assert result.report.stats["wrong_replays"] == 0
+    assert result.report.stats["wrong_restores"] == 0  # strict Chat providers
