@@ -1,0 +1,912 @@
+"""The replay cache as a state machine: real sessions, planner and SQLite store against a
+small reference model (tests/support/replay_model.py) of which blocks may be replayed.
+
+Every generation goes through the code the chat handler uses: ``ReplayCache.begin`` on a
+translated Chat request, ``CacheSession.dispatch`` (plan + intent in one transaction),
+synthetic upstream Responses events fed to the capture, ``complete`` (which runs
+``_observe``: repeat / end-conflict / start-poison / admission) and ``delivered`` or
+``abort``. The store is a real SQLite file in a temporary directory, closed and reopened
+(gracefully, after a crash, or around a caching-off period) by the restart rule and
+damaged by hand by the tamper rule; fencing and capacity bypass go through ``ReplayCache``.
+
+After every step, for each of the (newest 24) visible histories the machine knows, the
+planner's plan is checked against the model:
+
+- safety: the plan is the recorded chain of its last block, and the model says that whole
+  chain is replayable in this history (current generation, admitted, no marker, no other
+  unresolved intent at a block's start, untampered, unexpired, accepted snapshot, and no
+  later record of this history generated without it); positions strictly increase; each
+  block's start and end digests are this history's boundaries; its items are exactly the
+  bytes admitted for it;
+- liveness: when the model is sure (the newest record at the last recorded assistant
+  message is admitted and its whole chain is replayable), the plan is exactly that chain.
+
+Each completion is also checked against the model's admission decision (the rows and
+markers ``_observe`` wrote), and after every step the store's unresolved intents and
+markers must be exactly the model's.
+
+Budget: 5-10 s by default; ``RELAY_SCENARIO_BUDGET=long`` searches about 25 times longer
+with longer runs. A failure prints the shrunk step sequence (a runnable program) and a
+``@reproduce_failure(...)`` line: put it on ``ReplayMachine`` to replay that exact run
+(``@seed(...)`` or ``pytest --hypothesis-seed=N`` replays a whole search).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from relay.clock import ManualClock
+from relay.config import Config, ModelAlias
+from relay.reasoning.cache import ReplayCache
+from relay.reasoning.capture import ClientProjection
+from relay.reasoning.identity import HistoryDigests, Scope, history_digests
+from relay.reasoning.planner import Plan, PlanLimits, plan_replay
+from relay.reasoning.receipts import Reason
+from relay.reasoning.records import BlockRef
+from relay.reasoning.session import CacheSession, ScopedSource
+from relay.reasoning.store import ReasoningStore
+from relay.translate.chat_to_responses import translate_request
+from relay.translate.responses_to_chat import response_to_chat_completion
+from tests.support.replay_model import DAY, History, Model, Record
+
+LONG = os.environ.get("RELAY_SCENARIO_BUDGET") == "long"
+GPT5 = ModelAlias("gpt-5", "gpt-5")
+UPSTREAM_URL = "https://api.openai.com/v1/responses"
+TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
+MAX_HISTORIES = 24  # the newest known visible histories; each is planned after every step
+MAX_PENDING = 3  # generations left in flight (or delivering) between steps
+MAX_CONCURRENT = 3  # REASONING_CACHE_MAX_CONCURRENT: one more request is bypassed
+MAX_MESSAGES = 14  # branches grow to about six assistant turns (plans of up to six blocks)
+# A real SQLite file (WAL, synchronous=FULL); on tmpfs when there is one, since every
+# commit's fsync otherwise dominates the run time.
+FAST_TMP = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+Message = dict[str, Any]
+
+
+def canonical(message: Message) -> str:
+    return json.dumps(message, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def payload_text(items: Sequence[Message]) -> str:
+    """The stored payload bytes of an output (capture's compact serialization)."""
+    return json.dumps(list(items), ensure_ascii=False, separators=(",", ":"))
+
+
+def parse(message: str) -> Message:
+    value: Message = json.loads(message)
+    return value
+
+
+def messages_of(history: History) -> list[Message]:
+    return [parse(message) for message in history]
+
+
+@functools.lru_cache(maxsize=4096)
+def assistant_positions(history: History) -> tuple[int, ...]:
+    return tuple(i for i, m in enumerate(messages_of(history)) if m["role"] == "assistant")
+
+
+def describe(history: History) -> str:
+    parts = []
+    for message in messages_of(history):
+        calls = message.get("tool_calls")
+        text = calls[0]["id"] if calls else message.get("content")
+        parts.append(f"{message['role'][0]}:{text}")
+    return " | ".join(parts)
+
+
+# --- synthetic upstream output --------------------------------------------------------------
+
+
+def output_items(visible: Message, tag: int, *, reasoning: bool) -> list[Message]:
+    """Original output whose client projection is ``visible`` (new item ids and ciphertext)."""
+    items: list[Message] = []
+    if reasoning:
+        items.append({"type": "reasoning", "id": f"rs_{tag}", "summary": [],
+                      "encrypted_content": f"gAAAAB{tag:06d}ciphertext"})  # fmt: skip
+    if visible.get("content"):
+        items.append({
+            "type": "message", "id": f"msg_{tag}", "status": "completed", "role": "assistant",
+            "content": [{"type": "output_text", "text": visible["content"], "annotations": []}],
+        })  # fmt: skip
+    for call in visible.get("tool_calls") or []:
+        items.append({
+            "type": "function_call", "id": f"fc_{tag}", "call_id": call["id"],
+            "name": call["function"]["name"], "arguments": call["function"]["arguments"],
+            "status": "completed",
+        })  # fmt: skip
+    return items
+
+
+def completed_events(items: Sequence[Message], snapshot: str) -> list[tuple[str, Message]]:
+    events: list[tuple[str, Message]] = [
+        ("response.output_item.done",
+         {"type": "response.output_item.done", "output_index": i, "item": copy.deepcopy(item)})
+        for i, item in enumerate(items)
+    ]  # fmt: skip
+    response = {"id": "resp_1", "object": "response", "status": "completed", "model": snapshot,
+                "output": copy.deepcopy(list(items))}  # fmt: skip
+    events.append(("response.completed", {"type": "response.completed", "response": response}))
+    return events
+
+
+def failed_events(items: Sequence[Message], snapshot: str) -> list[tuple[str, Message]]:
+    response = {"id": "resp_1", "object": "response", "status": "failed", "model": snapshot,
+                "output": [], "error": {"code": "server_error", "message": "boom"}}  # fmt: skip
+    return [
+        ("response.output_item.done",
+         {"type": "response.output_item.done", "output_index": 0, "item": copy.deepcopy(items[0])}),
+        ("response.failed", {"type": "response.failed", "response": response}),
+    ]  # fmt: skip
+
+
+def sent_to_client(items: Sequence[Message]) -> ClientProjection:
+    """What the client was sent for a completed output (the JSON answer's projection)."""
+    completion = response_to_chat_completion(
+        {"status": "completed", "output": list(items)},
+        completion_id="chatcmpl-1", created=0, model="gpt-5", reasoning_summaries=False,
+    )  # fmt: skip
+    return ClientProjection.from_completion(completion)
+
+
+# --- the real relay side ----------------------------------------------------------------------
+
+
+class Relay:
+    """ReplayCache → CacheSession → ReasoningStore on one SQLite file, as the handler uses them."""
+
+    def __init__(self, path: Path, clock: ManualClock) -> None:
+        self.path = path
+        self.clock = clock
+        self.count = 0
+        self.last_intent = ""
+        self.cache = self._open()
+        self.scope = self._scope()
+        self._digests: dict[History, HistoryDigests] = {}
+
+    def _new_id(self, prefix: str) -> str:
+        self.count += 1
+        ident = f"{prefix}{self.count}"
+        if prefix == "intent_":
+            self.last_intent = ident
+        return ident
+
+    def _open(self, *, enabled: bool = True) -> ReplayCache:
+        config = Config(
+            reasoning_cache_enabled=enabled,
+            reasoning_cache_path=self.path,
+            reasoning_cache_max_concurrent=MAX_CONCURRENT,
+        )
+        return ReplayCache.open(
+            config, self.clock, upstream_url=UPSTREAM_URL, upstream_credential="sk-test",
+            relay_token="relay-token", new_id=self._new_id,
+        )  # fmt: skip
+
+    def _scope(self) -> Scope:
+        probe = self.session((canonical({"role": "user", "content": "probe"}),))
+        probe.abort("probe")  # never dispatched: releases its lease, writes nothing
+        return probe._scope  # every request here has the same configuration, so one scope
+
+    @property
+    def store(self) -> ReasoningStore:
+        assert self.cache.store is not None
+        return self.cache.store
+
+    def restart(self, *, disabled_in_between: bool = False) -> None:
+        """Close and reopen the same file (startup recovery runs); optionally serve a
+        while with caching off first (a coverage gap the next enabled open consumes)."""
+        self.cache.close()
+        if disabled_in_between:
+            self._open(enabled=False).close()
+        self.cache = self._open()
+        scope = self._scope()
+        assert scope.digest == self.scope.digest, "the cache secret must survive a restart"
+
+    def close(self) -> None:
+        self.cache.close()
+
+    def begin(self, history: History) -> CacheSession | None:
+        """A session, or None when the request is served uncached (capacity bypass)."""
+        messages = messages_of(history)
+        body = {"model": "gpt-5", "messages": messages, "tools": TOOLS}
+        request = translate_request(body, GPT5, reasoning_summaries=False)
+        return self.cache.begin(request, body, self._new_id("req_"))
+
+    def session(self, history: History) -> CacheSession:
+        session = self.begin(history)
+        assert session is not None, "an ordinary gpt-5 chat request must be cache-eligible"
+        return session
+
+    def digests(self, history: History) -> HistoryDigests:
+        found = self._digests.get(history)
+        if found is None:
+            found = self._digests[history] = history_digests(self.scope, messages_of(history))
+        return found
+
+    def scope_id(self) -> int | None:
+        row = self.store.find_scope(self.scope.digest)
+        return None if row is None else row.id
+
+    def generation(self) -> int | None:
+        row = self.store.find_scope(self.scope.digest)
+        return None if row is None else row.generation
+
+    def plan(self, history: History) -> tuple[Plan, HistoryDigests]:
+        """What dispatch would plan right now, read-only (no intent, no touch)."""
+        digests = self.digests(history)
+        row = self.store.find_scope(self.scope.digest)
+        if row is None:
+            return Plan(), digests
+        plan = plan_replay(
+            digests,
+            messages_of(history),
+            ScopedSource(self.store, row.id),
+            generation=row.generation,
+            now=self.clock.wall(),
+            limits=PlanLimits(),
+        )  # fmt: skip  (PlanLimits() are the configuration defaults the cache uses)
+        return plan, digests
+
+    def tamper(self, observation_id: int, where: int) -> None:
+        """Change one ASCII letter/digit of a stored payload in place (same byte size)."""
+        conn = self.store._conn
+        assert conn is not None
+        (text,) = conn.execute(
+            "SELECT output_json FROM payloads WHERE observation_id = ?", (observation_id,)
+        ).fetchone()
+        spots = [i for i, c in enumerate(text) if c.isascii() and c.isalnum()]
+        i = spots[where % len(spots)]
+        damaged = text[:i] + ("x" if text[i] != "x" else "y") + text[i + 1 :]
+        conn.execute(
+            "UPDATE payloads SET output_json = ? WHERE observation_id = ?",
+            (damaged, observation_id),
+        )
+
+
+@dataclass
+class Pending:
+    """A dispatched generation that has not been resolved yet."""
+
+    session: CacheSession
+    start: History
+    intent: str
+    generation: int  # the scope generation at dispatch: its observation carries it
+    prior: tuple[tuple[History, str], ...]  # the dispatched plan, as model refs
+    refs: tuple[BlockRef, ...]  # the dispatched plan, as the relay names it
+    completed: bool = False  # observation committed, delivery not finished ("held")
+
+
+# --- the plan check (after every step, and at every dispatch) --------------------------------
+
+
+def check_plan(
+    model: Model, history: History, plan: Plan, digests: HistoryDigests, *, where: str = ""
+) -> None:
+    keys = [block.observation.id for block in plan.blocks]
+    rejections = [(r.reason.value, r.position, r.observation_id) for r in plan.rejections]
+    context = f"{where} history [{describe(history)}] plan {keys} rejections {rejections}"
+    positions = [block.observation.position for block in plan.blocks]
+    assert positions == sorted(set(positions)), f"positions not strictly increasing: {context}"
+    for block in plan.blocks:
+        observation, position = block.observation, block.observation.position
+        assert observation.start_digest == digests.boundaries[position], context
+        assert observation.end_digest == digests.boundaries[position + 1], context
+        record = model.by_key(observation.id)
+        assert record is not None, f"replayed a block the model never recorded: {context}"
+        assert record.end == history[: position + 1], context
+        assert list(block.items) == json.loads(record.payload), f"items differ: {context}"
+        assert payload_text(block.items) == record.payload, f"bytes differ: {context}"
+    if keys:
+        last = model.by_key(keys[-1])
+        assert last is not None
+        chain = model.chain(last)
+        assert chain is not None and [r.key for r in chain] == keys, (
+            f"not the recorded chain of its last block: {context}"
+        )
+        assert model.replayable(chain, history), f"model forbids this replay: {context}"
+    expected = model.expected(history, assistant_positions(history))
+    if expected is not None:
+        assert keys == [r.key for r in expected], (
+            f"model expects {[r.key for r in expected]}: {context}"
+        )
+
+
+# --- the state machine --------------------------------------------------------------------------
+
+# Admissions are what the rest builds on: weighted up (sampled_from draws uniformly).
+outcomes = st.sampled_from(["admit", "admit", "admit", "noreason", "failed", "interrupted"])
+picks = st.integers(min_value=0, max_value=1000)
+shapes = st.sampled_from(["text", "tool", "text+tool"])
+
+
+class ReplayMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="replay-sm-", dir=FAST_TMP))
+        self.clock = ManualClock()
+        self.relay = Relay(self.dir / "cache.sqlite", self.clock)
+        self.model = Model(now=self.clock.wall())
+        self.histories: list[History] = []
+        self.pending: list[Pending] = []
+        self.n = 0
+        self.snapshot = "gpt-5-2026-01-01"
+
+    def teardown(self) -> None:
+        self.relay.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def fresh(self) -> int:
+        self.n += 1
+        return self.n
+
+    def remember(self, history: History) -> None:
+        """Know ``history`` (newest last); the oldest is forgotten beyond the window."""
+        if history in self.histories:
+            self.histories.remove(history)
+        self.histories.append(history)
+        del self.histories[:-MAX_HISTORIES]
+
+    def request_for(self, pick: int, back: int) -> History:
+        """A known history, or (``back`` > 0) the request that generated one of its
+        assistant messages (a regeneration)."""
+        history = self.histories[pick % len(self.histories)]
+        positions = assistant_positions(history)
+        if back == 0 or not positions:
+            return history
+        return history[: positions[len(positions) - 1 - (back - 1) % len(positions)]]
+
+    def siblings(self, request: History) -> list[tuple[str, str]]:
+        """(assistant message, next message) pairs known right after ``request``."""
+        found: list[tuple[str, str]] = []
+        size = len(request)
+        for history in self.histories:
+            if len(history) > size + 1 and history[:size] == request:
+                pair = (history[size], history[size + 1])
+                if json.loads(pair[0])["role"] == "assistant" and pair not in found:
+                    found.append(pair)
+        return found
+
+    def new_visible(self, shape: str) -> tuple[Message, Message]:
+        """A new assistant message (``text``, ``tool`` call, or ``text+tool``) and the
+        message the client sends after it (its tool result, or a new question)."""
+        n = self.fresh()
+        if shape == "text":
+            return {"role": "assistant", "content": f"answer {n}"}, {
+                "role": "user",
+                "content": f"q{n}",
+            }
+        call = {"id": f"call_{n}", "type": "function",
+                "function": {"name": "read", "arguments": f'{{"path":"f{n}.py"}}'}}  # fmt: skip
+        content = f"reading f{n}.py" if shape == "text+tool" else None
+        return (
+            {"role": "assistant", "content": content, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": call["id"], "content": f"result {n}"},
+        )
+
+    # --- one generation, split in two so that others can run while it is in flight --------
+
+    def start(self, request: History) -> Pending | None:
+        """Begin and dispatch a generation for ``request``; None when it was served
+        uncached because every cache session was taken (its position is poisoned)."""
+        self.model.now = self.clock.wall()
+        session = self.relay.begin(request)
+        assert (session is None) == (len(self.pending) >= MAX_CONCURRENT), (
+            "only a full session capacity may bypass the cache"
+        )
+        if session is None:
+            self.model.poison(request)
+            self.check_poisoned(request)
+            self.client_kept_unobserved_answer(request)
+            return None
+        body = session.dispatch()
+        plan = session.plan
+        check_plan(self.model, request, plan, self.relay.digests(request), where="dispatch:")
+        records = [self.model.by_key(block.observation.id) for block in plan.blocks]
+        assert None not in records
+        chain = [r for r in records if r is not None]
+        # The upstream body carries each selected block once, in place, with store:false.
+        assert body["store"] is False and "reasoning.encrypted_content" in body["include"]
+        inputs = body["input"]
+        for block in plan.blocks:
+            items = list(block.items)
+            at = [i for i in range(len(inputs)) if inputs[i : i + len(items)] == items]
+            assert len(at) == 1, f"a selected block is in the upstream input {len(at)} times"
+        pending = Pending(session, request, self.relay.last_intent, self.model.generation,
+                          tuple(r.ref for r in chain), plan.refs)  # fmt: skip
+        self.model.dispatch(pending.intent, request, chain)
+        return pending
+
+    def choose_visible(self, request: History, pick: int, shape: str) -> tuple[Message, Message]:
+        """The assistant message to generate after ``request`` and the message after it:
+        a known sibling's (``pick`` > 0, when there is one) or a new one."""
+        siblings = self.siblings(request)
+        if pick > 0 and siblings:
+            visible, follow = siblings[(pick - 1) % len(siblings)]
+            return parse(visible), parse(follow)
+        return self.new_visible(shape)
+
+    def follow_for(self, request: History, visible: Message) -> Message:
+        for sibling, follow in self.siblings(request):
+            if sibling == canonical(visible):
+                return parse(follow)
+        calls = visible.get("tool_calls")
+        if calls:
+            return {"role": "tool", "tool_call_id": calls[0]["id"], "content": f"r{self.fresh()}"}
+        return {"role": "user", "content": f"q{self.fresh()}"}
+
+    def finish(
+        self, pending: Pending, visible: Message, follow: Message, *, outcome: str,
+        hold: bool, same_output: bool = False,
+    ) -> None:  # fmt: skip
+        """Feed an output to the session and commit it; ``hold`` leaves it undelivered.
+        ``same_output``: byte for byte the output recorded last for ``visible`` (a
+        retried identical answer), when there is one."""
+        self.model.now = self.clock.wall()
+        request, session = pending.start, pending.session
+        end = (*request, canonical(visible))
+        items = output_items(visible, self.fresh(), reasoning=outcome != "noreason")
+        earlier = self.model.at(end)
+        if same_output and earlier:
+            items = json.loads(earlier[0].payload)
+
+        if outcome == "interrupted":  # the client disconnected mid-stream: output unknown
+            session.feed("response.output_item.done",
+                         {"type": "response.output_item.done", "output_index": 0,
+                          "item": copy.deepcopy(items[0])})  # fmt: skip
+            session.abort("client_disconnected")
+            self.model.poison(request)
+            self.model.resolve(pending.intent)
+            self.check_poisoned(request)
+            self.client_kept_unobserved_answer(request)
+            return
+        if outcome == "failed":
+            for event_type, data in failed_events(items, self.snapshot):
+                session.feed(event_type, data)
+            result = session.complete(ClientProjection())
+            assert result.kind == "poison", result
+            self.model.poison(request)
+            self.check_poisoned(request)
+        else:
+            scope_id = self.relay.scope_id()
+            assert scope_id is not None
+            end_digest = self.relay.digests(end).boundaries[-1]
+            before = {o.id for o in self.relay.store.observations_at(scope_id, end_digest)}
+            for event_type, data in completed_events(items, self.snapshot):
+                session.feed(event_type, data)
+            result = session.complete(sent_to_client(items))
+            reasoning = any(item["type"] == "reasoning" for item in items)
+            assert result.kind == ("admit" if reasoning else "observe"), result
+            assert result.output_json == payload_text(items)
+            observed = self.model.observe(
+                start=request, envelope=canonical(visible), payload=payload_text(items),
+                admissible=reasoning, prior=pending.prior, generation=pending.generation,
+                intent=pending.intent, snapshot=self.snapshot,
+            )  # fmt: skip
+            self.check_observed(pending, end, end_digest, before, observed.record)
+            self.remember((*end, canonical(follow)))
+        pending.completed = True
+        if not hold:
+            self.deliver(pending)
+
+    def client_kept_unobserved_answer(self, request: History) -> None:
+        """The client holds an assistant message the cache never saw, and goes on."""
+        unseen = {"role": "assistant", "content": f"unobserved {self.fresh()}"}
+        follow = {"role": "user", "content": f"q{self.fresh()}"}
+        self.remember((*request, canonical(unseen), canonical(follow)))
+
+    def deliver(self, pending: Pending) -> None:
+        pending.session.delivered()
+        self.model.resolve(pending.intent)
+
+    def check_poisoned(self, start: History) -> None:
+        scope_id = self.relay.scope_id()
+        assert scope_id is not None
+        digest = self.relay.digests(start).boundaries[-1]
+        assert self.relay.store.poisoned_starts(scope_id, [digest]) == {digest}
+
+    def check_observed(
+        self, pending: Pending, end: History, end_digest: str, before: set[int],
+        record: Record | None,
+    ) -> None:  # fmt: skip
+        """The rows ``_observe`` wrote are the model's decision."""
+        store = self.relay.store
+        scope_id = self.relay.scope_id()
+        assert scope_id is not None
+        new = [o for o in store.observations_at(scope_id, end_digest) if o.id not in before]
+        if record is None:
+            assert new == [], f"a repeat must not add a row: {new}"
+        else:
+            assert len(new) == 1, f"expected one new observation, got {new}"
+            row = new[0]
+            assert row.id == record.key
+            assert (row.replayable, row.generation, row.intent_id, row.position) == (
+                record.admitted,
+                record.generation,
+                pending.intent,
+                len(pending.start),
+            ), f"{row} vs {record}"
+            assert row.prior_plan == pending.refs
+            assert row.snapshot == record.snapshot
+            payload = store.load_payload(row.id, max_bytes=1 << 20)
+            if record.admitted:
+                assert payload is not None and payload.output_json == record.payload
+            else:
+                assert payload is None, "a non-admitted observation must not store a payload"
+        conflicted = end in self.model.conflicted
+        assert (store.conflicted_ends(scope_id, [end_digest]) == {end_digest}) == conflicted, (
+            f"end-conflict marker should be {'set' if conflicted else 'absent'}"
+        )
+
+    # --- rules ----------------------------------------------------------------------------------
+
+    @initialize()
+    def first_conversation(self) -> None:
+        self.new_conversation(system=False)
+
+    @rule(system=st.booleans())
+    def new_conversation(self, system: bool) -> None:
+        n = self.fresh()
+        messages = [{"role": "system", "content": f"sys {n}"}] if system else []
+        messages.append({"role": "user", "content": f"hello {n}"})
+        self.remember(tuple(canonical(m) for m in messages))
+
+    def growing(self) -> list[History]:
+        return [h for h in self.histories if len(h) < MAX_MESSAGES]
+
+    def extend(self, history: History, shape: str, outcome: str, hold: bool) -> None:
+        """The next assistant turn of ``history``; ``hold``: its delivery is still going
+        on (its intent stays) when the next step happens."""
+        pending = self.start(history)
+        if pending is None:
+            return
+        visible, follow = self.new_visible(shape)
+        hold = hold and len(self.pending) < MAX_PENDING
+        self.finish(pending, visible, follow, outcome=outcome, hold=hold)
+        if pending.completed and hold:
+            self.pending.append(pending)
+
+    @precondition(lambda self: bool(self.growing()))
+    @rule(pick=picks, outcome=outcomes, hold=st.booleans())
+    def next_text_turn(self, pick: int, outcome: str, hold: bool) -> None:
+        """The next assistant turn of a branch: a text answer."""
+        growing = self.growing()
+        self.extend(growing[pick % len(growing)], "text", outcome, hold)
+
+    @precondition(lambda self: bool(self.growing()))
+    @rule(pick=picks, outcome=outcomes, hold=st.booleans())
+    def next_tool_turn(self, pick: int, outcome: str, hold: bool) -> None:
+        """The next assistant turn of a branch: a tool call (its result follows)."""
+        growing = self.growing()
+        self.extend(growing[pick % len(growing)], "tool", outcome, hold)
+
+    @precondition(lambda self: bool(self.growing()))
+    @rule(pick=picks, outcome=outcomes, shape=shapes,
+          hold=st.booleans())  # fmt: skip
+    def next_turn_of_a_long_branch(self, pick: int, outcome: str, shape: str, hold: bool) -> None:
+        """The same, on one of the longest branches still growing (deeper chains)."""
+        growing = self.growing()
+        longest = max(len(h) for h in growing)
+        deep = [h for h in growing if len(h) == longest]
+        self.extend(deep[pick % len(deep)], shape, outcome, hold)
+
+    @rule(pick=picks, back=st.integers(1, 3), visible=st.integers(0, 3),
+          shape=shapes, outcome=outcomes)  # fmt: skip
+    def regenerate(self, pick: int, back: int, visible: int, shape: str, outcome: str) -> None:
+        """An earlier turn generated again: with the same visible message as a known
+        sibling (``visible`` > 0: a conflict, or a repeat of the very same output) or with
+        a different one (a new branch)."""
+        request = self.request_for(pick, back)
+        pending = self.start(request)
+        if pending is None:
+            return
+        message, follow = self.choose_visible(request, visible, shape)
+        self.finish(pending, message, follow, outcome=outcome, hold=False)
+
+    @precondition(lambda self: bool(self.model.records))
+    @rule(pick=picks)
+    def retry_identical_output(self, pick: int) -> None:
+        """A recorded generation happens again with the very same output bytes: a repeat
+        (or, when its plan changed since, a conflict)."""
+        record = self.model.records[pick % len(self.model.records)]
+        pending = self.start(record.start)
+        if pending is None:
+            return
+        visible = json.loads(record.envelope)
+        follow = self.follow_for(record.start, visible)
+        self.finish(pending, visible, follow, outcome="admit", hold=False, same_output=True)
+
+    @precondition(lambda self: len(self.pending) < MAX_PENDING)
+    @rule(pick=picks, back=st.integers(0, 2))
+    def dispatch_concurrent(self, pick: int, back: int) -> None:
+        """A generation dispatched and still in flight: its intent competes at its start."""
+        pending = self.start(self.request_for(pick, back))
+        assert pending is not None
+        self.pending.append(pending)
+
+    @precondition(lambda self: any(not p.completed for p in self.pending))
+    @rule(which=picks, visible=st.integers(0, 3), shape=shapes,
+          outcome=outcomes, hold=st.booleans())  # fmt: skip
+    def finish_concurrent(
+        self, which: int, visible: int, shape: str, outcome: str, hold: bool
+    ) -> None:
+        open_ = [p for p in self.pending if not p.completed]
+        pending = open_[which % len(open_)]
+        message, follow = self.choose_visible(pending.start, visible, shape)
+        self.finish(pending, message, follow, outcome=outcome, hold=hold)
+        if not pending.completed or not hold:
+            self.pending.remove(pending)
+
+    @precondition(lambda self: any(p.completed for p in self.pending))
+    @rule(which=picks)
+    def deliver_held(self, which: int) -> None:
+        held = [p for p in self.pending if p.completed]
+        pending = held[which % len(held)]
+        self.deliver(pending)
+        self.pending.remove(pending)
+
+    @rule(pick=picks, index=picks)
+    def edit_earlier_message(self, pick: int, index: int) -> None:
+        """The client edits one message of a branch: a new branch whose suffix differs."""
+        history = self.histories[pick % len(self.histories)]
+        i = index % len(history)
+        message = json.loads(history[i])
+        n = self.fresh()
+        if message.get("tool_calls"):
+            message["tool_calls"][0]["function"]["arguments"] = f'{{"path":"edited{n}.py"}}'
+        else:
+            message["content"] = f"edited {n}"
+        self.remember((*history[:i], canonical(message), *history[i + 1 :]))
+
+    @rule(how=st.sampled_from(["graceful", "crash", "disabled_in_between"]))
+    def restart(self, how: str) -> None:
+        """Close the store and reopen the same file. Graceful shutdown aborts sessions in
+        flight (poisoning those not yet observed); after a crash, startup recovery poisons
+        the position of every intent left, delivering ones included; serving a while with
+        caching off leaves a coverage gap: the next enabled open advances generations."""
+        exists = self.relay.scope_id() is not None
+        poisoned = []
+        for pending in self.pending:
+            if how != "crash":
+                pending.session.abort("shutdown")
+            if how == "crash" or not pending.completed:
+                self.model.poison(pending.start)
+                poisoned.append(pending.start)
+            self.model.resolve(pending.intent)
+        self.pending.clear()
+        kept = ("scopes", "observations", "payloads", "payload_bytes")
+        before = {key: self.relay.store.stats()[key] for key in kept}
+        self.relay.restart(disabled_in_between=how == "disabled_in_between")
+        after = self.relay.store.stats()
+        assert {key: after[key] for key in kept} == before, "a restart lost committed state"
+        assert after["intents"] == 0
+        for start in poisoned:
+            self.check_poisoned(start)
+        self.model.generation += int(exists and how == "disabled_in_between")
+
+    @rule()
+    def advance_generation(self) -> None:
+        """Every existing scope starts a new generation (a scope created later starts at
+        generation 1): nothing recorded before replays."""
+        exists = self.relay.scope_id() is not None
+        with self.relay.store.transaction():
+            assert self.relay.store.advance_generations() == int(exists)
+        self.model.generation += int(exists)
+
+    @rule()
+    def unobservable_generation(self) -> None:
+        """Traffic the cache cannot observe (direct Responses calls) fences the scope:
+        every position in flight is poisoned and the generation advances."""
+        exists = self.relay.scope_id() is not None
+        self.relay.cache.fence("gpt-5", None, "req_fence")
+        for pending in self.pending:
+            self.model.poison(pending.start)
+            self.check_poisoned(pending.start)
+        self.model.generation += int(exists)
+
+    @precondition(lambda self: any(r.admitted and r.key not in self.model.tampered
+                                   for r in self.model.records))  # fmt: skip
+    @rule(pick=picks, where=picks)
+    def tamper_payload(self, pick: int, where: int) -> None:
+        """One stored payload byte changes: that block (and whatever needs it) never
+        replays again, and a plan that would have used it names the digest mismatch."""
+        self.model.now = self.clock.wall()
+        candidates = [r for r in self.model.records
+                      if r.admitted and r.key not in self.model.tampered]  # fmt: skip
+        record = candidates[pick % len(candidates)]
+        relied_on = [
+            h for h in self.histories
+            if record in (self.model.expected(h, assistant_positions(h)) or [])
+        ]  # fmt: skip
+        self.relay.tamper(record.key, where)
+        self.model.tampered.add(record.key)
+        for history in relied_on:
+            plan, _ = self.relay.plan(history)
+            assert (Reason.PAYLOAD_DIGEST_MISMATCH, record.key) in [
+                (r.reason, r.observation_id) for r in plan.rejections
+            ], f"[{describe(history)}]: {plan.rejections}"
+
+    @rule(seconds=st.sampled_from([1, 3600, 25 * 3600, 16 * DAY]),
+          new_snapshot=st.booleans())  # fmt: skip
+    def time_passes(self, seconds: float, new_snapshot: bool) -> None:
+        """Payloads idle past retention expire; an older model snapshot stops being
+        accepted a day after it was last seen, unless it is still the latest."""
+        self.clock.advance(seconds)
+        if new_snapshot:
+            self.snapshot = f"gpt-5-snapshot-{self.fresh()}"
+
+    # --- invariants -----------------------------------------------------------------------------
+
+    @invariant()
+    def generation_matches(self) -> None:
+        generation = self.relay.generation()
+        assert generation is None or generation == self.model.generation
+
+    @invariant()
+    def intents_and_markers_match(self) -> None:
+        """Unresolved intents and safety markers are exactly the model's."""
+        store, scope_id = self.relay.store, self.relay.scope_id()
+        intents = {i.id: i.start_digest for i in store.unresolved_intents()}
+        digest = self.relay.digests
+        assert intents == {i: digest(s).boundaries[-1] for i, s in self.model.intents.items()}
+        if scope_id is None:
+            return
+        poisoned = {digest(start).boundaries[-1] for start in self.model.poisoned}
+        conflicted = {digest(end).boundaries[-1] for end in self.model.conflicted}
+        assert store.poisoned_starts(scope_id, poisoned) == poisoned
+        assert store.conflicted_ends(scope_id, conflicted) == conflicted
+        assert store.stats()["markers"] == len(poisoned) + len(conflicted), "a marker too many"
+
+    @invariant()
+    def every_plan_agrees_with_the_model(self) -> None:
+        self.model.now = self.clock.wall()
+        for history in self.histories:
+            plan, digests = self.relay.plan(history)
+            check_plan(self.model, history, plan, digests)
+
+
+ReplayMachine.TestCase.settings = settings(
+    max_examples=1000 if LONG else 75,
+    stateful_step_count=80 if LONG else 40,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestReplayStateMachine = ReplayMachine.TestCase
+
+
+# --- examples: the trickiest transitions, step by step -------------------------------------
+
+
+def user(text: str) -> str:
+    return canonical({"role": "user", "content": text})
+
+
+def said(text: str) -> str:
+    return canonical({"role": "assistant", "content": text})
+
+
+@pytest.fixture
+def relay(tmp_path: Path) -> Iterator[Relay]:
+    opened = Relay(tmp_path / "cache.sqlite", ManualClock())
+    yield opened
+    opened.close()
+
+
+def answer(
+    relay: Relay, request: History, text: str, tag: int, *, deliver: bool = True,
+    items: list[Message] | None = None, session: CacheSession | None = None,
+) -> tuple[CacheSession, list[Message]]:  # fmt: skip
+    """One admitted text answer (``items``: exactly these output items, a retry)."""
+    if session is None:
+        session = relay.session(request)
+        session.dispatch()
+    if items is None:
+        items = output_items({"role": "assistant", "content": text}, tag, reasoning=True)
+    for event_type, data in completed_events(items, "gpt-5"):
+        session.feed(event_type, data)
+    assert session.complete(sent_to_client(items)).kind == "admit"
+    if deliver:
+        session.delivered()
+    return session, items
+
+
+def replayed(relay: Relay, history: History) -> tuple[list[str], list[Reason]]:
+    """The reasoning item ids the plan would replay, and its rejection reasons."""
+    plan, _ = relay.plan(history)
+    return [b.items[0]["id"] for b in plan.blocks], [r.reason for r in plan.rejections]
+
+
+@pytest.mark.parametrize("ancestor_first", [True, False], ids=["ancestor-first", "child-first"])
+def test_identical_retries_after_a_generation_advance(relay: Relay, ancestor_first: bool) -> None:
+    """After a generation advance, identical outputs seen again become new-generation
+    records; whether a child keeps its provenance depends on what was dispatched with it."""
+    u0, a1, u2, a3 = user("hi"), said("one"), user("more"), said("two")
+    _, x = answer(relay, (u0,), "one", 1)
+    _, y = answer(relay, (u0, a1, u2), "two", 2)
+    whole = (u0, a1, u2, a3, user("next"))
+    assert replayed(relay, whole) == (["rs_1", "rs_2"], [])
+    with relay.store.transaction():
+        relay.store.advance_generations()
+    assert replayed(relay, whole)[0] == []
+
+    if ancestor_first:
+        answer(relay, (u0,), "one", 0, items=x)  # a repeat in the new generation: a new row
+        answer(relay, (u0, a1, u2), "two", 0, items=y)  # dispatched with X again: same plan
+        assert replayed(relay, whole) == (["rs_1", "rs_2"], [])
+    else:
+        # Y again while X is stale: dispatched without X, so its provenance differs.
+        answer(relay, (u0, a1, u2), "two", 0, items=y)
+        answer(relay, (u0,), "one", 0, items=x)
+        scope_id = relay.scope_id()
+        assert scope_id is not None
+        end = relay.digests(whole).boundaries[4]
+        assert relay.store.conflicted_ends(scope_id, [end]) == {end}
+        assert replayed(relay, (u0, a1, u2)) == (["rs_1"], [])
+        blocks, reasons = replayed(relay, whole)
+        assert blocks == []  # X may not sit beneath the retry of Y made without it
+        assert Reason.DESCENDANT_WITHOUT_BLOCK in reasons
+
+
+@pytest.mark.parametrize("rival", ["delivered", "aborted"])
+def test_a_held_generation_competes_with_its_rivals_but_not_itself(
+    relay: Relay, rival: str
+) -> None:
+    """Two generations in flight at one position. An observation committed but not yet
+    delivered keeps its intent: it blocks the other's block, never its own."""
+    u0 = user("hi")
+    first, second = relay.session((u0,)), relay.session((u0,))
+    first.dispatch()
+    second.dispatch()
+    answer(relay, (u0,), "one", 1, session=first, deliver=False)
+    one = (u0, said("one"), user("next"))
+    assert replayed(relay, one) == ([], [Reason.COMPETING_INTENT])  # the second is in flight
+    if rival == "aborted":
+        second.abort("client_disconnected")  # unknown output at this position: poisoned
+        first.delivered()
+        assert replayed(relay, one) == ([], [Reason.START_POISONED])
+        return
+    answer(relay, (u0,), "two", 2, session=second, deliver=False)
+    two = (u0, said("two"), user("next"))
+    assert replayed(relay, two) == ([], [Reason.COMPETING_INTENT])  # the first is delivering
+    first.delivered()
+    assert replayed(relay, two) == (["rs_2"], [])  # only its own intent is left
+    assert replayed(relay, one) == ([], [Reason.COMPETING_INTENT])
+    second.delivered()
+    assert replayed(relay, one) == (["rs_1"], [])
+
+
+def test_dispatch_renews_a_payload_past_its_admission_age(relay: Relay) -> None:
+    """Retention is idle time: a block selected for dispatch is touched, one never used
+    again expires 30 days after admission."""
+    u0, v0 = user("hi"), user("elsewhere")
+    answer(relay, (u0,), "one", 1)
+    answer(relay, (v0,), "other", 2)
+    relay.clock.advance(16 * DAY)
+    session, _ = answer(relay, (u0, said("one"), user("more")), "two", 3)
+    assert [b.items[0]["id"] for b in session.plan.blocks] == ["rs_1"]  # touched now
+    relay.clock.advance(16 * DAY)
+    assert replayed(relay, (u0, said("one"), user("more"))) == (["rs_1"], [])
+    assert replayed(relay, (v0, said("other"), user("more"))) == ([], [Reason.RECORD_EXPIRED])
