@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from typing import Any
 
 from relay import log
 from relay.crashpoints import crash_point
-from relay.errors import RelayError, UpstreamProtocolError
+from relay.errors import UpstreamProtocolError
 from relay.handlers.chat_provider import relay_chat_provider
 from relay.handlers.relaying import RelayingHandler
 from relay.providers import Provider
@@ -163,7 +162,7 @@ class ChatCompletionsHandler(RelayingHandler):
                 await down.drain()  # the terminal frames go out before anything else happens
                 crash_point("after_terminal_frame")
 
-        try:
+        async with self.streaming(down, lambda err: encode_error(err.envelope())):
             exchange = self._exchange_for(
                 request, session, sink, buffered=False, batch_done=down.drain
             )
@@ -175,15 +174,3 @@ class ChatCompletionsHandler(RelayingHandler):
             if session is not None:
                 session.delivered()
             log.event("chat_done", request_id=self.request_id, finish=converter.finish_reason)
-        except ClientGone:
-            log.event("client_disconnected", request_id=self.request_id, frames=down.frames_sent)
-        except RelayError as err:
-            if not self._headers_written:
-                raise  # nothing sent yet: a proper HTTP status and envelope
-            log.event("stream_failed", request_id=self.request_id, code=err.code)
-            with contextlib.suppress(ClientGone):
-                await down.send(encode_error(err.envelope()))  # visible failure, no [DONE]
-        finally:
-            down.stop_keepalive()
-        if not self._finished and not down.closed:
-            self.finish()

@@ -13,14 +13,13 @@ before the client gets its terminal frame (``data: [DONE]``, or the JSON body).
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Mapping
 from typing import Any
 
 from relay import log
 from relay.config import ModelAlias
-from relay.errors import InvalidRequest, RelayError
+from relay.errors import InvalidRequest
 from relay.handlers.relaying import RelayingHandler
 from relay.providers import Provider
 from relay.strict.cache import PreparedRequest, StrictTarget
@@ -161,7 +160,7 @@ class _ChatProviderCall:
                 handler.start_sse(down)
             down.queue(encode_chunk(chunk))
 
-        try:
+        async with handler.streaming(down, lambda err: encode_error(err.envelope())):
             exchange = handler.open_exchange(
                 self.provider, payload, sink, buffered=False, batch_done=down.drain,
                 dialect=Dialect.CHAT_STREAM,
@@ -173,15 +172,3 @@ class _ChatProviderCall:
                 handler.start_sse(down)
             await down.send(DONE)
             log.event("chat_done", request_id=handler.request_id, finish=self.finish_reason)
-        except ClientGone:
-            log.event("client_disconnected", request_id=handler.request_id, frames=down.frames_sent)
-        except RelayError as err:
-            if not handler._headers_written:
-                raise  # nothing sent yet: a proper HTTP status and envelope
-            log.event("stream_failed", request_id=handler.request_id, code=err.code)
-            with contextlib.suppress(ClientGone):
-                await down.send(encode_error(err.envelope()))  # visible failure, no [DONE]
-        finally:
-            down.stop_keepalive()
-        if not handler._finished and not down.closed:
-            handler.finish()

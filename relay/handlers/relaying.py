@@ -3,13 +3,16 @@ exchange that a client disconnect or a shutdown can abort."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from tornado.web import stream_request_body
 
+from relay import log
 from relay.crashpoints import crash_point
-from relay.errors import PayloadTooLarge
+from relay.errors import PayloadTooLarge, RelayError
 from relay.handlers.base import BaseHandler
 from relay.providers import Provider
 from relay.request_body import parse_json_object
@@ -68,6 +71,31 @@ class RelayingHandler(BaseHandler):
         self.set_header("Cache-Control", "no-cache")
         self.set_header("X-Accel-Buffering", "no")
         down.start_keepalive()
+
+    @contextlib.asynccontextmanager
+    async def streaming(
+        self, down: Downstream, error_frame: Callable[[RelayError], bytes | None]
+    ) -> AsyncIterator[None]:
+        """Around an SSE relay: a client that left is logged; a failure before anything
+        was sent propagates (a proper status and envelope), after that it becomes the
+        ``error_frame`` (no ``[DONE]``; ``None``: already forwarded). Then the keepalive
+        stops and the response is finished."""
+        try:
+            yield
+        except ClientGone:
+            log.event("client_disconnected", request_id=self.request_id, frames=down.frames_sent)
+        except RelayError as err:
+            if not self._headers_written:
+                raise
+            log.event("stream_failed", request_id=self.request_id, code=err.code)
+            frame = error_frame(err)
+            if frame is not None:
+                with contextlib.suppress(ClientGone):
+                    await down.send(frame)
+        finally:
+            down.stop_keepalive()
+        if not self._finished and not down.closed:
+            self.finish()
 
     def json_body(self) -> dict[str, Any]:
         """The request body as a JSON object (its buffer is released)."""

@@ -101,22 +101,12 @@ class ResponsesHandler(RelayingHandler):
                 await down.drain()
                 raise UpstreamFailed(str(data.get("message") or "the upstream reported an error"))
 
-        try:
+        def error_frame(err: RelayError) -> bytes | None:
+            return None if forwarded_error else encode_event("error", err.envelope()["error"])
+
+        async with self.streaming(down, error_frame):
             exchange = self.exchange_for(
                 upstream_body, sink, buffered=False, batch_done=down.drain, provider=self._provider
             )
             await self.run_exchange(exchange)
             await down.drain()
-        except ClientGone:
-            log.event("client_disconnected", request_id=self.request_id, frames=down.frames_sent)
-        except RelayError as err:
-            if not self._headers_written:
-                raise
-            log.event("stream_failed", request_id=self.request_id, code=err.code)
-            if not forwarded_error:
-                with contextlib.suppress(ClientGone):
-                    await down.send(encode_event("error", err.envelope()["error"]))
-        finally:
-            down.stop_keepalive()
-        if not self._finished and not down.closed:
-            self.finish()
