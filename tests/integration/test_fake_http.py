@@ -60,8 +60,8 @@ class Runner:
 
 
 @contextmanager
-def running_fake(**options: Any) -> Iterator[Runner]:
-    runner = Runner(FakeUpstream(**options))
+def running_fake(runner_class: type[Runner] = Runner, **options: Any) -> Iterator[Runner]:
+    runner = runner_class(FakeUpstream(**options))
     runner.thread.start()
     try:
         runner.call(runner.fake.start())

@@ -7,13 +7,9 @@ own IOLoop thread; one test starts ``python -m fakeupstream --strict ...``.
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from concurrent.futures import Future
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +17,7 @@ import openai
 import pytest
 import requests
 
-from fakeupstream import FakeUpstream
+from tests.integration.test_fake_http import Runner, running_fake
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-strict-0123456789"
@@ -34,15 +30,8 @@ TOOLS: list[Any] = [
 GREP = {"output": [{"type": "reasoning", "text": "Now grep."}, {"type": "function_call", "name": "grep", "arguments": '{"q": "x"}'}]}  # fmt: skip
 
 
-class Runner:
-    def __init__(self, fake: FakeUpstream) -> None:
-        self.fake = fake
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-
-    def call(self, coroutine: Any, timeout: float = 10) -> Any:
-        future: Future[Any] = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
-        return future.result(timeout)
+class StrictRunner(Runner):
+    """The shared fake runner, with the strict Chat endpoint's helpers."""
 
     @property
     def root(self) -> str:
@@ -68,34 +57,21 @@ class Runner:
         return requests.get(self.root + "/__fake/requests", params=params, timeout=10).json()
 
 
-@contextmanager
-def running_fake(**options: Any) -> Iterator[Runner]:
-    runner = Runner(FakeUpstream(**options))
-    runner.thread.start()
-    try:
-        runner.call(runner.fake.start())
-        yield runner
-    finally:
-        runner.call(runner.fake.stop())
-        runner.loop.call_soon_threadsafe(runner.loop.stop)
-        runner.thread.join(5)
-        runner.loop.close()
-
-
 @pytest.fixture(scope="module")
-def shared() -> Iterator[Runner]:
-    with running_fake(seed=21, api_keys=[KEY, "sk-other"]) as runner:
+def shared() -> Iterator[StrictRunner]:
+    with running_fake(StrictRunner, seed=21, api_keys=[KEY, "sk-other"]) as runner:
+        assert isinstance(runner, StrictRunner)
         yield runner
 
 
 @pytest.fixture
-def fake(shared: Runner) -> Runner:
+def fake(shared: StrictRunner) -> StrictRunner:
     requests.post(shared.root + "/__fake/reset", timeout=5).raise_for_status()
     return shared
 
 
 @pytest.fixture
-def client(fake: Runner) -> Iterator[openai.OpenAI]:
+def client(fake: StrictRunner) -> Iterator[openai.OpenAI]:
     with fake.client() as c:
         yield c
 
