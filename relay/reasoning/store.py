@@ -34,7 +34,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, Literal
 
 from relay.clock import Clock
 from relay.errors import StoreCorrupt, StoreError, StoreFull, StoreIOError, StoreLocked
@@ -49,15 +49,19 @@ from relay.reasoning.records import (
     is_hex_digest,
     plan_json,
 )
-from relay.reasoning.store_schema import TABLES, SchemaRefused, migrate
+from relay.reasoning.store_schema import (
+    TABLES,
+    SchemaRefused,
+    in_batches,
+    migrate,
+    placeholders,
+)
 from relay.reasoning.store_strict import StrictEntries
 
 SECRET_BYTES: Final = 32
 MAX_STORED_PLAN: Final = 4096  # descriptors; far above the 256-record plan limit
 PLAN_CHARS_PER_DESCRIPTOR: Final = 140  # ["<64 hex>","<64 hex>"], plus a comma
-IN_CHUNK: Final = 500  # bound on "IN (?, ...)" lists
 
-_T = TypeVar("_T")
 
 # SQL built with f-strings interpolates only these constants and "?" placeholder lists.
 # The plan column is bounded in SQL, so an oversized stored plan never reaches Python.
@@ -124,21 +128,6 @@ def _store_error(exc: sqlite3.Error, path: Path, action: str) -> StoreError:
             sqlite_error=name,
         )
     return StoreError(f"reasoning cache {path}: {action} failed ({label})", sqlite_error=name)
-
-
-def _chunks(values: Iterable[_T]) -> Iterator[list[_T]]:
-    batch: list[_T] = []
-    for value in values:
-        batch.append(value)
-        if len(batch) == IN_CHUNK:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
-def _marks(count: int) -> str:
-    return ", ".join("?" * count)
 
 
 def _checked_plan(plan: Sequence[BlockRef]) -> tuple[str, int]:
@@ -401,10 +390,10 @@ class ReasoningStore:
             if scope_ids is None:
                 return conn.execute("UPDATE scopes SET generation = generation + 1").rowcount
             changed = 0
-            for batch in _chunks(dict.fromkeys(scope_ids)):
+            for batch in in_batches(dict.fromkeys(scope_ids)):
                 changed += conn.execute(
                     "UPDATE scopes SET generation = generation + 1 "  # noqa: S608
-                    f"WHERE id IN ({_marks(len(batch))})",
+                    f"WHERE id IN ({placeholders(len(batch))})",
                     batch,
                 ).rowcount
             return changed
@@ -541,10 +530,10 @@ class ReasoningStore:
         """Renew idle retention: ``touched_at = max(touched_at, now)``, so a clock that
         stepped backwards never shortens a payload's life."""
         with self._writer("touch payloads") as conn:
-            for batch in _chunks(dict.fromkeys(observation_ids)):
+            for batch in in_batches(dict.fromkeys(observation_ids)):
                 conn.execute(
                     "UPDATE payloads SET touched_at = max(touched_at, ?) "  # noqa: S608
-                    f"WHERE observation_id IN ({_marks(len(batch))})",
+                    f"WHERE observation_id IN ({placeholders(len(batch))})",
                     (now, *batch),
                 )
 
@@ -566,10 +555,10 @@ class ReasoningStore:
     def _marked(self, scope_id: int, kind: MarkerKind, digests: Iterable[str]) -> set[str]:
         found: set[str] = set()
         with self._sqlite("read markers") as conn:
-            for batch in _chunks(dict.fromkeys(digests)):
+            for batch in in_batches(dict.fromkeys(digests)):
                 rows = conn.execute(
                     "SELECT digest FROM markers WHERE scope_id = ? AND kind = ? "  # noqa: S608
-                    f"AND digest IN ({_marks(len(batch))})",
+                    f"AND digest IN ({placeholders(len(batch))})",
                     (scope_id, kind.value, *batch),
                 )
                 found.update(row[0] for row in rows)

@@ -13,7 +13,8 @@ commit the surrounding transaction first.
 from __future__ import annotations
 
 import sqlite3
-from typing import Final
+from collections.abc import Iterable, Iterator
+from typing import Final, TypeVar
 
 APPLICATION_ID: Final = 0x52525231  # "RRR1"
 
@@ -165,3 +166,24 @@ def migrate(conn: sqlite3.Connection) -> int:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION:d}")
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID:d}")
     return found
+
+
+_T = TypeVar("_T")
+IN_CHUNK: Final = 500  # bound on "IN (?, ...)" lists
+
+
+def in_batches(values: Iterable[_T]) -> Iterator[list[_T]]:
+    """``values`` in lists of at most ``IN_CHUNK``, for ``IN (...)`` queries."""
+    batch: list[_T] = []
+    for value in values:
+        batch.append(value)
+        if len(batch) == IN_CHUNK:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def placeholders(count: int) -> str:
+    """``?, ?, ...`` for ``count`` bound parameters."""
+    return ", ".join("?" * count)

@@ -25,11 +25,12 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Final
 
+from relay.reasoning.store_schema import in_batches, placeholders
+
 Access = Callable[[str], AbstractContextManager[sqlite3.Connection]]
 Transaction = Callable[[], AbstractContextManager[None]]
 
 MAX_PAGE: Final = 1000
-_IN_CHUNK: Final = 500
 _COLUMNS: Final = """id, scope_digest, end_digest, provider, model, reasoning, text_digest,
     chars, created_at, touched_at, expires_at"""
 
@@ -102,15 +103,6 @@ def _entry(row: Sequence[Any], call_ids: Sequence[str]) -> StrictEntry:
     )  # fmt: skip
 
 
-def _chunks(values: Sequence[Any]) -> Iterable[Sequence[Any]]:
-    for start in range(0, len(values), _IN_CHUNK):
-        yield values[start : start + _IN_CHUNK]
-
-
-def _marks(count: int) -> str:
-    return ", ".join("?" * count)
-
-
 class StrictEntries:
     def __init__(self, read: Access, write: Access, transaction: Transaction) -> None:
         self._read = read
@@ -148,10 +140,10 @@ class StrictEntries:
                 "entry_id, ordinal) VALUES (?, ?, ?, ?)",
                 [(scope_digest, call_id, entry_id, n) for n, call_id in enumerate(ids)],
             )
-            for batch in _chunks(sorted(previous)):
+            for batch in in_batches(sorted(previous)):
                 conn.execute(
                     "DELETE FROM strict_entries WHERE end_digest IS NULL "  # noqa: S608
-                    f"AND id IN ({_marks(len(batch))}) AND NOT EXISTS (SELECT 1 FROM "
+                    f"AND id IN ({placeholders(len(batch))}) AND NOT EXISTS (SELECT 1 FROM "
                     "strict_tool_calls WHERE entry_id = strict_entries.id)",
                     batch,
                 )
@@ -182,10 +174,10 @@ class StrictEntries:
         if not ids:
             return
         with self._transaction(), self._write("touch strict reasoning") as conn:
-            for batch in _chunks(ids):
+            for batch in in_batches(ids):
                 conn.execute(
                     "UPDATE strict_entries SET touched_at = max(touched_at, ?), "  # noqa: S608
-                    f"expires_at = max(expires_at, ?) WHERE id IN ({_marks(len(batch))})",
+                    f"expires_at = max(expires_at, ?) WHERE id IN ({placeholders(len(batch))})",
                     (now, expires_at, *batch),
                 )
 
@@ -267,10 +259,10 @@ class StrictEntries:
                 (*params, limit),
             ).fetchall()
             calls: dict[int, list[str]] = {row[0]: [] for row in rows}
-            for batch in _chunks(list(calls)):
+            for batch in in_batches(list(calls)):
                 for entry_id, call_id in conn.execute(
                     "SELECT entry_id, tool_call_id FROM strict_tool_calls "  # noqa: S608
-                    f"WHERE entry_id IN ({_marks(len(batch))}) ORDER BY entry_id, ordinal",
+                    f"WHERE entry_id IN ({placeholders(len(batch))}) ORDER BY entry_id, ordinal",
                     batch,
                 ):
                     calls[entry_id].append(call_id)
@@ -281,10 +273,10 @@ class StrictEntries:
         conn: sqlite3.Connection, scope_digest: str, call_ids: Sequence[str]
     ) -> set[int]:
         found: set[int] = set()
-        for batch in _chunks(call_ids):
+        for batch in in_batches(call_ids):
             rows = conn.execute(
                 "SELECT entry_id FROM strict_tool_calls WHERE scope_digest = ? "  # noqa: S608
-                f"AND tool_call_id IN ({_marks(len(batch))})",
+                f"AND tool_call_id IN ({placeholders(len(batch))})",
                 (scope_digest, *batch),
             )
             found.update(row[0] for row in rows)
