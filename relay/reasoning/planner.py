@@ -152,16 +152,21 @@ def plan_replay(
 def _plan_for(
     state: _Planning, block: AssistantBlockKey, record: Observation
 ) -> tuple[SelectedBlock, ...]:
-    if len(record.prior_plan) + 1 > state.limits.max_plan_records:
+    plan = record.prior_plan
+    if len(plan) + 1 > state.limits.max_plan_records:
         raise _Rejected(Reason.PLAN_TOO_LONG, record)
+    refs = plan.refs()
+    if refs is None:  # a damaged stored plan: nothing beneath this record is known
+        raise _Rejected(Reason.NOT_REPLAYABLE, record)
     _check_snapshot(state, record)
     chain: list[Observation] = []
-    for index, ref in enumerate(record.prior_plan):
+    for index, ref in enumerate(refs):
         state.spend()
         ancestor = state.observation_by_ref(ref)
         if ancestor is None:
             raise _Rejected(Reason.ANCESTOR_MISSING, record)
-        if ancestor.prior_plan != record.prior_plan[:index]:
+        # Text against text: each ancestor's plan must be this plan's first index records.
+        if ancestor.prior_plan != plan.prefix(index):
             raise _Rejected(Reason.ANCESTOR_REORDERED, ancestor)
         chain.append(ancestor)
     chain.append(record)
@@ -221,14 +226,15 @@ def _check_descendants(state: _Planning, chain: Sequence[Observation]) -> None:
     """Every record at a later assistant message of this history must have been generated
     on top of this chain; otherwise the chain would sit beneath a descendant that never
     saw it."""
-    refs = [member.ref for member in chain]
-    last = chain[-1].position
+    head = chain[-1]
+    chain_plan = head.prior_plan.extended(head.ref)
     for block in state.history.assistant_blocks:
-        if block.position <= last:
+        if block.position <= head.position:
             continue
         for later in state.source.observations_at(block.end_digest):
             state.spend()
-            if list(later.prior_plan[: len(refs)]) != refs:
+            # A damaged plan says nothing about what the later record saw: reject too.
+            if later.prior_plan.refs() is None or not later.prior_plan.starts_with(chain_plan):
                 raise _Rejected(Reason.DESCENDANT_WITHOUT_BLOCK, later)
 
 

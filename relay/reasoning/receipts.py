@@ -25,7 +25,7 @@ class Reason(StrEnum):
     STALE_GENERATION = "stale_generation"  # recorded before the scope's current generation
     START_POISONED = "start_poisoned"  # unknown output was generated at that position
     END_CONFLICT = "end_conflict"  # two different payloads for the same visible message
-    NOT_REPLAYABLE = "not_replayable"  # observed but never admitted
+    NOT_REPLAYABLE = "not_replayable"  # never admitted, or its stored plan is damaged
     COMPETING_INTENT = "competing_intent"  # another generation is in flight at that position
     SNAPSHOT_NOT_ACCEPTED = "snapshot_not_accepted"  # model snapshot neither latest nor recent
     DESCENDANT_WITHOUT_BLOCK = "descendant_without_block"  # a later record was made without it

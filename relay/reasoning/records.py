@@ -31,20 +31,6 @@ class BlockRef:
     end_digest: str
     payload_fingerprint: str
 
-    def as_json(self) -> list[str]:
-        return [self.end_digest, self.payload_fingerprint]
-
-    @staticmethod
-    def from_json(value: Any) -> BlockRef:
-        """Parse a stored descriptor; ``ValueError`` when it is not two hex digests."""
-        if (
-            not isinstance(value, list)
-            or len(value) != 2
-            or not all(is_hex_digest(part) for part in value)
-        ):
-            raise ValueError("a plan descriptor must be [end_digest, payload_fingerprint]")
-        return BlockRef(value[0], value[1])
-
 
 class StoredSizeExceeded(ValueError):
     """A stored value is larger than the caller may load (checked before loading it)."""
@@ -57,8 +43,117 @@ def is_hex_digest(value: Any) -> bool:
     return isinstance(value, str) and _HEX_DIGEST.fullmatch(value) is not None
 
 
-def plan_json(plan: Sequence[BlockRef]) -> list[list[str]]:
-    return [ref.as_json() for ref in plan]
+# --- plans as text ------------------------------------------------------------------------
+
+MAX_STORED_PLAN: Final = 4096  # descriptors; far above the 256-record plan limit
+# One descriptor, ["<end digest>","<payload fingerprint>"], as _SHAPE sees it (0x01: a
+# hex digit); a plan's text has one every PLAN_STRIDE characters (descriptor and comma).
+_HEX_SLOT: Final = b"\x01" * HEX_DIGEST_LENGTH
+_DESCRIPTOR: Final = b'["' + _HEX_SLOT + b'","' + _HEX_SLOT + b'"]'
+PLAN_STRIDE: Final = len(_DESCRIPTOR) + 1
+_REF_PARTS: Final = re.compile(rf'"([0-9a-f]{{{HEX_DIGEST_LENGTH}}})"')
+
+
+def _shape_table() -> bytes:
+    # Lowercase hex digits become 0x01 (a hex slot of _DESCRIPTOR); a literal 0x01 becomes
+    # 0x00, so only a hex digit can fill a hex slot.
+    table = bytearray(range(256))
+    table[1] = 0
+    for byte in b"0123456789abcdef":
+        table[byte] = 1
+    return bytes(table)
+
+
+_SHAPE: Final = _shape_table()
+
+
+def _shape_of(count: int) -> bytes:
+    """What the one spelling of a ``count``-descriptor plan looks like through _SHAPE."""
+    return b"[" + b",".join([_DESCRIPTOR] * count) + b"]"
+
+
+def plan_text_length(count: int) -> int:
+    """Characters of the one spelling of a ``count``-descriptor plan."""
+    return 2 if count == 0 else 1 + count * PLAN_STRIDE
+
+
+class PlanText:
+    """A replay plan (the records dispatched beneath a generation) in its one stored
+    spelling: compact JSON of fixed-width descriptors, ``[["<end>","<payload>"],...]``.
+
+    With one spelling, equal plans have equal text and the plan of a record's first ``k``
+    ancestors is a prefix of its text (:meth:`prefix`), so the planner compares plans as
+    strings at C speed instead of parsing every ancestor's plan (quadratic in plan
+    length). Text read back from the store is untrusted until :meth:`refs` validates it;
+    an unvalidated text only equals a validated one when it is that very text.
+    """
+
+    __slots__ = ("_refs", "count", "text")
+
+    def __init__(self, text: str, count: int, refs: tuple[BlockRef, ...] | None = None) -> None:
+        self.text = text
+        self.count = count
+        self._refs = refs  # set once validated
+
+    @classmethod
+    def of(cls, refs: Sequence[BlockRef]) -> PlanText:
+        """The plan of ``refs``; ``ValueError`` for anything that would not read back."""
+        if len(refs) > MAX_STORED_PLAN:
+            raise ValueError(f"a plan of {len(refs)} records is over {MAX_STORED_PLAN}")
+        for ref in refs:
+            if not (is_hex_digest(ref.end_digest) and is_hex_digest(ref.payload_fingerprint)):
+                raise ValueError("plan descriptors must be lowercase hex digests")
+        text = ",".join(f'["{ref.end_digest}","{ref.payload_fingerprint}"]' for ref in refs)
+        return cls(f"[{text}]", len(refs), tuple(refs))
+
+    def refs(self) -> tuple[BlockRef, ...] | None:
+        """The plan's records, or ``None`` when the text is not the one spelling of
+        ``count`` descriptors (validated once, at C speed)."""
+        if self._refs is None and self.count <= MAX_STORED_PLAN:
+            try:
+                shape = self.text.encode("ascii").translate(_SHAPE)
+            except UnicodeEncodeError:
+                return None
+            if shape == _shape_of(self.count):
+                digests = _REF_PARTS.findall(self.text)
+                self._refs = tuple(map(BlockRef, digests[::2], digests[1::2]))
+        return self._refs
+
+    def prefix(self, count: int) -> PlanText:
+        """The plan of the first ``count`` records (``count`` at most :attr:`count`)."""
+        assert 0 <= count <= self.count
+        refs = None if self._refs is None else self._refs[:count]
+        if count == 0:
+            return PlanText("[]", 0, refs)
+        return PlanText(self.text[: count * PLAN_STRIDE] + "]", count, refs)
+
+    def extended(self, ref: BlockRef) -> PlanText:
+        """This (validated) plan with ``ref`` appended."""
+        refs = self.refs()
+        assert refs is not None, "extend a validated plan"
+        tail = PlanText.of((ref,)).text[1:]
+        return PlanText(self.text[:-1] + ("," if refs else "") + tail, self.count + 1, (*refs, ref))
+
+    def starts_with(self, other: PlanText) -> bool:
+        """Whether ``other`` is this plan's first ``other.count`` records."""
+        return self.count >= other.count and self.prefix(other.count).text == other.text
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PlanText):
+            return NotImplemented
+        return self.count == other.count and self.text == other.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __repr__(self) -> str:
+        return f"PlanText(count={self.count})"
+
+
+EMPTY_PLAN: Final = PlanText("[]", 0, ())
 
 
 @dataclass(frozen=True)
@@ -86,7 +181,7 @@ class Observation:
     envelope_fingerprint: str
     payload_fingerprint: str
     output_hash: str  # SHA-256 of the exact stored payload bytes
-    prior_plan: tuple[BlockRef, ...]  # the replay plan dispatched when this was generated
+    prior_plan: PlanText  # the replay plan dispatched when this was generated
     intent_id: str | None  # producing intent (kept after the intent row is gone)
     snapshot: str | None  # the upstream model snapshot that produced it
     replayable: bool  # admitted with a payload

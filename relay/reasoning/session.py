@@ -19,10 +19,18 @@ from relay.crashpoints import crash_point
 from relay.errors import StoreError
 from relay.reasoning.canonical import CanonicalRefused
 from relay.reasoning.capture import CaptureResult, ClientProjection, OutputCapture, finish_capture
-from relay.reasoning.identity import AssistantBlockKey, HistoryDigests, Scope, merged_include
+from relay.reasoning.identity import HistoryDigests, Scope, merged_include
 from relay.reasoning.planner import Plan, PlanLimits, Rejection, plan_replay
 from relay.reasoning.receipts import Reason
-from relay.reasoning.records import BlockRef, MarkerKind, Observation, ScopeRow, StoredPayload
+from relay.reasoning.records import (
+    EMPTY_PLAN,
+    BlockRef,
+    MarkerKind,
+    Observation,
+    PlanText,
+    ScopeRow,
+    StoredPayload,
+)
 from relay.reasoning.replace import replace_blocks
 from relay.reasoning.resources import CapacityLedger, Lease
 from relay.reasoning.store import ReasoningStore
@@ -102,6 +110,7 @@ class CacheSession:
         self._spans = spans
         self.capture = OutputCapture(max_bytes=context.max_entry_bytes)
         self.plan = Plan()
+        self._plan_text = EMPTY_PLAN  # self.plan as stored
         self._row: ScopeRow | None = None
         self._intent: str | None = None
         self._open = True
@@ -133,6 +142,7 @@ class CacheSession:
             if not self._ctx.capacity.try_grow(self._lease, self.plan.replay_bytes):
                 rejection = Rejection(Reason.MEMORY_PRESSURE, self.position)
                 self.plan = Plan((), (*self.plan.rejections, rejection))
+            self._plan_text = PlanText.of(self.plan.refs)
             self._intent = self._ctx.new_id("intent_")
             ids = [block.observation.id for block in self.plan.blocks]
             self._store.create_intent(
@@ -140,7 +150,7 @@ class CacheSession:
                 scope_id=self._row.id,
                 position=self.position,
                 start_digest=self._history.final_state.digest,
-                prior_plan=self.plan.refs,
+                prior_plan=self._plan_text,
                 now=now,
                 deadline_at=now + self._ctx.idle_timeout_s,
             )
@@ -207,19 +217,25 @@ class CacheSession:
             key, _ = self._history.final_state.extend(result.envelope)
         except CanonicalRefused:
             return "beyond_limits"  # no request can carry this history within the limits
-        existing = self._store.observations_at(self._row.id, key.end_digest)
-        same = [o for o in existing if self._is_repeat(o, key, result)]
-        conflict = any(o.payload_fingerprint != result.payload_fingerprint
-                       or o.prior_plan != self.plan.refs for o in existing)  # fmt: skip
+        assert result.payload_fingerprint is not None
+        plan = self._plan_text
+        same = self._store.repeats(
+            self._row.id, generation=self._row.generation, position=key.position,
+            start_digest=key.start_digest, end_digest=key.end_digest,
+            envelope_fingerprint=key.envelope_fingerprint,
+            payload_fingerprint=result.payload_fingerprint, prior_plan=plan,
+        )  # fmt: skip
+        conflict = self._store.conflicts_at(
+            self._row.id, key.end_digest, result.payload_fingerprint, plan
+        )
         if conflict:
             self._store.add_marker(
                 self._row.id, MarkerKind.END_CONFLICT, key.end_digest, self.position, now
             )
         if same:
-            self._store.touch_payloads([o.id for o in same], now)
+            self._store.touch_payloads(same, now)
             return "conflict" if conflict else "repeat"
         admit = result.kind == "admit" and not conflict
-        assert result.payload_fingerprint is not None
         assert result.output_hash is not None
         observation = self._store.add_observation(
             scope_id=self._row.id,
@@ -230,7 +246,7 @@ class CacheSession:
             envelope_fingerprint=key.envelope_fingerprint,
             payload_fingerprint=result.payload_fingerprint,
             output_hash=result.output_hash,
-            prior_plan=self.plan.refs,
+            prior_plan=plan,
             intent_id=self._intent,
             snapshot=result.snapshot,
             replayable=admit,
@@ -244,17 +260,6 @@ class CacheSession:
             )
             return "admitted"
         return "conflict" if conflict else "observed"
-
-    def _is_repeat(self, old: Observation, key: AssistantBlockKey, result: CaptureResult) -> bool:
-        assert self._row is not None
-        return (
-            old.generation == self._row.generation
-            and old.position == key.position
-            and old.start_digest == key.start_digest
-            and old.envelope_fingerprint == key.envelope_fingerprint
-            and old.payload_fingerprint == result.payload_fingerprint
-            and old.prior_plan == self.plan.refs
-        )
 
     def delivered(self) -> None:
         """The client has the whole answer: resolve the intent."""

@@ -15,18 +15,17 @@ Every ``sqlite3`` error leaving this module is a :class:`~relay.errors.StoreErro
 subclass whose message names the database path and SQLite's error code, never a value:
 payloads are ciphertext and scope values are credential fingerprints.
 
-Stored plans are bounded before they are parsed: their descriptor count and text length
-are checked in SQL first. A row whose stored plan is malformed is returned with
-``prior_plan=()`` and ``replayable=False`` (counted in :attr:`malformed_plans_seen`), so
-damage can only ever withhold replay, never enable it. An empty plan is the conservative
-reading: the planner then treats the record as made without any ancestors.
+Stored plans are bounded before they are read: their descriptor count and text length
+are checked in SQL first, then the exact length the count implies. A row whose stored
+plan fails that is returned with ``prior_plan=EMPTY_PLAN`` and ``replayable=False``
+(counted in :attr:`malformed_plans_seen`); one whose characters are wrong is caught by
+:meth:`PlanText.refs` or compares unequal to every valid plan. So damage can only ever
+withhold replay, never enable it.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import secrets
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
@@ -40,14 +39,17 @@ from relay.clock import Clock
 from relay.errors import StoreCorrupt, StoreError, StoreFull, StoreIOError, StoreLocked
 from relay.reasoning.identity import ScopeTargeting
 from relay.reasoning.records import (
+    EMPTY_PLAN,
+    MAX_STORED_PLAN,
+    PLAN_STRIDE,
     BlockRef,
     MarkerKind,
     Observation,
+    PlanText,
     ScopeRow,
     StoredPayload,
     StoredSizeExceeded,
-    is_hex_digest,
-    plan_json,
+    plan_text_length,
 )
 from relay.reasoning.store_schema import (
     TABLES,
@@ -59,14 +61,13 @@ from relay.reasoning.store_schema import (
 from relay.reasoning.store_strict import StrictEntries
 
 SECRET_BYTES: Final = 32
-MAX_STORED_PLAN: Final = 4096  # descriptors; far above the 256-record plan limit
-PLAN_CHARS_PER_DESCRIPTOR: Final = 140  # ["<64 hex>","<64 hex>"], plus a comma
 
 
 # SQL built with f-strings interpolates only these constants and "?" placeholder lists.
 # The plan column is bounded in SQL, so an oversized stored plan never reaches Python.
+# Bytes, not length(): that counts characters, a scan of the whole text per row.
 _BOUNDED_PLAN: Final = f"""CASE WHEN prior_plan_count <= {MAX_STORED_PLAN}
-    AND length(prior_plan) <= prior_plan_count * {PLAN_CHARS_PER_DESCRIPTOR} + 2
+    AND length(CAST(prior_plan AS BLOB)) <= prior_plan_count * {PLAN_STRIDE} + 2
     THEN prior_plan END"""
 _OBSERVATION_COLUMNS: Final = f"""id, scope_id, generation, position, start_digest,
     end_digest, envelope_fp, payload_fp, output_hash, {_BOUNDED_PLAN}, prior_plan_count,
@@ -90,7 +91,7 @@ class IntentRow:
     phase: IntentPhase
     position: int
     start_digest: str
-    prior_plan: tuple[BlockRef, ...]  # () when the stored plan is malformed
+    prior_plan: PlanText  # EMPTY_PLAN when the stored plan is malformed
     created_at: float
     deadline_at: float | None
 
@@ -130,30 +131,14 @@ def _store_error(exc: sqlite3.Error, path: Path, action: str) -> StoreError:
     return StoreError(f"reasoning cache {path}: {action} failed ({label})", sqlite_error=name)
 
 
-def _checked_plan(plan: Sequence[BlockRef]) -> tuple[str, int]:
-    """A plan as stored JSON; ``ValueError`` for anything that would not read back."""
-    if len(plan) > MAX_STORED_PLAN:
-        raise ValueError(f"a plan of {len(plan)} records is over {MAX_STORED_PLAN}")
-    for ref in plan:
-        if not (is_hex_digest(ref.end_digest) and is_hex_digest(ref.payload_fingerprint)):
-            raise ValueError("plan descriptors must be lowercase hex digests")
-    return json.dumps(plan_json(plan), separators=(",", ":")), len(plan)
-
-
-_REF_TEXT = r'\["[0-9a-f]{64}","[0-9a-f]{64}"\]'
-_PLAN_TEXT = re.compile(rf"\[(?:{_REF_TEXT}(?:,{_REF_TEXT})*)?\]")
-_REF_PARTS = re.compile(r'"([0-9a-f]{64})","([0-9a-f]{64})"')
-
-
-def _parse_plan(text: str | None, count: int) -> tuple[BlockRef, ...] | None:
-    """A stored plan, or ``None`` when malformed (``text`` is ``None`` when the SQL bound
-    check already refused it). Plans are only ever written by ``_checked_plan`` in one
-    compact form, so one anchored regex validates the whole text at C speed; anything
-    else (even valid JSON spelled differently) counts as malformed."""
-    if text is None or _PLAN_TEXT.fullmatch(text) is None:
+def _read_plan(text: str | None, count: int) -> PlanText | None:
+    """A stored plan with the length its count implies, else ``None`` (``text`` is
+    ``None`` when the SQL bound already refused it). O(1): the characters are checked by
+    :meth:`PlanText.refs` when someone needs the records, and text comparisons never need
+    them (see :class:`PlanText`)."""
+    if text is None or len(text) != plan_text_length(count):
         return None
-    refs = tuple(BlockRef(end, payload) for end, payload in _REF_PARTS.findall(text))
-    return refs if len(refs) == count else None
+    return PlanText(text, count)
 
 
 @dataclass(frozen=True)
@@ -415,13 +400,13 @@ class ReasoningStore:
         (id_, scope_id, generation, position, start, end, envelope_fp, payload_fp,
          output_hash, plan_text, plan_count, intent_id, snapshot, replayable,
          observed_at) = row  # fmt: skip
-        plan = _parse_plan(plan_text, plan_count)
+        plan = _read_plan(plan_text, plan_count)
         if plan is None:
             self._malformed_plans += 1
         return Observation(
             id=id_, scope_id=scope_id, generation=generation, position=position,
             start_digest=start, end_digest=end, envelope_fingerprint=envelope_fp,
-            payload_fingerprint=payload_fp, output_hash=output_hash, prior_plan=plan or (),
+            payload_fingerprint=payload_fp, output_hash=output_hash, prior_plan=plan or EMPTY_PLAN,
             intent_id=intent_id, snapshot=snapshot,
             replayable=bool(replayable) and plan is not None, observed_at=observed_at,
         )  # fmt: skip
@@ -433,6 +418,36 @@ class ReasoningStore:
     def observations_at(self, scope_id: int, end_digest: str) -> list[Observation]:
         """Every observation ending at ``end_digest``, all generations, newest first."""
         return self._observations("scope_id = ? AND end_digest = ?", (scope_id, end_digest))
+
+    def repeats(
+        self, scope_id: int, *, generation: int, position: int, start_digest: str,
+        end_digest: str, envelope_fingerprint: str, payload_fingerprint: str,
+        prior_plan: PlanText,
+    ) -> list[int]:  # fmt: skip
+        """Ids of the observations equal to this one in everything that was recorded."""
+        with self._sqlite("read observations") as conn:
+            rows = conn.execute(
+                "SELECT id FROM observations WHERE scope_id = ? AND end_digest = ? "
+                "AND generation = ? AND position = ? AND start_digest = ? AND envelope_fp = ? "
+                "AND payload_fp = ? AND prior_plan = ? AND prior_plan_count = ?",
+                (scope_id, end_digest, generation, position, start_digest,
+                 envelope_fingerprint, payload_fingerprint, prior_plan.text, prior_plan.count),
+            )  # fmt: skip
+            return [row[0] for row in rows]
+
+    def conflicts_at(
+        self, scope_id: int, end_digest: str, payload_fingerprint: str, prior_plan: PlanText
+    ) -> bool:
+        """Whether an observation ending at ``end_digest`` holds another payload or was
+        made on another plan (a malformed stored plan counts as another)."""
+        with self._sqlite("read observations") as conn:
+            row = conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM observations WHERE scope_id = ? "
+                "AND end_digest = ? AND (payload_fp != ? OR prior_plan != ? "
+                "OR prior_plan_count != ?))",
+                (scope_id, end_digest, payload_fingerprint, prior_plan.text, prior_plan.count),
+            ).fetchone()
+        return bool(row[0])
 
     def observations_starting_at(self, scope_id: int, start_digest: str) -> list[Observation]:
         """Every observation generated at ``start_digest`` (competitors), newest first."""
@@ -458,11 +473,10 @@ class ReasoningStore:
     def add_observation(
         self, *, scope_id: int, generation: int, position: int, start_digest: str,
         end_digest: str, envelope_fingerprint: str, payload_fingerprint: str,
-        output_hash: str, prior_plan: Sequence[BlockRef], intent_id: str | None,
+        output_hash: str, prior_plan: PlanText, intent_id: str | None,
         snapshot: str | None, replayable: bool, now: float,
     ) -> Observation:  # fmt: skip
         """Record one observed generation; a snapshot also becomes the scope's latest."""
-        plan_text, plan_count = _checked_plan(prior_plan)
         with self._writer("record an observation") as conn:
             cursor = conn.execute(
                 "INSERT INTO observations (scope_id, generation, position, start_digest, "
@@ -470,8 +484,8 @@ class ReasoningStore:
                 "prior_plan_count, intent_id, snapshot, replayable, observed_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (scope_id, generation, position, start_digest, end_digest,
-                 envelope_fingerprint, payload_fingerprint, output_hash, plan_text,
-                 plan_count, intent_id, snapshot, int(replayable), now),
+                 envelope_fingerprint, payload_fingerprint, output_hash, prior_plan.text,
+                 prior_plan.count, intent_id, snapshot, int(replayable), now),
             )  # fmt: skip
             if snapshot is not None:
                 conn.execute(
@@ -480,7 +494,7 @@ class ReasoningStore:
         assert cursor.lastrowid is not None
         return Observation(
             cursor.lastrowid, scope_id, generation, position, start_digest, end_digest,
-            envelope_fingerprint, payload_fingerprint, output_hash, tuple(prior_plan),
+            envelope_fingerprint, payload_fingerprint, output_hash, prior_plan,
             intent_id, snapshot, replayable, now,
         )  # fmt: skip
 
@@ -574,17 +588,16 @@ class ReasoningStore:
 
     def create_intent(
         self, intent_id: str, *, scope_id: int, position: int, start_digest: str,
-        prior_plan: Sequence[BlockRef], now: float, deadline_at: float | None,
+        prior_plan: PlanText, now: float, deadline_at: float | None,
     ) -> None:  # fmt: skip
         """Record a generation about to be dispatched (phase ``dispatch``)."""
-        plan_text, plan_count = _checked_plan(prior_plan)
         with self._writer("record an intent") as conn:
             conn.execute(
                 "INSERT INTO intents (id, scope_id, phase, position, start_digest, "
                 "prior_plan, prior_plan_count, created_at, deadline_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (intent_id, scope_id, IntentPhase.DISPATCH.value, position, start_digest,
-                 plan_text, plan_count, now, deadline_at),
+                 prior_plan.text, prior_plan.count, now, deadline_at),
             )  # fmt: skip
 
     def pin(self, intent_id: str, observation_ids: Iterable[int]) -> None:
@@ -635,11 +648,11 @@ class ReasoningStore:
             rows = conn.execute(_SELECT_INTENTS).fetchall()
         intents = []
         for id_, scope_id, phase, position, start, text, count, created, deadline in rows:
-            plan = _parse_plan(text, count)
+            plan = _read_plan(text, count)
             if plan is None:
                 self._malformed_plans += 1
             intents.append(IntentRow(
-                id_, scope_id, IntentPhase(phase), position, start, plan or (), created,
+                id_, scope_id, IntentPhase(phase), position, start, plan or EMPTY_PLAN, created,
                 deadline,
             ))  # fmt: skip
         return intents

@@ -15,8 +15,10 @@ from relay.reasoning.identity import HistoryDigests, build_scope, history_digest
 from relay.reasoning.planner import Plan, PlanLimits, plan_replay
 from relay.reasoning.receipts import Reason
 from relay.reasoning.records import (
+    EMPTY_PLAN,
     BlockRef,
     Observation,
+    PlanText,
     StoredPayload,
     StoredSizeExceeded,
 )
@@ -161,7 +163,7 @@ class Builder:
             envelope_fingerprint=key.envelope_fingerprint,
             payload_fingerprint=hashlib.sha256(b"p" + output_json.encode()).hexdigest(),
             output_hash=hashlib.sha256(output_json.encode()).hexdigest(),
-            prior_plan=tuple(o.ref for o in prior),
+            prior_plan=PlanText.of([o.ref for o in prior]),
             intent_id=f"intent_{position}",
             snapshot="snap-1",
             replayable=True,
@@ -275,6 +277,11 @@ def _payload(b: Builder, o: Observation, items: Any) -> None:
     _replace(b, o, output_hash=hashlib.sha256(text.encode()).hexdigest())
 
 
+def _damaged(plan: PlanText) -> PlanText:
+    """The plan's text as it would read back after damage that keeps its length."""
+    return PlanText(plan.text.upper(), plan.count)
+
+
 # Mutations of the middle record (a3) of a 3-turn chain: every one must stop the whole
 # chain (a5 depends on a3) and fall back to a1 alone, which a3 and a5 were built upon.
 MUTATIONS: list[tuple[str, Callable[[Builder, Observation], None], Reason]] = [
@@ -299,7 +306,12 @@ MUTATIONS: list[tuple[str, Callable[[Builder, Observation], None], Reason]] = [
     ("ancestor-dropped", lambda b, o: b.source.observations.remove(o), Reason.ANCESTOR_MISSING),
     (
         "ancestor-plan-differs",
-        lambda b, o: _replace(b, o, prior_plan=()),
+        lambda b, o: _replace(b, o, prior_plan=EMPTY_PLAN),
+        Reason.ANCESTOR_REORDERED,
+    ),
+    (
+        "ancestor-plan-damaged",  # same length, characters no plan is spelt with
+        lambda b, o: _replace(b, o, prior_plan=_damaged(o.prior_plan)),
         Reason.ANCESTOR_REORDERED,
     ),
     (
@@ -338,6 +350,17 @@ def test_a_damaged_ancestor_stops_its_descendants(
     assert positions(plan) in ([], [1])
 
 
+def test_a_damaged_plan_on_the_newest_record_replays_nothing() -> None:
+    """Its own chain is unknown, and so is whether the older records lie beneath it."""
+    b = Builder()
+    _, _, a5 = b.chain()
+    _replace(b, a5, prior_plan=_damaged(a5.prior_plan))
+    plan = b.plan()
+    assert Reason.NOT_REPLAYABLE in reasons(plan)
+    assert Reason.DESCENDANT_WITHOUT_BLOCK in reasons(plan)
+    assert positions(plan) == []
+
+
 def test_snapshot_of_the_determining_record_must_be_latest_or_recent() -> None:
     b = Builder()
     b.record(1, snapshot="snap-0")
@@ -374,7 +397,7 @@ def test_budgets_fall_back_without_replaying_a_partial_chain(
     assert reason in reasons(plan)
     assert positions(plan) in ([1, 3], [1], [])
     for block in plan.blocks:  # never a chain missing its ancestors
-        assert tuple(block.observation.prior_plan) == plan.refs[: len(block.observation.prior_plan)]
+        assert block.observation.prior_plan.refs() == plan.refs[: len(block.observation.prior_plan)]
 
 
 def test_verification_work_is_bounded() -> None:

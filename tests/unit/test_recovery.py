@@ -9,6 +9,7 @@ import pytest
 
 from relay.clock import ManualClock
 from relay.reasoning.identity import ScopeTargeting
+from relay.reasoning.records import EMPTY_PLAN
 from relay.reasoning.recovery import (
     COVERAGE_GAP_KEY,
     fence,
@@ -37,7 +38,7 @@ def scope(store: ReasoningStore, digest: str, *, model: str = "gpt-5", caller: s
 def intent(store: ReasoningStore, scope_id: int, intent_id: str, start: str, position: int) -> None:
     with store.transaction():
         store.create_intent(
-            intent_id, scope_id=scope_id, position=position, start_digest=start, prior_plan=(),
+            intent_id, scope_id=scope_id, position=position, start_digest=start, prior_plan=EMPTY_PLAN,
             now=1.0, deadline_at=None,
         )  # fmt: skip
 

@@ -548,7 +548,7 @@ class ReplayMachine(RuleBasedStateMachine):
                 pending.intent,
                 len(pending.start),
             ), f"{row} vs {record}"
-            assert row.prior_plan == pending.refs
+            assert row.prior_plan.refs() == pending.refs
             assert row.snapshot == record.snapshot
             payload = store.load_payload(row.id, max_bytes=1 << 20)
             if record.admitted:

@@ -16,7 +16,14 @@ import pytest
 from relay.clock import ManualClock
 from relay.errors import CacheUnavailable, StoreCorrupt, StoreError, StoreFull, StoreLocked
 from relay.reasoning.identity import ScopeTargeting
-from relay.reasoning.records import BlockRef, MarkerKind, Observation, StoredSizeExceeded
+from relay.reasoning.records import (
+    EMPTY_PLAN,
+    BlockRef,
+    MarkerKind,
+    Observation,
+    PlanText,
+    StoredSizeExceeded,
+)
 from relay.reasoning.store import (
     MAX_STORED_PLAN,
     IntentPhase,
@@ -66,7 +73,7 @@ def scope_id(store: ReasoningStore, digest: str = h("a")) -> int:
 def simple_intent(store: ReasoningStore, sid: int, intent_id: str = "i") -> None:
     """An intent at position 1 with an empty plan (inside a transaction)."""
     store.create_intent(
-        intent_id, scope_id=sid, position=1, start_digest=h(0), prior_plan=(), now=1.0,
+        intent_id, scope_id=sid, position=1, start_digest=h(0), prior_plan=EMPTY_PLAN, now=1.0,
         deadline_at=None,
     )  # fmt: skip
 
@@ -90,7 +97,7 @@ def observe(
         return store.add_observation(
             scope_id=scope, generation=generation, position=position, start_digest=start,
             end_digest=end, envelope_fingerprint=h("e"), payload_fingerprint=payload,
-            output_hash=h("f"), prior_plan=plan, intent_id=intent_id, snapshot=snapshot,
+            output_hash=h("f"), prior_plan=PlanText.of(plan), intent_id=intent_id, snapshot=snapshot,
             replayable=replayable, now=now,
         )  # fmt: skip
 
@@ -307,14 +314,14 @@ def test_transactions_do_not_nest(store: ReasoningStore) -> None:
 WRITES: list[tuple[str, Callable[[ReasoningStore], object]]] = [
     ("add_observation", lambda s: s.add_observation(
         scope_id=1, generation=1, position=1, start_digest=h(0), end_digest=h(1),
-        envelope_fingerprint=h(2), payload_fingerprint=h(3), output_hash=h(4), prior_plan=(),
+        envelope_fingerprint=h(2), payload_fingerprint=h(3), output_hash=h(4), prior_plan=EMPTY_PLAN,
         intent_id=None, snapshot=None, replayable=True, now=1.0)),
     ("put_payload", lambda s: s.put_payload(1, "[]", 1.0)),
     ("add_marker", lambda s: s.add_marker(1, MarkerKind.END_CONFLICT, h(1), 1, 1.0)),
     ("add_dependencies", lambda s: s.add_dependencies(1, [1])),
     ("touch_payloads", lambda s: s.touch_payloads([1], 1.0)),
     ("create_intent", lambda s: s.create_intent(
-        "i", scope_id=1, position=1, start_digest=h(0), prior_plan=(), now=1.0,
+        "i", scope_id=1, position=1, start_digest=h(0), prior_plan=EMPTY_PLAN, now=1.0,
         deadline_at=None)),
     ("pin", lambda s: s.pin("i", [1])),
     ("set_intent_phase", lambda s: s.set_intent_phase("i", IntentPhase.DELIVERY)),
@@ -341,7 +348,7 @@ def test_exception_rolls_back_every_row(store: ReasoningStore, clock: ManualCloc
         obs = store.add_observation(
             scope_id=sid, generation=1, position=1, start_digest=h(0), end_digest=h(1),
             envelope_fingerprint=h(2), payload_fingerprint=h(3), output_hash=h(4),
-            prior_plan=(), intent_id="i", snapshot="snap-1", replayable=True, now=1.0,
+            prior_plan=EMPTY_PLAN, intent_id="i", snapshot="snap-1", replayable=True, now=1.0,
         )  # fmt: skip
         store.put_payload(obs.id, "[]", 1.0)
         store.add_marker(sid, MarkerKind.START_POISON, h(0), 1, 1.0)
@@ -437,8 +444,44 @@ def test_observation_round_trips_every_field(store: ReasoningStore) -> None:
     )  # fmt: skip
     (read,) = store.observations_at(sid, h(5))
     assert read == obs
-    assert read.prior_plan == plan
+    assert read.prior_plan.refs() == plan
     assert (read.position, read.intent_id, read.replayable) == (4, "intent-1", False)
+
+
+def test_repeats_match_every_recorded_field(store: ReasoningStore) -> None:
+    sid = scope_id(store)
+    plan = [BlockRef(h(1), h(2))]
+    obs = observe(store, sid, end=h(5), start=h(3), position=4, plan=plan, payload=h("p"))
+    same = {
+        "generation": 1, "position": 4, "start_digest": h(3), "end_digest": h(5),
+        "envelope_fingerprint": h("e"), "payload_fingerprint": h("p"),
+        "prior_plan": PlanText.of(plan),
+    }  # fmt: skip
+    assert store.repeats(sid, **same) == [obs.id]
+    for field, other in [
+        ("generation", 2), ("position", 5), ("start_digest", h(4)), ("end_digest", h(6)),
+        ("envelope_fingerprint", h(7)), ("payload_fingerprint", h(8)),
+        ("prior_plan", EMPTY_PLAN),
+    ]:  # fmt: skip
+        assert store.repeats(sid, **{**same, field: other}) == [], field
+    assert store.repeats(scope_id(store, h("b")), **same) == []
+
+
+def test_a_conflict_is_another_payload_or_another_plan_at_the_same_end(
+    store: ReasoningStore,
+) -> None:
+    sid = scope_id(store)
+    plan = PlanText.of([BlockRef(h(1), h(2))])
+    assert not store.conflicts_at(sid, h(5), h("p"), plan)  # nothing there yet
+    obs = observe(store, sid, end=h(5), plan=plan.refs() or (), payload=h("p"))
+    assert not store.conflicts_at(sid, h(5), h("p"), plan)
+    assert store.conflicts_at(sid, h(5), h("q"), plan)
+    assert store.conflicts_at(sid, h(5), h("p"), EMPTY_PLAN)
+    assert not store.conflicts_at(sid, h(6), h("q"), EMPTY_PLAN)  # another end
+    conn_of(store).execute(  # damage that keeps the length: still another plan
+        "UPDATE observations SET prior_plan = replace(prior_plan, '0', 'O') WHERE id = ?", (obs.id,)
+    )
+    assert store.conflicts_at(sid, h(5), h("p"), plan)
 
 
 def test_observation_by_ref_is_the_newest_match(store: ReasoningStore) -> None:
@@ -553,7 +596,7 @@ def test_malformed_stored_plan_never_replays(store: ReasoningStore, text: str, c
         store.observation(obs.id),
     ):
         assert read is not None
-        assert (read.replayable, read.prior_plan) == (False, ())
+        assert (read.replayable, read.prior_plan) == (False, EMPTY_PLAN)
     assert store.malformed_plans_seen == 3
 
 
@@ -562,11 +605,11 @@ def test_malformed_intent_plan_reads_as_empty(store: ReasoningStore) -> None:
     with store.transaction():
         store.create_intent(
             "i", scope_id=sid, position=1, start_digest=h(0),
-            prior_plan=[BlockRef(h(1), h(2))], now=1.0, deadline_at=None,
+            prior_plan=PlanText.of([BlockRef(h(1), h(2))]), now=1.0, deadline_at=None,
         )  # fmt: skip
     conn_of(store).execute("UPDATE intents SET prior_plan = 'nope'")
     (intent,) = store.unresolved_intents()
-    assert intent.prior_plan == ()
+    assert intent.prior_plan == EMPTY_PLAN
     assert store.malformed_plans_seen == 1
 
 
@@ -698,14 +741,14 @@ def test_markers_survive_generation_changes(store: ReasoningStore) -> None:
 def test_intent_lifecycle(store: ReasoningStore) -> None:
     sid = scope_id(store)
     ancestor = observe(store, sid, end=h(1))
-    plan = (ancestor.ref,)
+    plan = PlanText.of((ancestor.ref,))
     with store.transaction():
         store.create_intent(
             "intent-1", scope_id=sid, position=3, start_digest=h(2), prior_plan=plan,
             now=10.0, deadline_at=910.0,
         )  # fmt: skip
         store.create_intent(
-            "intent-2", scope_id=sid, position=3, start_digest=h(2), prior_plan=(),
+            "intent-2", scope_id=sid, position=3, start_digest=h(2), prior_plan=EMPTY_PLAN,
             now=11.0, deadline_at=None,
         )  # fmt: skip
         store.pin("intent-1", [ancestor.id, ancestor.id])
@@ -713,7 +756,7 @@ def test_intent_lifecycle(store: ReasoningStore) -> None:
     assert store.unresolved_intents_at(sid, h(9)) == set()
     assert store.unresolved_intents() == [
         IntentRow("intent-1", sid, IntentPhase.DISPATCH, 3, h(2), plan, 10.0, 910.0),
-        IntentRow("intent-2", sid, IntentPhase.DISPATCH, 3, h(2), (), 11.0, None),
+        IntentRow("intent-2", sid, IntentPhase.DISPATCH, 3, h(2), EMPTY_PLAN, 11.0, None),
     ]
     assert store.stats()["dependencies"] == 1
 
@@ -797,7 +840,7 @@ def test_full_database_is_store_full_and_recoverable(store: ReasoningStore) -> N
         obs = store.add_observation(
             scope_id=sid, generation=1, position=1, start_digest=h(0), end_digest=h(2),
             envelope_fingerprint=h(2), payload_fingerprint=h(3), output_hash=h(4),
-            prior_plan=(), intent_id=None, snapshot=None, replayable=True, now=1.0,
+            prior_plan=EMPTY_PLAN, intent_id=None, snapshot=None, replayable=True, now=1.0,
         )  # fmt: skip
         store.put_payload(obs.id, MARKER * 20_000, 1.0)
     message = str(info.value)
