@@ -13,10 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from relay.errors import ConfigError
-from relay.providers import BUILTIN, Provider, parse_providers
+from relay.providers import BUILTIN, Provider, check_base_url, parse_providers
 from relay.reasoning.resources import BudgetTooSmall, CacheBudget
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
@@ -124,14 +123,7 @@ def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
 
 def _base_url(env: Mapping[str, str]) -> str:
     raw = env.get("OPENAI_BASE_URL", "").strip() or DEFAULT_OPENAI_BASE_URL
-    parts = urlsplit(raw)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(
-            f"OPENAI_BASE_URL={raw!r}: expected an http(s) URL such as {DEFAULT_OPENAI_BASE_URL}"
-        )
-    if parts.query or parts.fragment:
-        raise ConfigError(f"OPENAI_BASE_URL={raw!r}: expected a URL without query or fragment")
-    return raw.rstrip("/")
+    return check_base_url("OPENAI_BASE_URL", raw, example=DEFAULT_OPENAI_BASE_URL)
 
 
 def load_json_or_path(name: str, raw: str) -> Any:

@@ -59,13 +59,11 @@ class Provider:
         return "auto" if self.strict is None else str(self.strict).lower()
 
 
-def check_base_url(where: str, raw: str) -> str:
+def check_base_url(where: str, raw: str, *, example: str = "https://api.example.com/v1") -> str:
     """An http(s) URL without query or fragment, trailing slashes removed."""
     parts = urlsplit(raw)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(
-            f"{where}={raw!r}: expected an http(s) URL such as https://api.example.com/v1"
-        )
+        raise ConfigError(f"{where}={raw!r}: expected an http(s) URL such as {example}")
     if parts.query or parts.fragment:
         raise ConfigError(f"{where}={raw!r}: expected a URL without query or fragment")
     return raw.rstrip("/")
