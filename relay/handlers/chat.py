@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from relay import log
@@ -113,17 +112,7 @@ class ChatCompletionsHandler(RelayingHandler):
         if session is not None:
             session.complete(ClientProjection.from_completion(completion))
         crash_point("before_terminal_frame")
-        config = self.runtime.config
-        down = self.downstream()
-        payload = json.dumps(completion, ensure_ascii=False).encode("utf-8")
-        self.set_header("Content-Type", "application/json")
-        self.set_header("Content-Length", str(len(payload)))
-        down.start_delivery(config.delivery_timeout_ms / 1000)
-        down.queue(payload)
-        try:
-            await down.drain()
-        except ClientGone:
-            log.event("client_disconnected", request_id=self.request_id, frames=0)
+        if not await self.deliver_json(completion):
             return
         crash_point("after_terminal_frame")
         self.finish()

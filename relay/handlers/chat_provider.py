@@ -136,16 +136,7 @@ class _ChatProviderCall:
             return
         self._observe(completion, whole=True)
         self._commit()  # before the client has the answer
-        data = json.dumps(completion, ensure_ascii=False).encode("utf-8")
-        down = handler.downstream()
-        handler.set_header("Content-Type", "application/json")
-        handler.set_header("Content-Length", str(len(data)))
-        down.start_delivery(self.runtime.config.delivery_timeout_ms / 1000)
-        down.queue(data)
-        try:
-            await down.drain()
-        except ClientGone:
-            log.event("client_disconnected", request_id=handler.request_id, frames=0)
+        if not await handler.deliver_json(completion):
             return
         handler.finish()
         log.event("chat_done", request_id=handler.request_id, finish=self.finish_reason)

@@ -66,6 +66,22 @@ class RelayingHandler(BaseHandler):
             keepalive_frame=keepalive_frame or b"",
         )
 
+    async def deliver_json(self, answer: dict[str, Any]) -> bool:
+        """Send one whole JSON answer within the delivery deadline. ``False`` (logged)
+        when the client left before taking it; the caller finishes otherwise."""
+        payload = json.dumps(answer, ensure_ascii=False).encode("utf-8")
+        down = self.downstream()
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Content-Length", str(len(payload)))
+        down.start_delivery(self.runtime.config.delivery_timeout_ms / 1000)
+        down.queue(payload)
+        try:
+            await down.drain()
+        except ClientGone:
+            log.event("client_disconnected", request_id=self.request_id, frames=0)
+            return False
+        return True
+
     def start_sse(self, down: Downstream) -> None:
         self.set_header("Content-Type", "text/event-stream; charset=utf-8")
         self.set_header("Cache-Control", "no-cache")
