@@ -177,18 +177,41 @@ def normalize_exchange(
     status = raw.get("status")
     terminal = next((e["type"] for e in events if e["type"] in TERMINAL_EVENTS), None)
     toxics = (script or {}).get("toxics") or {}
+    return _exchange(
+        raw, index, script, credential,
+        events=slim_events(events),
+        response=raw.get("response"),
+        terminal=terminal,
+        outcome=_outcome(status, events, terminal, raw.get("response"), toxics),
+        output=_final_output(events, raw.get("response")),
+    )  # fmt: skip
+
+
+def _exchange(
+    raw: dict[str, Any],
+    index: int,
+    script: dict[str, Any] | None,
+    credential: str | None,
+    *,
+    events: list[dict[str, Any]],
+    response: Any,
+    terminal: str | None,
+    outcome: str,
+    output: list[Any],
+) -> dict[str, Any]:
+    """A history exchange: the recorded request's fields, and what its dialect made of it."""
     return {
         "index": index,
         "path": str(raw.get("path", "")),
         "body": raw.get("body"),
         "continuity": raw.get("continuity") or {},
-        "status": status,
+        "status": raw.get("status"),
         "stream": bool(raw.get("stream")),
-        "events": slim_events(events),
-        "response": raw.get("response"),
+        "events": events,
+        "response": response,
         "terminal": terminal,
-        "outcome": _outcome(status, events, terminal, raw.get("response"), toxics),
-        "output": _final_output(events, raw.get("response")),
+        "outcome": outcome,
+        "output": output,
         "ended": raw.get("ended"),
         "sent_bytes": raw.get("sent_bytes", 0),
         "script": script,
@@ -291,24 +314,14 @@ def normalize_chat_exchange(
     failed = any("error" in chunk for chunk in chunks) or (
         isinstance(response, dict) and "error" in response
     )
-    return {
-        "index": index,
-        "path": str(raw.get("path", "")),
-        "body": raw.get("body"),
-        "continuity": raw.get("continuity") or {},
-        "status": status,
-        "stream": bool(raw.get("stream")),
-        "events": events,
-        "response": response,
-        "terminal": finish,
-        "outcome": _chat_outcome(status, failed, finish, raw, sent),
-        "output": [message] if finish is not None else [],
-        "ended": raw.get("ended"),
-        "sent_bytes": raw.get("sent_bytes", 0),
-        "script": script,
-        "finished": raw.get("ended") is not None,
-        "credential": credential,
-    }
+    return _exchange(
+        raw, index, script, credential,
+        events=events,
+        response=response,
+        terminal=finish,
+        outcome=_chat_outcome(status, failed, finish, raw, sent),
+        output=[message] if finish is not None else [],
+    )  # fmt: skip
 
 
 def _chat_answer(parts: list[Any]) -> tuple[dict[str, Any], str | None]:
