@@ -4,7 +4,6 @@ fail on a real history proves nothing."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,11 +12,11 @@ from typing import Any
 import pytest
 
 from scenarios.checker import check_history
-from scenarios.history import History
 from scenarios.library import REGISTRY, load_all
 from scenarios.play import PlayResult, play
 from scenarios.requirements import missing
 from scenarios.seed import Seed
+from tests.support.history_files import load_mutated, recorded_events
 
 pytestmark = pytest.mark.scenario
 
@@ -39,17 +38,6 @@ def kept() -> Iterator[Callable[[str, Seed], PlayResult]]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _events(result: PlayResult) -> list[dict[str, Any]]:
-    path = result.run_dir / "history.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def _load(result: PlayResult, events: list[dict[str, Any]]) -> History:
-    mutated = result.run_dir / "mutated.jsonl"
-    mutated.write_text("\n".join(json.dumps(event) for event in events))
-    return History.load(mutated)
-
-
 def _calls_after_restart(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Upstream calls made by the second relay incarnation (after the first restart)."""
     starts = [e["seq"] for e in events if e["kind"] == "process_start" and e["role"] == "relay"]
@@ -63,10 +51,10 @@ def test_nothing_lost_binds_across_restarts(
     assert result.report.ok
     assert result.report.stats["owed_across_restarts"] == 2  # one kill -9, one graceful
 
-    events = _events(result)
+    events = recorded_events(result)
     first = _calls_after_restart(events)[0]
     first["body"]["input"] = [i for i in first["body"]["input"] if i.get("type") != "reasoning"]
-    report = check_history(_load(result, events))
+    report = check_history(load_mutated(result, events))
     assert report.count("nothing_lost") == 1, report.describe()
     assert "across 1 relay restart" in report.describe()
 
@@ -74,7 +62,7 @@ def test_nothing_lost_binds_across_restarts(
     for event in events:
         if event["kind"] == "process_start" and event.get("incarnation") == 2:
             event["cache_enabled"] = False
-    assert check_history(_load(result, events), ("nothing_lost",)).ok
+    assert check_history(load_mutated(result, events), ("nothing_lost",)).ok
 
 
 def test_a_replay_under_another_credential_is_a_wrong_replay(
@@ -82,7 +70,7 @@ def test_a_replay_under_another_credential_is_a_wrong_replay(
 ) -> None:
     result = kept("replay_isolated_by_credential", seed)
     assert result.report.ok
-    events = _events(result)
+    events = recorded_events(result)
     calls = [e for e in events if e["kind"] == "upstream_exchange"]
     minted, replayed = calls[0], calls[1]  # t1, and t2 replaying t1 (both key0)
     other_key = _calls_after_restart(events)[0]
@@ -90,7 +78,7 @@ def test_a_replay_under_another_credential_is_a_wrong_replay(
     # Forge what a relay leaking blocks across credentials would send: t2's input (t1's
     # block in place) under key1, for the very same visible history.
     other_key["body"]["input"] = replayed["body"]["input"]
-    report = check_history(_load(result, events))
+    report = check_history(load_mutated(result, events))
     assert report.stats["wrong_replays"] == 1, report.describe()
     assert "in another scope" in report.describe()
 
@@ -113,7 +101,7 @@ def test_an_unconfirmed_delivery_explains_the_loss(
         pytest.skip(reason)
     result = kept(name, seed)
     assert result.report.ok
-    events = _events(result)
+    events = recorded_events(result)
     t2 = next(e for e in events if e["kind"] == "client_answer" and e["turn"] == "t2")
     assert t2["request_id"]
     # Had the crashed relay confirmed t2's delivery, t3 would have owed it a replay.
@@ -121,7 +109,7 @@ def test_an_unconfirmed_delivery_explains_the_loss(
         {"seq": len(events), "t": 0.0, "kind": "relay_event", "event": "chat_done",
          "fields": {"request_id": t2["request_id"]}, "incarnation": 2}
     )  # fmt: skip
-    report = check_history(_load(result, events), ("nothing_lost",))
+    report = check_history(load_mutated(result, events), ("nothing_lost",))
     assert report.count("nothing_lost") == 1, report.describe()
 
 
@@ -136,11 +124,11 @@ def test_a_request_the_relay_never_answered_explains_the_loss(
         pytest.skip(reason)
     result = kept(name, seed)
     assert result.report.ok
-    events = _events(result)
+    events = recorded_events(result)
     for event in events:
         if event["kind"] == "client_answer" and event["status"] is None:
             event["status"] = 200
-    report = check_history(_load(result, events), ("nothing_lost",))
+    report = check_history(load_mutated(result, events), ("nothing_lost",))
     assert report.count("nothing_lost") == 2, report.describe()
 
 
@@ -150,9 +138,9 @@ def test_a_fence_explains_the_loss_only_for_its_caller(
     for name in ("direct_responses_fence_their_scope", "fence_poisons_a_generation_in_flight"):
         result = kept(name, seed)
         assert result.report.ok and result.report.stats["owed_replays"] >= 1
-        events = _events(result)
+        events = recorded_events(result)
         for event in events:  # the same direct requests, for a caller nobody else is
             if event["kind"] == "client_request" and event.get("endpoint") == "responses":
                 event["body"]["user"] = "somebody-else"
-        report = check_history(_load(result, events), ("nothing_lost",))
+        report = check_history(load_mutated(result, events), ("nothing_lost",))
         assert report.count("nothing_lost") >= 2, (name, report.describe())
