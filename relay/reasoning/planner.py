@@ -16,11 +16,18 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Final, Protocol
 
 from relay.reasoning.identity import AssistantBlockKey, HistoryDigests
 from relay.reasoning.receipts import Reason
-from relay.reasoning.records import BlockRef, Observation, StoredPayload, StoredSizeExceeded
+from relay.reasoning.records import (
+    BlockRef,
+    Observation,
+    PlanText,
+    StoredPayload,
+    StoredSizeExceeded,
+)
 
 DAY_S: Final = 24 * 3600.0
 REPLAYABLE_ITEM_TYPES: Final = frozenset({"reasoning", "message", "function_call"})
@@ -71,6 +78,11 @@ class Plan:
     @property
     def refs(self) -> tuple[BlockRef, ...]:
         return tuple(block.observation.ref for block in self.blocks)
+
+    @cached_property
+    def stored(self) -> PlanText:
+        """The plan as the store keeps it: the prior plan of what it is dispatched for."""
+        return PlanText.of(self.refs)
 
     @property
     def replay_bytes(self) -> int:

@@ -23,11 +23,9 @@ from relay.reasoning.identity import HistoryDigests, Scope, merged_include
 from relay.reasoning.planner import Plan, PlanLimits, Rejection, plan_replay
 from relay.reasoning.receipts import Reason
 from relay.reasoning.records import (
-    EMPTY_PLAN,
     BlockRef,
     MarkerKind,
     Observation,
-    PlanText,
     ScopeRow,
     StoredPayload,
 )
@@ -110,7 +108,6 @@ class CacheSession:
         self._spans = spans
         self.capture = OutputCapture(max_bytes=context.max_entry_bytes)
         self.plan = Plan()
-        self._plan_text = EMPTY_PLAN  # self.plan as stored
         self._row: ScopeRow | None = None
         self._intent: str | None = None
         self._open = True
@@ -142,7 +139,6 @@ class CacheSession:
             if not self._ctx.capacity.try_grow(self._lease, self.plan.replay_bytes):
                 rejection = Rejection(Reason.MEMORY_PRESSURE, self.position)
                 self.plan = Plan((), (*self.plan.rejections, rejection))
-            self._plan_text = PlanText.of(self.plan.refs)
             self._intent = self._ctx.new_id("intent_")
             ids = [block.observation.id for block in self.plan.blocks]
             self._store.create_intent(
@@ -150,7 +146,7 @@ class CacheSession:
                 scope_id=self._row.id,
                 position=self.position,
                 start_digest=self._history.final_state.digest,
-                prior_plan=self._plan_text,
+                prior_plan=self.plan.stored,
                 now=now,
                 deadline_at=now + self._ctx.idle_timeout_s,
             )
@@ -218,7 +214,7 @@ class CacheSession:
         except CanonicalRefused:
             return "beyond_limits"  # no request can carry this history within the limits
         assert result.payload_fingerprint is not None
-        plan = self._plan_text
+        plan = self.plan.stored
         same = self._store.repeats(
             self._row.id, generation=self._row.generation, position=key.position,
             start_digest=key.start_digest, end_digest=key.end_digest,
