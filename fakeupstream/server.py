@@ -72,6 +72,7 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     received_at: float  # wall clock
+    peer: str = ""  # the client's address and port: equal on one reused connection
     body: Any = None  # parsed JSON; None when it did not parse
     continuity: dict[str, Any] | None = None  # ContinuityReport / ChatContinuity .to_json()
     status: int | None = None
@@ -172,6 +173,12 @@ class FakeUpstream:
             await self._server.close_all_connections()
             self._server = None
 
+    async def drop_connections(self) -> None:
+        """Close every open client connection and keep listening, as a server that drops
+        idle keep-alive connections does (an answer in progress is cut)."""
+        if self._server is not None:
+            await self._server.close_all_connections()
+
     # --- scripting and records ---------------------------------------------------
 
     def enqueue(self, *scripts: Mapping[str, Any]) -> None:
@@ -224,11 +231,13 @@ class FakeUpstream:
         for name in list(headers):
             if name.lower() == "authorization":
                 headers[name] = "REDACTED"
+        address = getattr(getattr(request.connection, "context", None), "address", None)
         record = RecordedRequest(
             method=request.method or "",
             path=request.path,
             headers=headers,
             received_at=self.clock.wall(),
+            peer=":".join(map(str, address[:2])) if isinstance(address, tuple) else "",
         )
         self.requests.append(record)
         self.received += 1

@@ -97,7 +97,7 @@ class RelayServer:
             relay_token=token,
             upstream_url=upstream_url,
             upstream_api_key=api_key,
-            http_client=make_http_client(),
+            http_client=make_http_client(self.clock),
             cache=cache,
             strict=strict,
             providers={**config.providers, BUILTIN: builtin},

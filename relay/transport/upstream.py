@@ -10,10 +10,16 @@ mapping: the Responses event stream; a Chat Completions stream (``data:`` chunks
 with ``data: [DONE]``, an ``{"error": ...}`` frame ending it as a failure); and one Chat
 Completions JSON answer, buffered within ``RELAY_MAX_RESPONSE_BYTES`` and delivered once
 whole.
+
+Connections are kept alive (:mod:`relay.transport.pool`). An exchange is over for its
+caller as soon as the terminal event is delivered; the end of the body (normally just the
+chunked terminator, already on its way) is then read in the background, within
+``drain_timeout_s``, so that the connection can serve the next request.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import socket
@@ -41,6 +47,7 @@ from relay.errors import (
     UpstreamTimeout,
 )
 from relay.transport.deadline import Deadline
+from relay.transport.pool import ConnectionPool, PooledTCPClient
 from relay.transport.sse import SSEEvent, SSEParser, decode_chat_event, decode_event
 
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
@@ -60,7 +67,7 @@ class Dialect(StrEnum):
 
 
 class StreamFinished(Exception):
-    """Raised inside the body callback to stop reading once the terminal event arrived."""
+    """Ends a connection whose body did not end cleanly after the terminal event."""
 
 
 class ClientGone(Exception):
@@ -73,6 +80,9 @@ class UpstreamLimits:
     max_response_bytes: int
     max_sse_event_bytes: int
     connect_timeout_s: float = 30.0
+    # After the terminal event: how long the rest of the body may take before the
+    # connection is closed instead of kept (see the module docstring).
+    drain_timeout_s: float = 2.0
 
 
 # Body bytes handed to the event parser at a time (see _AbortableConnection).
@@ -91,6 +101,7 @@ class _AbortableConnection(_HTTPConnection):
         # ``request`` is Tornado's defaults proxy; the real request sits behind it.
         real = getattr(request, "request", request)
         super().__init__(client, request, *args)
+        self._keep_alive = False  # the answer allows reuse (HTTP/1.1, no Connection: close)
         if isinstance(real, _AbortableRequest):
             real.connection = self
             if real.pending_abort is not None:
@@ -108,6 +119,23 @@ class _AbortableConnection(_HTTPConnection):
         connection.params.chunk_size = READ_CHUNK_BYTES
         return connection
 
+    async def headers_received(
+        self,
+        first_line: httputil.ResponseStartLine | httputil.RequestStartLine,
+        headers: httputil.HTTPHeaders,
+    ) -> None:
+        tokens = {t.strip().lower() for t in headers.get("Connection", "").split(",")}
+        self._keep_alive = first_line.version == "HTTP/1.1" and "close" not in tokens
+        await super().headers_received(first_line, headers)
+
+    def _on_end_request(self) -> None:
+        # Only reached once the whole answer was read: the connection is at a request
+        # boundary, and goes back to the pool if the answer allows it.
+        if self._keep_alive and isinstance(self.tcp_client, PooledTCPClient):
+            self.tcp_client.pool.checkin(self.connection.detach())
+        else:
+            self.stream.close()
+
     def on_connection_close(self) -> None:
         # Tornado re-raises a reset's socket error from this callback without completing
         # the fetch, which leaves the request hanging; complete it with that error instead.
@@ -119,6 +147,14 @@ class _AbortableConnection(_HTTPConnection):
 class _Client(SimpleAsyncHTTPClient):
     def _connection_class(self) -> type:
         return _AbortableConnection
+
+    def close(self) -> None:
+        # Answers still draining (see UpstreamExchange) end with the client.
+        for request, _ in list(self.active.values()):
+            real = getattr(request, "request", request)
+            if isinstance(real, _AbortableRequest) and real.connection is not None:
+                real.connection.abort(HTTPStreamClosedError("the relay is shutting down"))
+        super().close()
 
 
 class _LiteralResolver(DefaultLoopResolver):
@@ -138,12 +174,20 @@ class _LiteralResolver(DefaultLoopResolver):
         return [(kind, (host, port))]
 
 
-def make_http_client() -> SimpleAsyncHTTPClient:
+def make_http_client(clock: Clock) -> SimpleAsyncHTTPClient:
     # A private instance: the shared one has a 100 MB body cap that would cut long streams;
     # our own per-event and per-response limits apply instead.
-    return _Client(
+    client = _Client(
         force_instance=True, max_clients=1000, max_body_size=2**62, resolver=_LiteralResolver()
     )
+    client.tcp_client = PooledTCPClient(client.resolver, ConnectionPool(clock))
+    return client
+
+
+def pool_of(client: SimpleAsyncHTTPClient) -> ConnectionPool | None:
+    """The keep-alive pool of a client made by :func:`make_http_client`."""
+    tcp_client = getattr(client, "tcp_client", None)
+    return tcp_client.pool if isinstance(tcp_client, PooledTCPClient) else None
 
 
 def origin_of(url: str) -> str:
@@ -177,6 +221,7 @@ class UpstreamExchange:
     _json_body: bytearray = field(default_factory=bytearray)
     _request: _AbortableRequest | None = None
     _idle: Deadline | None = None
+    _terminal: asyncio.Future[None] | None = None  # resolved once the terminal event is delivered
     _stopped: bool = False
     _abort_reason: BaseException | None = None
 
@@ -187,7 +232,7 @@ class UpstreamExchange:
         self._request = _AbortableRequest(
             self.url,
             method="POST",
-            headers=self.headers,
+            headers={**self.headers, "Connection": "keep-alive"},  # Tornado's default: close
             body=self.body,
             header_callback=self._on_header_line,
             streaming_callback=lambda chunk: self._on_chunk(parser, chunk),
@@ -196,10 +241,14 @@ class UpstreamExchange:
             decompress_response=True,
         )
         self._idle = Deadline(self.clock, self.limits.idle_timeout_s, self._on_idle)
+        self._terminal = asyncio.get_running_loop().create_future()
+        fetch = self.client.fetch(self._request, raise_error=False)
         try:
-            await self.client.fetch(self._request, raise_error=False)
-        except StreamFinished:
-            return
+            await asyncio.wait((fetch, self._terminal), return_when=asyncio.FIRST_COMPLETED)
+            if self._terminal.done():
+                self._drain(fetch)
+                return
+            fetch.result()
         except (RelayError, ClientGone):
             raise
         except Exception as exc:
@@ -208,6 +257,21 @@ class UpstreamExchange:
         finally:
             self._idle.stop()
         await self._after_body(parser)
+
+    def _drain(self, fetch: asyncio.Future[Any]) -> None:
+        """The terminal event is delivered: let the rest of the body arrive in the background
+        (the connection is then reused) or, past ``drain_timeout_s``, close it. However the
+        body ends no longer matters: its outcome is retrieved, never raised."""
+        limit = Deadline(
+            self.clock, self.limits.drain_timeout_s, lambda: self.abort(StreamFinished())
+        )
+
+        def ended(done: asyncio.Future[Any]) -> None:
+            limit.stop()
+            if not done.cancelled():
+                done.exception()
+
+        fetch.add_done_callback(ended)
 
     def abort(self, exc: BaseException) -> None:
         """End the exchange with ``exc`` (raised from :meth:`run`); later input is ignored."""
@@ -240,8 +304,8 @@ class UpstreamExchange:
     async def _on_chunk(self, parser: SSEParser, chunk: bytes) -> None:
         # Tornado logs (rather than propagates) exceptions raised here, so every outcome
         # that ends the exchange is delivered by aborting the connection with it.
-        if self._stopped:
-            return
+        if self._stopped or self.terminal_event is not None:
+            return  # after the terminal event, only the body's end matters (see _drain)
         try:
             await self._consume(parser, chunk)
         except BaseException as exc:
@@ -275,7 +339,10 @@ class UpstreamExchange:
         for event in parser.feed(chunk):
             await self._deliver(event)
             if self.terminal_event is not None:
-                raise StreamFinished
+                # Anything after it in this read is ignored; run() returns now.
+                if self._terminal is not None and not self._terminal.done():
+                    self._terminal.set_result(None)
+                return
         if self.batch_done is not None:
             await self.batch_done()
 
