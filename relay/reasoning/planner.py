@@ -37,10 +37,12 @@ class RecordSource(Protocol):
     """Read access to one scope's records (all generations)."""
 
     def observations_at(self, end_digest: str) -> Sequence[Observation]: ...
-    def observation_by_ref(self, ref: BlockRef) -> Observation | None: ...
+    def observations_by_refs(self, refs: Iterable[BlockRef]) -> Mapping[BlockRef, Observation]:
+        """The newest record of each ref that has one."""
     def poisoned_starts(self, start_digests: Iterable[str]) -> set[str]: ...
     def conflicted_ends(self, end_digests: Iterable[str]) -> set[str]: ...
-    def unresolved_intents_at(self, start_digest: str) -> set[str]: ...
+    def unresolved_intents_at(self, start_digests: Iterable[str]) -> Mapping[str, set[str]]:
+        """The open intents at each start digest that has any."""
     def latest_snapshot(self) -> str | None: ...
     def snapshot_last_seen(self, snapshot: str) -> float | None: ...
     def load_payload(self, observation_id: int, *, max_bytes: int) -> StoredPayload | None: ...
@@ -117,10 +119,15 @@ class _Planning:
     # call id -> positions of the tool messages answering it, computed once per plan
     results: dict[Any, list[int]] = field(default_factory=dict)
 
-    def observation_by_ref(self, ref: BlockRef) -> Observation | None:
-        if ref not in self.by_ref:
-            self.by_ref[ref] = self.source.observation_by_ref(ref)
-        return self.by_ref[ref]
+    def observations(self, refs: Sequence[BlockRef]) -> list[Observation | None]:
+        """The newest record of each ref, read in one batch; a ref this planning already
+        read (for another candidate) is not read again."""
+        unread = [ref for ref in refs if ref not in self.by_ref]
+        if unread:
+            found = self.source.observations_by_refs(unread)
+            for ref in unread:
+                self.by_ref[ref] = found.get(ref)
+        return [self.by_ref[ref] for ref in refs]
 
     def spend(self) -> None:
         self.work += 1
@@ -172,9 +179,8 @@ def _plan_for(
         raise _Rejected(Reason.NOT_REPLAYABLE, record)
     _check_snapshot(state, record)
     chain: list[Observation] = []
-    for index, ref in enumerate(refs):
+    for index, ancestor in enumerate(state.observations(refs)):
         state.spend()
-        ancestor = state.observation_by_ref(ref)
         if ancestor is None:
             raise _Rejected(Reason.ANCESTOR_MISSING, record)
         # Text against text: each ancestor's plan must be this plan's first index records.
@@ -185,8 +191,9 @@ def _plan_for(
     positions = [member.position for member in chain]
     if positions != sorted(set(positions)):
         raise _Rejected(Reason.ANCESTOR_REORDERED, record)
+    intents = state.source.unresolved_intents_at({member.start_digest for member in chain})
     for member in chain:
-        _check_identity(state, member)
+        _check_identity(state, member, intents.get(member.start_digest, set()))
     _check_markers(state, chain)
     _check_descendants(state, chain)
     selected = tuple(_verified_block(state, member) for member in chain)
@@ -206,7 +213,7 @@ def _check_snapshot(state: _Planning, record: Observation) -> None:
         raise _Rejected(Reason.SNAPSHOT_NOT_ACCEPTED, record)
 
 
-def _check_identity(state: _Planning, record: Observation) -> None:
+def _check_identity(state: _Planning, record: Observation, open_intents: set[str]) -> None:
     block = state.blocks_by_position.get(record.position)
     if block is None or block.end_digest != record.end_digest:
         raise _Rejected(Reason.ANCESTOR_MISSING, record)
@@ -219,8 +226,7 @@ def _check_identity(state: _Planning, record: Observation) -> None:
         raise _Rejected(Reason.STALE_GENERATION, record)
     if not record.replayable:
         raise _Rejected(Reason.NOT_REPLAYABLE, record)
-    others = state.source.unresolved_intents_at(record.start_digest) - {record.intent_id}
-    if others:
+    if open_intents - {record.intent_id}:
         raise _Rejected(Reason.COMPETING_INTENT, record)
 
 

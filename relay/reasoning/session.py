@@ -9,7 +9,7 @@ can interleave between a commit and the byte it guards.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -60,8 +60,8 @@ class ScopedSource:
     def observations_at(self, end_digest: str) -> Sequence[Observation]:
         return self._store.observations_at(self._scope_id, end_digest)
 
-    def observation_by_ref(self, ref: BlockRef) -> Observation | None:
-        return self._store.observation_by_ref(self._scope_id, ref)
+    def observations_by_refs(self, refs: Iterable[BlockRef]) -> Mapping[BlockRef, Observation]:
+        return self._store.observations_by_refs(self._scope_id, refs)
 
     def poisoned_starts(self, start_digests: Iterable[str]) -> set[str]:
         return self._store.poisoned_starts(self._scope_id, start_digests)
@@ -69,8 +69,8 @@ class ScopedSource:
     def conflicted_ends(self, end_digests: Iterable[str]) -> set[str]:
         return self._store.conflicted_ends(self._scope_id, end_digests)
 
-    def unresolved_intents_at(self, start_digest: str) -> set[str]:
-        return self._store.unresolved_intents_at(self._scope_id, start_digest)
+    def unresolved_intents_at(self, start_digests: Iterable[str]) -> Mapping[str, set[str]]:
+        return self._store.unresolved_intents_at(self._scope_id, start_digests)
 
     def latest_snapshot(self) -> str | None:
         return self._store.latest_snapshot(self._scope_id)

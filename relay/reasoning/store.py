@@ -386,12 +386,14 @@ class ReasoningStore:
     # --- observations ------------------------------------------------------------------
 
     def _observations(
-        self, where: str, params: Sequence[object], *, limit: int = -1
+        self, where: str, params: Sequence[object], *, limit: int = -1, newest_first: bool = True
     ) -> list[Observation]:
+        # Unordered reads skip SQLite's sort, which would copy every row, plans included.
+        order = "ORDER BY id DESC " if newest_first else ""
         with self._sqlite("read observations") as conn:
             rows = conn.execute(
                 f"SELECT {_OBSERVATION_COLUMNS} FROM observations WHERE {where} "  # noqa: S608
-                "ORDER BY id DESC LIMIT ?",
+                f"{order}LIMIT ?",
                 (*params, limit),
             ).fetchall()
         return [self._observation(row) for row in rows]
@@ -453,14 +455,21 @@ class ReasoningStore:
         """Every observation generated at ``start_digest`` (competitors), newest first."""
         return self._observations("scope_id = ? AND start_digest = ?", (scope_id, start_digest))
 
-    def observation_by_ref(self, scope_id: int, ref: BlockRef) -> Observation | None:
-        """The newest observation of ``ref`` (end digest + payload fingerprint)."""
-        found = self._observations(
-            "scope_id = ? AND end_digest = ? AND payload_fp = ?",
-            (scope_id, ref.end_digest, ref.payload_fingerprint),
-            limit=1,
-        )
-        return found[0] if found else None
+    def observations_by_refs(
+        self, scope_id: int, refs: Iterable[BlockRef]
+    ) -> dict[BlockRef, Observation]:
+        """The newest observation of each ref (end digest + payload fingerprint) that has
+        one, read in a few queries (a plan's ancestors all at once)."""
+        wanted = set(refs)
+        found: dict[BlockRef, Observation] = {}
+        for batch in in_batches(dict.fromkeys(ref.end_digest for ref in wanted)):
+            where = f"scope_id = ? AND end_digest IN ({placeholders(len(batch))})"
+            for observation in self._observations(where, (scope_id, *batch), newest_first=False):
+                ref = observation.ref
+                newest = found.get(ref)
+                if ref in wanted and (newest is None or observation.id > newest.id):
+                    found[ref] = observation
+        return found
 
     def snapshot_last_seen(self, scope_id: int, snapshot: str) -> float | None:
         with self._sqlite("read observations") as conn:
@@ -634,13 +643,21 @@ class ReasoningStore:
         with self._writer("delete an intent") as conn:
             return bool(conn.execute("DELETE FROM intents WHERE id = ?", (intent_id,)).rowcount)
 
-    def unresolved_intents_at(self, scope_id: int, start_digest: str) -> set[str]:
+    def unresolved_intents_at(
+        self, scope_id: int, start_digests: Iterable[str]
+    ) -> dict[str, set[str]]:
+        """The ids of the intents still open at each of ``start_digests`` that has any."""
+        found: dict[str, set[str]] = {}
         with self._sqlite("read intents") as conn:
-            rows = conn.execute(
-                "SELECT id FROM intents WHERE scope_id = ? AND start_digest = ?",
-                (scope_id, start_digest),
-            )
-            return {row[0] for row in rows}
+            for batch in in_batches(dict.fromkeys(start_digests)):
+                rows = conn.execute(
+                    "SELECT start_digest, id FROM intents WHERE scope_id = ? "  # noqa: S608
+                    f"AND start_digest IN ({placeholders(len(batch))})",
+                    (scope_id, *batch),
+                )
+                for start, intent_id in rows:
+                    found.setdefault(start, set()).add(intent_id)
+        return found
 
     def unresolved_intents(self) -> list[IntentRow]:
         """Every intent still in the table, oldest first (startup recovery poisons them)."""

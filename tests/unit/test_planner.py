@@ -48,14 +48,19 @@ class MemorySource:
     latest: str | None = "snap-1"
     seen: dict[str, float] = field(default_factory=dict)
     loads: int = 0
+    batches: list[int] = field(default_factory=list)  # refs asked for, per read
 
     def observations_at(self, end_digest: str) -> Sequence[Observation]:
         found = [o for o in self.observations if o.end_digest == end_digest]
         return sorted(found, key=lambda o: -o.id)
 
-    def observation_by_ref(self, ref: BlockRef) -> Observation | None:
-        found = [o for o in self.observations if o.ref == ref]
-        return max(found, key=lambda o: o.id) if found else None
+    def observations_by_refs(self, refs: Iterable[BlockRef]) -> dict[BlockRef, Observation]:
+        refs = list(refs)
+        self.batches.append(len(refs))
+        newest: dict[BlockRef, Observation] = {}
+        for o in sorted(self.observations, key=lambda o: o.id):
+            newest[o.ref] = o
+        return {ref: newest[ref] for ref in set(refs) if ref in newest}
 
     def poisoned_starts(self, start_digests: Iterable[str]) -> set[str]:
         return self.poisoned & set(start_digests)
@@ -63,8 +68,8 @@ class MemorySource:
     def conflicted_ends(self, end_digests: Iterable[str]) -> set[str]:
         return self.conflicted & set(end_digests)
 
-    def unresolved_intents_at(self, start_digest: str) -> set[str]:
-        return set(self.intents.get(start_digest, set()))
+    def unresolved_intents_at(self, start_digests: Iterable[str]) -> dict[str, set[str]]:
+        return {start: set(self.intents[start]) for start in start_digests if start in self.intents}
 
     def latest_snapshot(self) -> str | None:
         return self.latest
@@ -416,3 +421,12 @@ def test_each_payload_is_loaded_once_per_plan() -> None:
     b.chain()
     b.plan()
     assert b.source.loads == 3
+
+
+def test_ancestors_are_read_in_one_batch_and_never_twice() -> None:
+    b = Builder()
+    a1 = b.record(1)
+    a3 = b.record(3, [a1])
+    b.record(5, [a1, a3], replayable=False)  # rejected: the fallback needs only a1 again
+    assert positions(b.plan()) == [1, 3]
+    assert b.source.batches == [2]  # a1 and a3 together; the fallback reread nothing

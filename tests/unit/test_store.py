@@ -30,7 +30,7 @@ from relay.reasoning.store import (
     IntentRow,
     ReasoningStore,
 )
-from relay.reasoning.store_schema import APPLICATION_ID, SCHEMA_VERSION
+from relay.reasoning.store_schema import APPLICATION_ID, IN_CHUNK, SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parents[2]
 TARGET = ScopeTargeting(credential="c" * 64, model="gpt-5", caller=None)
@@ -484,14 +484,38 @@ def test_a_conflict_is_another_payload_or_another_plan_at_the_same_end(
     assert store.conflicts_at(sid, h(5), h("p"), plan)
 
 
-def test_observation_by_ref_is_the_newest_match(store: ReasoningStore) -> None:
+def test_observations_by_refs_are_the_newest_matches(store: ReasoningStore) -> None:
     sid = scope_id(store)
     observe(store, sid, end=h(1), payload=h("d"))
     newest = observe(store, sid, end=h(1), payload=h("d"), generation=2)
-    observe(store, sid, end=h(1), payload=h("b"))
-    assert store.observation_by_ref(sid, BlockRef(h(1), h("d"))) == newest
-    assert store.observation_by_ref(sid, BlockRef(h(1), h("c"))) is None
-    assert store.observation_by_ref(scope_id(store, h("b")), BlockRef(h(1), h("d"))) is None
+    other = observe(store, sid, end=h(1), payload=h("b"))
+    elsewhere = observe(store, sid, end=h(2), payload=h("d"))
+    wanted = [BlockRef(h(1), h("d")), BlockRef(h(1), h("c")), BlockRef(h(2), h("d")),
+              BlockRef(h(1), h("b")), BlockRef(h(3), h("d"))]  # fmt: skip
+    assert store.observations_by_refs(sid, wanted) == {
+        BlockRef(h(1), h("d")): newest, BlockRef(h(2), h("d")): elsewhere,
+        BlockRef(h(1), h("b")): other,
+    }  # fmt: skip
+    assert store.observations_by_refs(scope_id(store, h("b")), wanted) == {}
+    assert store.observations_by_refs(sid, []) == {}
+
+
+def test_batched_reads_cross_the_in_list_bound(store: ReasoningStore) -> None:
+    sid = scope_id(store)
+    count = IN_CHUNK + 3
+    made = [observe(store, sid, start=h(10_000 + i), end=h(i)) for i in range(count)]
+    found = store.observations_by_refs(sid, [o.ref for o in made])
+    assert found == {o.ref: o for o in made}
+    with store.transaction():
+        for i in range(count):
+            store.create_intent(
+                f"intent-{i}", scope_id=sid, position=1, start_digest=h(10_000 + i),
+                prior_plan=EMPTY_PLAN, now=1.0, deadline_at=None,
+            )  # fmt: skip
+    starts = [h(10_000 + i) for i in range(count)]
+    assert store.unresolved_intents_at(sid, starts) == {
+        h(10_000 + i): {f"intent-{i}"} for i in range(count)
+    }
 
 
 def test_observations_starting_at(store: ReasoningStore) -> None:
@@ -592,7 +616,7 @@ def test_malformed_stored_plan_never_replays(store: ReasoningStore, text: str, c
     )
     for read in (
         store.observations_at(sid, h(1))[0],
-        store.observation_by_ref(sid, obs.ref),
+        store.observations_by_refs(sid, [obs.ref])[obs.ref],
         store.observation(obs.id),
     ):
         assert read is not None
@@ -752,8 +776,7 @@ def test_intent_lifecycle(store: ReasoningStore) -> None:
             now=11.0, deadline_at=None,
         )  # fmt: skip
         store.pin("intent-1", [ancestor.id, ancestor.id])
-    assert store.unresolved_intents_at(sid, h(2)) == {"intent-1", "intent-2"}
-    assert store.unresolved_intents_at(sid, h(9)) == set()
+    assert store.unresolved_intents_at(sid, [h(2), h(9)]) == {h(2): {"intent-1", "intent-2"}}
     assert store.unresolved_intents() == [
         IntentRow("intent-1", sid, IntentPhase.DISPATCH, 3, h(2), plan, 10.0, 910.0),
         IntentRow("intent-2", sid, IntentPhase.DISPATCH, 3, h(2), EMPTY_PLAN, 11.0, None),
@@ -776,7 +799,7 @@ def test_intent_lifecycle(store: ReasoningStore) -> None:
         assert store.delete_intent("intent-1")
         assert not store.delete_intent("intent-1")
     assert store.stats()["dependencies"] == 0  # its pins went with it
-    assert store.unresolved_intents_at(sid, h(2)) == {"intent-2"}
+    assert store.unresolved_intents_at(sid, [h(2)]) == {h(2): {"intent-2"}}
     kept = store.observation(produced.id)
     assert kept is not None
     assert kept.intent_id == "intent-1"  # not a foreign key: outlives the intent
