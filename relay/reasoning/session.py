@@ -139,10 +139,10 @@ class CacheSession:
             if not self._ctx.capacity.try_grow(self._lease, self.plan.replay_bytes):
                 rejection = Rejection(Reason.MEMORY_PRESSURE, self.position)
                 self.plan = Plan((), (*self.plan.rejections, rejection))
-            self._intent = self._ctx.new_id("intent_")
+            intent = self._ctx.new_id("intent_")
             ids = [block.observation.id for block in self.plan.blocks]
             self._store.create_intent(
-                self._intent,
+                intent,
                 scope_id=self._row.id,
                 position=self.position,
                 start_digest=self._history.final_state.digest,
@@ -150,8 +150,11 @@ class CacheSession:
                 now=now,
                 deadline_at=now + self._ctx.idle_timeout_s,
             )
-            self._store.pin(self._intent, ids)
+            self._store.pin(intent, ids)
             self._store.touch_payloads(ids, now)
+        # Only a committed intent means a generation may follow: a dispatch that failed
+        # sent nothing, so closing it must not poison the position.
+        self._intent = intent
         self._report_plan()
         body = dict(self._request.upstream_body)
         body["store"] = False

@@ -15,6 +15,7 @@ import openai
 import pytest
 import requests
 
+from relay.errors import StoreError
 from tests.support.stack import Stack, running_stack
 
 CACHE_ON = {"REASONING_CACHE_ENABLED": "1"}
@@ -194,6 +195,35 @@ def test_a_failing_store_refuses_with_503_instead_of_forwarding_unsafely(cached:
     assert cached.fake.requests == []  # never forwarded
     # The store works again once space is back.
     assert continuity(ask(cached, [{"role": "user", "content": "hi"}], stream=True)) == (0, 0, 0)
+
+
+def test_a_dispatch_that_could_not_record_its_intent_poisons_nothing(
+    cached: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing was sent, so nothing may be poisoned: the store is writable again when
+    the request closes, and the turn is then served and cached as if it never failed."""
+    assert cached.relay.runtime is not None
+    store = cached.relay.runtime.cache.store
+    assert store is not None
+    text = ask(cached, [{"role": "user", "content": "hi"}], stream=True)  # the scope exists
+    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": text},
+               {"role": "user", "content": "next"}]  # fmt: skip
+    real = store.create_intent
+
+    def fails_once(*args: Any, **kwargs: Any) -> None:
+        monkeypatch.setattr(store, "create_intent", real)
+        raise StoreError("the disk is full (test)", sqlite_error="SQLITE_FULL")
+
+    monkeypatch.setattr(store, "create_intent", fails_once)
+    with pytest.raises(openai.InternalServerError):
+        ask(cached, history, stream=True)
+    assert len(cached.fake.requests) == 1  # the failed turn was never forwarded
+
+    async def markers() -> int:  # on the loop thread, which owns the connection
+        return store.stats()["markers"]
+
+    assert cached.loop.run(markers()) == 0
+    assert continuity(ask(cached, history, stream=True)) == (1, 1, 0)
 
 
 def test_sdk_error_type_for_503(cached: Stack) -> None:
