@@ -9,11 +9,8 @@ unique. If the fence cannot be written the call is refused with 503, never forwa
 
 from __future__ import annotations
 
-import contextlib
 import json
 from typing import Any
-
-from tornado.iostream import StreamClosedError
 
 from relay import log
 from relay.errors import InvalidRequest, RelayError, UpstreamFailed, UpstreamProtocolError
@@ -83,8 +80,8 @@ class ResponsesHandler(RelayingHandler):
             return
         if not final:
             raise UpstreamProtocolError("the upstream stream ended without a final response")
-        with contextlib.suppress(StreamClosedError):
-            await self.finish(json.dumps(final, ensure_ascii=False))
+        if await self.deliver_json(final):
+            self.finish()
 
     async def _relay_stream(self, upstream_body: dict[str, Any]) -> None:
         down = self.downstream(keepalive_frame=KEEPALIVE)
