@@ -1,9 +1,9 @@
-"""The Tornado app and :class:`FakeUpstream`: state, routing, and moving bytes.
+""":class:`FakeUpstream`: its state, lifecycle, routing, scripting, records and answers.
 
 Deciding what to answer is delegated: :mod:`rules` (rejections), :mod:`scripts` (queued
 behaviour and the default reply), :mod:`events` (the Response and its SSE events),
 :mod:`ciphertext` (tokens and the continuity probe) and :mod:`toxics` (how the bytes go
-out). Handlers here only record, call those, and carry out the planned writes.
+out). The handlers (:mod:`handlers`) record, call those, and carry out the planned writes.
 
 Routes: ``POST /v1/responses``; ``POST /v1/chat/completions`` (a strict thinking-mode Chat
 provider, :mod:`chat_provider`); test controls under the reserved prefix ``/__fake/``
@@ -16,83 +16,45 @@ the records and the toxics.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import random
 import secrets
 import socket
-import struct
 from collections import deque
 from collections.abc import Collection, Mapping
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import tornado.web
-from tornado.http1connection import HTTP1Connection
 from tornado.httpserver import HTTPServer
 from tornado.httputil import HTTPServerRequest
-from tornado.iostream import StreamClosedError
 from tornado.netutil import bind_sockets
 
+from fakeupstream.answers import Answer, error_answer, raw_answer, scripted_error
 from fakeupstream.chat_provider import ChatProvider
 from fakeupstream.ciphertext import Cipher, Follower, History, Ledger, Sealed, probe
 from fakeupstream.events import build, sse_frame
-from fakeupstream.rules import (
-    ApiError,
-    check_auth,
-    input_items,
-    is_reasoning_model,
-    parse_body,
-    validate,
+from fakeupstream.handlers import (
+    ChatCompletionsHandler,
+    HealthHandler,
+    InvalidUrlHandler,
+    RequestsHandler,
+    ResetHandler,
+    ResponsesHandler,
+    ScriptsHandler,
+    StrictHandler,
 )
-from fakeupstream.scripts import (
-    HttpError,
-    Script,
-    ScriptError,
-    default_output,
-    parse_script,
-    parse_scripts,
-)
-from fakeupstream.strict_chat import Strictness, parse_strictness
-from fakeupstream.toxics import End, Pause, Send, Toxics, plan
+from fakeupstream.records import RecordedRequest
+from fakeupstream.rules import ApiError, input_items, is_reasoning_model, validate
+from fakeupstream.scripts import Script, default_output, parse_script
+from fakeupstream.strict_chat import Strictness
 from relay.clock import Clock, SystemClock
 
+# The names other code imports from here; RecordedRequest lives in :mod:`records`.
+__all__ = ["FakeUpstream", "RecordedRequest", "log", "origin"]
+
 log = logging.getLogger("fakeupstream")
-SSE_TYPE = "text/event-stream; charset=utf-8"
-JSON_TYPE = "application/json"
-
-
-@dataclass
-class RecordedRequest:
-    """One request as the fake saw it, and what it sent back (updated while sending)."""
-
-    method: str
-    path: str
-    headers: dict[str, str]
-    received_at: float  # wall clock
-    peer: str = ""  # the client's address and port: equal on one reused connection
-    body: Any = None  # parsed JSON; None when it did not parse
-    continuity: dict[str, Any] | None = None  # ContinuityReport / ChatContinuity .to_json()
-    status: int | None = None
-    stream: bool = False
-    events: list[Any] = field(default_factory=list)  # SSE events fully sent, parsed
-    response: Any = None  # the JSON body sent (Response or error envelope)
-    sent_bytes: int = 0
-    ended: str | None = None  # finish | close | reset | hang | client_gone | stopped
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class Answer:
-    status: int
-    frames: list[bytes]  # one per SSE event; a JSON body is one frame
-    parsed: list[Any]  # what each frame carries, for the record
-    stream: bool = False
-    headers: tuple[tuple[str, str], ...] = ()
 
 
 class FakeUpstream:
@@ -350,249 +312,3 @@ def _log_request(handler: tornado.web.RequestHandler) -> None:
     request = handler.request
     milliseconds = 1000 * request.request_time()
     log.debug("%d %s %s %.1fms", handler.get_status(), request.method, request.uri, milliseconds)
-
-
-def error_answer(error: ApiError, headers: tuple[tuple[str, str], ...] = ()) -> Answer:
-    # OpenAI indents error envelopes by four spaces (Response bodies by two).
-    envelope = error.envelope()
-    data = json.dumps(envelope, indent=4, ensure_ascii=False).encode()
-    return Answer(error.status, [data], [envelope], headers=headers)
-
-
-def scripted_error(error: HttpError) -> Answer:
-    failure = ApiError(
-        error.status, error.message, type=error.type, param=error.param, code=error.code
-    )
-    return error_answer(failure, error.headers)
-
-
-def raw_answer(raw: bytes) -> Answer:
-    """Recorded SSE bytes, framed per event so event-counting toxics still apply."""
-    frames = []
-    rest = raw
-    while rest:
-        head, sep, rest = rest.partition(b"\n\n")
-        frames.append(head + sep)
-    parsed: list[Any] = []
-    for frame in frames:
-        data = b"\n".join(
-            line[5:].lstrip(b" ") for line in frame.split(b"\n") if line.startswith(b"data:")
-        )
-        try:
-            parsed.append(json.loads(data))
-        except ValueError:
-            parsed.append(frame.decode("utf-8", "replace"))
-    return Answer(200, frames, parsed, stream=True)
-
-
-# --- handlers ------------------------------------------------------------------------
-
-
-class _Base(tornado.web.RequestHandler):
-    def initialize(self, fake: FakeUpstream) -> None:
-        self.fake = fake
-
-    def set_default_headers(self) -> None:
-        self.clear_header("Server")
-
-    def send_json(self, status: int, value: Any) -> None:
-        self.set_status(status)
-        self.set_header("Content-Type", JSON_TYPE)
-        self.finish(json.dumps(value, indent=2, ensure_ascii=False))
-
-    def check_xsrf_cookie(self) -> None:
-        """An API, not a browser form."""
-
-    def send_invalid_url(self) -> None:
-        """OpenAI's answer to a path or method it does not serve."""
-        error = ApiError(404, f"Invalid URL ({self.request.method} {self.request.path})")
-        self.set_status(404)
-        self.set_header("Content-Type", JSON_TYPE)
-        self.finish(error_answer(error).frames[0])
-
-
-class ResponsesHandler(_Base):
-    """``POST /v1/responses``: record, decide, deliver under the script's toxics."""
-
-    def initialize(self, fake: FakeUpstream) -> None:
-        super().initialize(fake)
-        self._gone = asyncio.Event()
-
-    def on_connection_close(self) -> None:
-        self._gone.set()
-
-    def prepare(self) -> None:
-        if self.request.method != "POST":
-            self.send_invalid_url()
-
-    async def post(self) -> None:
-        fake = self.fake
-        started = fake.clock.monotonic()
-        record = fake._record(self.request)
-        toxics = Toxics()
-        try:
-            api_key = check_auth(self.request.headers.get("Authorization"), fake.api_keys)
-            script = fake.next_script()  # consumed by every authenticated call
-            toxics = script.toxics
-            body = parse_body(self.request.body)
-            record.body = body
-            record.stream = body.get("stream") is True
-            try:
-                answer, record.continuity = self.decide(body, api_key, script)
-            except Exception as error:  # a crash must still look like an API error
-                failure = ApiError(500, f"The fake upstream failed: {error!r}", type="server_error")
-                answer = error_answer(failure)
-        except ApiError as failure:
-            answer = error_answer(failure)
-        elapsed_ms = int((fake.clock.monotonic() - started) * 1000)
-        ended = await self._deliver(record, answer, toxics, elapsed_ms)
-        fake._finished(record, ended)
-
-    def decide(
-        self, body: dict[str, Any], api_key: str, script: Script
-    ) -> tuple[Answer, dict[str, Any]]:
-        return self.fake.answer(body, api_key, script)
-
-    async def _deliver(
-        self, record: RecordedRequest, answer: Answer, toxics: Toxics, elapsed_ms: int
-    ) -> str:
-        record.status = answer.status
-        self.set_status(answer.status)
-        self.set_header("Content-Type", SSE_TYPE if answer.stream else JSON_TYPE)
-        self.set_header("x-request-id", self.fake.request_id())
-        self.set_header("openai-version", "2020-10-01")
-        self.set_header("openai-processing-ms", str(elapsed_ms))
-        for name, value in answer.headers:
-            self.set_header(name, value)
-        total = sum(len(frame) for frame in answer.frames)
-        if not answer.stream:
-            record.response = answer.parsed[0]
-            # Declared up front so a cut JSON body is visibly short, not a shorter body.
-            self.set_header("Content-Length", str(total))
-        try:
-            if answer.stream:
-                await self.flush()  # headers go out at once, as OpenAI sends them
-            for op in plan(answer.frames, toxics, self.fake.rng):
-                if isinstance(op, Pause):
-                    interrupted = await self._wait(op.seconds)
-                    if interrupted is not None:
-                        return self._abort(interrupted)
-                elif isinstance(op, Send):
-                    self.write(op.data)
-                    await self.flush()
-                    record.sent_bytes += len(op.data)
-                    if op.completes is not None and answer.stream:
-                        record.events.append(answer.parsed[op.completes])
-                        self.fake._notify()
-                elif isinstance(op, End):
-                    short = not answer.stream and record.sent_bytes < total
-                    return await self._end("close" if short and op.kind == "finish" else op.kind)
-        except StreamClosedError:
-            return "client_gone"
-        return "finish"
-
-    async def _end(self, kind: str) -> str:
-        if kind == "finish":
-            self.finish()
-            return kind
-        if kind == "hang":
-            self.fake._notify()
-            reason = await self._wait(None)
-            return self._abort(reason or "stopped")
-        return self._abort(kind)
-
-    def _abort(self, reason: str) -> str:
-        """Drop the connection without ending the HTTP body; RST for ``reset``."""
-        connection = self.request.connection
-        if isinstance(connection, HTTP1Connection) and connection.stream is not None:
-            stream = connection.stream
-            if reason == "reset" and stream.socket is not None:
-                # SO_LINGER with a zero timeout makes close() send RST instead of FIN.
-                linger = struct.pack("ii", 1, 0)
-                stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
-            stream.close()
-        return reason
-
-    async def _wait(self, seconds: float | None) -> str | None:
-        """Sleep (``None``: forever) unless the client leaves or the fake stops first."""
-        waiters = [
-            asyncio.ensure_future(self._gone.wait()),
-            asyncio.ensure_future(self.fake._stopping.wait()),
-        ]
-        try:
-            await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
-        if self.fake._stopping.is_set():  # stopping closes connections too: check it first
-            return "stopped"
-        if self._gone.is_set():
-            return "client_gone"
-        return None
-
-
-class ChatCompletionsHandler(ResponsesHandler):
-    """``POST /v1/chat/completions``: the same delivery, the strict Chat provider decides."""
-
-    def decide(
-        self, body: dict[str, Any], api_key: str, script: Script
-    ) -> tuple[Answer, dict[str, Any]]:
-        return self.fake.answer_chat(body, script)
-
-
-class StrictHandler(_Base):
-    """``GET``: the Chat strictness in force; ``POST {"rule"?, "prefix"?}``: change it."""
-
-    def get(self) -> None:
-        self.send_json(200, self.fake.chat.strictness.to_json())
-
-    def post(self) -> None:
-        chat = self.fake.chat
-        try:
-            chat.strictness = parse_strictness(
-                json.loads(self.request.body or b"null"), chat.strictness
-            )
-        except ValueError as error:  # JSONDecodeError is one too
-            self.send_json(400, {"error": {"message": str(error), "type": "invalid_strict"}})
-            return
-        self.send_json(200, chat.strictness.to_json())
-
-
-class ScriptsHandler(_Base):
-    def post(self) -> None:
-        try:
-            scripts = parse_scripts(json.loads(self.request.body or b"null"))
-        except (ValueError, ScriptError) as error:
-            message = str(error) if isinstance(error, ScriptError) else f"invalid JSON: {error}"
-            self.send_json(400, {"error": {"message": message, "type": "invalid_script"}})
-            return
-        self.fake.enqueue_parsed(scripts)
-        self.send_json(200, {"queued": self.fake.queued})
-
-
-class RequestsHandler(_Base):
-    async def get(self) -> None:
-        wait_for = int(self.get_query_argument("wait_for", "0"))
-        timeout = float(self.get_query_argument("timeout", "10"))
-        if wait_for > 0:
-            # On timeout, answer with what there is; the caller compares counts.
-            with contextlib.suppress(TimeoutError):
-                await self.fake.wait_for_requests(wait_for, within_s=timeout)
-        self.send_json(200, [record.to_json() for record in self.fake.requests])
-
-
-class ResetHandler(_Base):
-    def post(self) -> None:
-        self.fake.reset()
-        self.send_json(200, {"reset": True})
-
-
-class HealthHandler(_Base):
-    def get(self) -> None:
-        fake = self.fake
-        self.send_json(200, {"ok": True, "queued": fake.queued, "requests": fake.received})
-
-
-class InvalidUrlHandler(_Base):
-    def prepare(self) -> None:
-        self.send_invalid_url()
