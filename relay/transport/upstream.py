@@ -3,7 +3,9 @@
 Tornado's ``request_timeout`` covers the whole request, which is wrong for a stream that
 may legitimately run for many minutes, so it is off; instead an idle :class:`Deadline`
 renewed by every received byte ends a silent upstream with a 504. The streaming callback
-is a coroutine, so a slow downstream slows our reads of the upstream (backpressure).
+is a coroutine, so a slow downstream slows our reads of the upstream (backpressure); time
+spent waiting on the client is not upstream silence and never fires the idle deadline
+(the client's delivery deadline covers it).
 
 Three dialects (:class:`Dialect`) share those guards, the size limits and the HTTP error
 mapping: the Responses event stream; a Chat Completions stream (``data:`` chunks ending
@@ -222,6 +224,7 @@ class UpstreamExchange:
     _request: _AbortableRequest | None = None
     _idle: Deadline | None = None
     _terminal: asyncio.Future[None] | None = None  # resolved once the terminal event is delivered
+    _delivering: bool = False  # handing events to the sink (maybe waiting on the client)
     _stopped: bool = False
     _abort_reason: BaseException | None = None
 
@@ -287,6 +290,11 @@ class UpstreamExchange:
             self._request.pending_abort = exc
 
     def _on_idle(self) -> None:
+        if self._delivering:
+            # Blocked on a slow client (backpressure): we are not reading the upstream, so
+            # its silence means nothing. The client's own delivery deadline bounds this.
+            self._idle = Deadline(self.clock, self.limits.idle_timeout_s, self._on_idle)
+            return
         self.abort(
             UpstreamTimeout(
                 f"the upstream sent nothing for {self.limits.idle_timeout_s:g}s "
@@ -336,15 +344,20 @@ class UpstreamExchange:
                 "upstream response exceeds RELAY_MAX_RESPONSE_BYTES "
                 f"({self.limits.max_response_bytes} bytes)"
             )
-        for event in parser.feed(chunk):
-            await self._deliver(event)
-            if self.terminal_event is not None:
-                # Anything after it in this read is ignored; run() returns now.
-                if self._terminal is not None and not self._terminal.done():
-                    self._terminal.set_result(None)
-                return
-        if self.batch_done is not None:
-            await self.batch_done()
+        self._delivering = True
+        try:
+            for event in parser.feed(chunk):
+                await self._deliver(event)
+                if self.terminal_event is not None:
+                    # Anything after it in this read is ignored; run() returns now.
+                    if self._terminal is not None and not self._terminal.done():
+                        self._terminal.set_result(None)
+                    return
+            if self.batch_done is not None:
+                await self.batch_done()
+        finally:
+            self._delivering = False
+            self._idle.renew()  # upstream silence counts again from here
 
     def _buffer_json(self, chunk: bytes) -> None:
         media = self.content_type.split(";", 1)[0].strip()
