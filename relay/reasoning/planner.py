@@ -45,7 +45,10 @@ class RecordSource(Protocol):
         """The open intents at each start digest that has any."""
     def latest_snapshot(self) -> str | None: ...
     def snapshot_last_seen(self, snapshot: str) -> float | None: ...
-    def load_payload(self, observation_id: int, *, max_bytes: int) -> StoredPayload | None: ...
+    def load_payloads(
+        self, observation_ids: Iterable[int], *, max_bytes: int
+    ) -> Mapping[int, StoredPayload | StoredSizeExceeded]:
+        """Each stored payload (absent: none), or the refusal to load one over ``max_bytes``."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,7 @@ class _Planning:
     blocks_by_position: dict[int, AssistantBlockKey] = field(default_factory=dict)
     verified: dict[int, SelectedBlock] = field(default_factory=dict)
     by_ref: dict[BlockRef, Observation | None] = field(default_factory=dict)
+    payloads: dict[int, StoredPayload | StoredSizeExceeded | None] = field(default_factory=dict)
     # call id -> positions of the tool messages answering it, computed once per plan
     results: dict[Any, list[int]] = field(default_factory=dict)
 
@@ -128,6 +132,15 @@ class _Planning:
             for ref in unread:
                 self.by_ref[ref] = found.get(ref)
         return [self.by_ref[ref] for ref in refs]
+
+    def load_payloads(self, records: Sequence[Observation]) -> None:
+        """Read the payloads of ``records`` not read yet (for another candidate), in one
+        batch, into :attr:`payloads`."""
+        unread = [record.id for record in records if record.id not in self.payloads]
+        if unread:
+            found = self.source.load_payloads(unread, max_bytes=self.limits.max_replay_bytes)
+            for observation_id in unread:
+                self.payloads[observation_id] = found.get(observation_id)
 
     def spend(self) -> None:
         self.work += 1
@@ -196,6 +209,7 @@ def _plan_for(
         _check_identity(state, member, intents.get(member.start_digest, set()))
     _check_markers(state, chain)
     _check_descendants(state, chain)
+    state.load_payloads(chain)
     selected = tuple(_verified_block(state, member) for member in chain)
     if sum(block.size for block in selected) > state.limits.max_replay_bytes:
         raise _Rejected(Reason.REPLAY_TOO_LARGE, record)
@@ -260,10 +274,9 @@ def _verified_block(state: _Planning, record: Observation) -> SelectedBlock:
     cached = state.verified.get(record.id)
     if cached is not None:
         return cached
-    try:
-        payload = state.source.load_payload(record.id, max_bytes=state.limits.max_replay_bytes)
-    except StoredSizeExceeded:
-        raise _Rejected(Reason.REPLAY_TOO_LARGE, record) from None
+    payload = state.payloads[record.id]  # read by _plan_for, with the rest of its chain
+    if isinstance(payload, StoredSizeExceeded):
+        raise _Rejected(Reason.REPLAY_TOO_LARGE, record)
     if payload is None:
         raise _Rejected(Reason.PAYLOAD_MISSING, record)
     if payload.touched_at < state.now - state.limits.retention_s:

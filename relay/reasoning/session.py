@@ -28,6 +28,7 @@ from relay.reasoning.records import (
     Observation,
     ScopeRow,
     StoredPayload,
+    StoredSizeExceeded,
 )
 from relay.reasoning.replace import replace_blocks
 from relay.reasoning.resources import CapacityLedger, Lease
@@ -78,8 +79,10 @@ class ScopedSource:
     def snapshot_last_seen(self, snapshot: str) -> float | None:
         return self._store.snapshot_last_seen(self._scope_id, snapshot)
 
-    def load_payload(self, observation_id: int, *, max_bytes: int) -> StoredPayload | None:
-        return self._store.load_payload(observation_id, max_bytes=max_bytes)
+    def load_payloads(
+        self, observation_ids: Iterable[int], *, max_bytes: int
+    ) -> Mapping[int, StoredPayload | StoredSizeExceeded]:
+        return self._store.load_payloads(observation_ids, max_bytes=max_bytes)
 
 
 class CacheSession:

@@ -518,26 +518,43 @@ class ReasoningStore:
     # --- payloads ----------------------------------------------------------------------
 
     def load_payload(self, observation_id: int, *, max_bytes: int) -> StoredPayload | None:
-        """The stored payload, or ``None``. Raises :class:`StoredSizeExceeded` — deciding
-        on the stored size column, so oversize text is never loaded. The hash is not
-        checked here: the planner does, to name the refusal."""
-        with self._sqlite("load a payload") as conn:
-            row = conn.execute(
-                "SELECT size, touched_at, CASE WHEN size <= ? THEN output_json END "
-                "FROM payloads WHERE observation_id = ?",
-                (max_bytes, observation_id),
-            ).fetchone()
-        if row is None:
-            return None
-        size, touched_at, text = row
-        # Measured after loading too: a wrong size column must not let larger text through.
-        actual = size if text is None else len(text.encode("utf-8"))
-        if text is None or actual > max_bytes:
-            raise StoredSizeExceeded(
-                f"stored payload of observation {observation_id} is {actual} bytes, over "
-                f"the {max_bytes} byte load limit"
-            )
-        return StoredPayload(observation_id, text, actual, touched_at)
+        """The stored payload, or ``None``; raises :class:`StoredSizeExceeded` (see
+        :meth:`load_payloads`)."""
+        loaded = self.load_payloads([observation_id], max_bytes=max_bytes).get(observation_id)
+        if isinstance(loaded, StoredSizeExceeded):
+            raise loaded
+        return loaded
+
+    def load_payloads(
+        self, observation_ids: Iterable[int], *, max_bytes: int
+    ) -> dict[int, StoredPayload | StoredSizeExceeded]:
+        """Each stored payload of these observations (absent: none stored), read in a few
+        queries, or the refusal to load one over ``max_bytes`` — decided on the stored
+        size column, so oversize text is never loaded. The hash is not checked here: the
+        planner does, to name the refusal."""
+        loaded: dict[int, StoredPayload | StoredSizeExceeded] = {}
+        with self._sqlite("load payloads") as conn:
+            for batch in in_batches(dict.fromkeys(observation_ids)):
+                rows = conn.execute(
+                    "SELECT observation_id, size, touched_at, "  # noqa: S608
+                    "CASE WHEN size <= ? THEN output_json END FROM payloads "
+                    f"WHERE observation_id IN ({placeholders(len(batch))})",
+                    (max_bytes, *batch),
+                )
+                for observation_id, size, touched_at, text in rows:
+                    # Measured after loading too: a wrong size column must not let
+                    # larger text through.
+                    actual = size if text is None else len(text.encode("utf-8"))
+                    if text is None or actual > max_bytes:
+                        loaded[observation_id] = StoredSizeExceeded(
+                            f"stored payload of observation {observation_id} is {actual} "
+                            f"bytes, over the {max_bytes} byte load limit"
+                        )
+                    else:
+                        loaded[observation_id] = StoredPayload(
+                            observation_id, text, actual, touched_at
+                        )
+        return loaded
 
     def put_payload(self, observation_id: int, output_json: str, now: float) -> None:
         """Store an admitted observation's original output (once per observation)."""

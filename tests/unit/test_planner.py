@@ -49,6 +49,7 @@ class MemorySource:
     seen: dict[str, float] = field(default_factory=dict)
     loads: int = 0
     batches: list[int] = field(default_factory=list)  # refs asked for, per read
+    payload_batches: list[int] = field(default_factory=list)  # payloads asked for, per read
 
     def observations_at(self, end_digest: str) -> Sequence[Observation]:
         found = [o for o in self.observations if o.end_digest == end_digest]
@@ -77,12 +78,19 @@ class MemorySource:
     def snapshot_last_seen(self, snapshot: str) -> float | None:
         return self.seen.get(snapshot)
 
-    def load_payload(self, observation_id: int, *, max_bytes: int) -> StoredPayload | None:
-        payload = self.payloads.get(observation_id)
-        if payload is not None and payload.size > max_bytes:
-            raise StoredSizeExceeded("too large")
-        self.loads += 1
-        return payload
+    def load_payloads(
+        self, observation_ids: Iterable[int], *, max_bytes: int
+    ) -> dict[int, StoredPayload | StoredSizeExceeded]:
+        loaded: dict[int, StoredPayload | StoredSizeExceeded] = {}
+        observation_ids = list(observation_ids)
+        self.payload_batches.append(len(observation_ids))
+        for observation_id in observation_ids:
+            payload = self.payloads.get(observation_id)
+            if payload is not None:
+                too_large = payload.size > max_bytes
+                loaded[observation_id] = StoredSizeExceeded("too large") if too_large else payload
+                self.loads += 1
+        return loaded
 
 
 def reasoning(tag: str) -> dict[str, Any]:
@@ -416,11 +424,12 @@ def test_verification_work_is_bounded() -> None:
     assert len(plan.rejections) <= 9
 
 
-def test_each_payload_is_loaded_once_per_plan() -> None:
+def test_each_payload_is_loaded_once_per_plan_in_one_batch() -> None:
     b = Builder()
     b.chain()
     b.plan()
     assert b.source.loads == 3
+    assert b.source.payload_batches == [3]
 
 
 def test_ancestors_are_read_in_one_batch_and_never_twice() -> None:

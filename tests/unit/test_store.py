@@ -22,6 +22,7 @@ from relay.reasoning.records import (
     MarkerKind,
     Observation,
     PlanText,
+    StoredPayload,
     StoredSizeExceeded,
 )
 from relay.reasoning.store import (
@@ -516,6 +517,17 @@ def test_batched_reads_cross_the_in_list_bound(store: ReasoningStore) -> None:
     assert store.unresolved_intents_at(sid, starts) == {
         h(10_000 + i): {f"intent-{i}"} for i in range(count)
     }
+    with store.transaction():
+        for i, o in enumerate(made[:-1]):  # the last one has no payload
+            store.put_payload(o.id, "[" + "1," * (i % 3) + "1]", now=5.0)
+    loaded = store.load_payloads([o.id for o in made], max_bytes=5)  # 3, 5, 7 bytes
+    assert made[-1].id not in loaded
+    for i, o in enumerate(made[:-1]):
+        if i % 3 == 2:
+            assert isinstance(loaded[o.id], StoredSizeExceeded)
+        else:
+            text = "[" + "1," * (i % 3) + "1]"
+            assert loaded[o.id] == StoredPayload(o.id, text, len(text), 5.0)
 
 
 def test_observations_starting_at(store: ReasoningStore) -> None:
