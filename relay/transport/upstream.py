@@ -176,20 +176,15 @@ class _LiteralResolver(DefaultLoopResolver):
         return [(kind, (host, port))]
 
 
-def make_http_client(clock: Clock) -> SimpleAsyncHTTPClient:
+def make_http_client(clock: Clock, pool: ConnectionPool | None = None) -> SimpleAsyncHTTPClient:
+    """The upstream client, keeping connections alive in ``pool`` (default: a new one)."""
     # A private instance: the shared one has a 100 MB body cap that would cut long streams;
     # our own per-event and per-response limits apply instead.
     client = _Client(
         force_instance=True, max_clients=1000, max_body_size=2**62, resolver=_LiteralResolver()
     )
-    client.tcp_client = PooledTCPClient(client.resolver, ConnectionPool(clock))
+    client.tcp_client = PooledTCPClient(client.resolver, pool or ConnectionPool(clock))
     return client
-
-
-def pool_of(client: SimpleAsyncHTTPClient) -> ConnectionPool | None:
-    """The keep-alive pool of a client made by :func:`make_http_client`."""
-    tcp_client = getattr(client, "tcp_client", None)
-    return tcp_client.pool if isinstance(tcp_client, PooledTCPClient) else None
 
 
 def origin_of(url: str) -> str:

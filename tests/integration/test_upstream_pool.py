@@ -18,12 +18,7 @@ from fakeupstream.server import FakeUpstream
 from relay.clock import Clock, ManualClock, SystemClock
 from relay.errors import UpstreamError, UpstreamHTTPError
 from relay.transport.pool import IDLE_S, ConnectionPool
-from relay.transport.upstream import (
-    UpstreamExchange,
-    UpstreamLimits,
-    make_http_client,
-    pool_of,
-)
+from relay.transport.upstream import UpstreamExchange, UpstreamLimits, make_http_client
 from tests.support.stack import Stack
 
 LIMITS = UpstreamLimits(idle_timeout_s=10, max_response_bytes=2**24, max_sse_event_bytes=2**20)
@@ -36,10 +31,8 @@ class Upstream:
     def __init__(self, fake: FakeUpstream, clock: Clock) -> None:
         self.fake = fake
         self.clock = clock
-        self.client = make_http_client(clock)
-        pool = pool_of(self.client)
-        assert pool is not None
-        self.pool: ConnectionPool = pool
+        self.pool = ConnectionPool(clock)
+        self.client = make_http_client(clock, self.pool)
 
     async def exchange(self, limits: UpstreamLimits = LIMITS) -> UpstreamExchange:
         events: list[str] = []
