@@ -8,6 +8,7 @@ import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from tornado.iostream import IOStream
 from tornado.web import stream_request_body
 
 from relay import log
@@ -86,6 +87,12 @@ class RelayingHandler(BaseHandler):
         self.set_header("Content-Type", "text/event-stream; charset=utf-8")
         self.set_header("Cache-Control", "no-cache")
         self.set_header("X-Accel-Buffering", "no")
+        # Each flush leaves at once: without TCP_NODELAY, on a kept-alive client connection
+        # Nagle's algorithm holds a small frame back until the client has ACKed the one
+        # before, which a delayed ACK postpones (Tornado restores it after the response).
+        stream = getattr(self.request.connection, "stream", None)
+        if isinstance(stream, IOStream):
+            stream.set_nodelay(True)
         down.start_keepalive()
 
     @contextlib.asynccontextmanager

@@ -152,3 +152,31 @@ async def _tick() -> None:
     import asyncio
 
     await asyncio.sleep(0.01)
+
+
+def test_a_stream_sends_each_frame_at_once_on_a_kept_alive_connection(stack: Stack) -> None:
+    """TCP_NODELAY on the client's socket while it streams: without it, a client that keeps
+    its connection alive (Cursor does) gets small frames late, each held back by Nagle's
+    algorithm until the previous one is ACKed, which the client's delayed ACK postpones."""
+    stack.script({**TEXT, "toxics": {"hang_after_events": 4}})  # the stream stays open
+    request = json.dumps({**BODY, "stream": True}).encode()
+    with socket.create_connection(("127.0.0.1", stack.relay.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+            + f"Authorization: Bearer {stack.token}\r\nContent-Type: application/json\r\n".encode()
+            + f"Content-Length: {len(request)}\r\n\r\n".encode()
+            + request
+        )
+        received = b""
+        while b"data: " not in received:
+            received += sock.recv(4096)
+
+        async def relay_side_nodelay() -> int:
+            # White box: the relay's end of this very connection, on its loop thread.
+            for connection in stack.relay._http._connections:  # type: ignore[union-attr]
+                server_socket = connection.stream.socket
+                if server_socket.getpeername() == sock.getsockname():
+                    return server_socket.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+            raise AssertionError("the relay has no connection from this client")
+
+        assert stack.loop.run(relay_side_nodelay()) != 0
