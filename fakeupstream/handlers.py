@@ -111,6 +111,12 @@ class ResponsesHandler(_Base):
             self.set_header("Content-Length", str(total))
         try:
             if answer.stream:
+                # Each event goes out when flushed, as a streaming server sends it: without
+                # TCP_NODELAY a reused connection holds small writes back (Nagle's
+                # algorithm waits for the client's delayed ACK of the previous one).
+                connection = self.request.connection
+                if isinstance(connection, HTTP1Connection) and connection.stream is not None:
+                    connection.stream.set_nodelay(True)
                 await self.flush()  # headers go out at once, as OpenAI sends them
             for op in plan(answer.frames, toxics, self.fake.rng):
                 if isinstance(op, Pause):
