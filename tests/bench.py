@@ -1,9 +1,10 @@
 """``nox -s bench``: the relay and its cache as ratios measured in one run.
 
 Relay vs direct-to-fake: both servers run as real subprocesses (as in production); the
-client is a raw streaming HTTP client in this process. Each round sends one request
-directly, one through the relay with the cache off and one through a relay with the cache
-on, so machine noise hits them alike, and reports medians.
+client is a raw streaming HTTP client in this process that keeps one connection to each
+server alive, as Cursor does. Each round sends one request directly, one through the
+relay with the cache off and one through a relay with the cache on, so machine noise hits
+them alike, and reports medians.
 
 In-process sections (identity, cache path, commits) compare the relay's code against a
 stdlib baseline measured on the same data in the same process (see ``bench_identity`` and
@@ -70,14 +71,14 @@ def process(args: list[str], env: dict[str, str], banner: str) -> Iterator[int]:
 
 
 def stream_once(
-    port: int,
+    conn: http.client.HTTPConnection,
     path: str,
     body: dict[str, Any],
     headers: dict[str, str],
     is_content: Callable[[bytes], bool],
 ) -> tuple[float, float, int]:
-    """(seconds to first content frame, total seconds, content frames)."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    """(seconds to first content frame, total seconds, content frames) over ``conn``, a
+    connection the caller keeps alive between requests, as Cursor does."""
     payload = json.dumps(body).encode()
     start = time.perf_counter()
     conn.request("POST", path, payload, {**headers, "Content-Type": "application/json"})
@@ -95,7 +96,6 @@ def stream_once(
                 if first is None:
                     first = time.perf_counter() - start
     total = time.perf_counter() - start
-    conn.close()
     return (first if first is not None else total), total, frames
 
 
@@ -148,20 +148,26 @@ def run_servers(iterations: int, *, profile: Path | None = None) -> dict[str, An
             cached_cmd, relay_env(env, fake_port, on_data, cache=True), "relay listening"
         ) as cached_port,  # fmt: skip
     ):
-        ports = {"relay": relay_port, "relay_cache": cached_port}
+        ports = {"direct": fake_port, "relay": relay_port, "relay_cache": cached_port}
+        conns = {
+            mode: http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            for mode, port in ports.items()
+        }
         for i in range(iterations + 2):
             for mode in MODES:
                 enqueue(fake_port, script)
                 if mode == "direct":
-                    sample = stream_once(fake_port, "/v1/responses", direct_body,
+                    sample = stream_once(conns[mode], "/v1/responses", direct_body,
                                          {"Authorization": f"Bearer {KEY}"},
                                          lambda f: b"output_text.delta" in f)  # fmt: skip
                 else:
-                    sample = stream_once(ports[mode], "/v1/chat/completions", small,
+                    sample = stream_once(conns[mode], "/v1/chat/completions", small,
                                          {"Authorization": f"Bearer {TOKEN}"},
                                          lambda f: b'"content":"x' in f)  # fmt: skip
                 if i >= 2:  # warm-up rounds are discarded
                     samples[mode].append(sample)
+        for conn in conns.values():
+            conn.close()
     return summarize(samples)
 
 
