@@ -54,7 +54,7 @@ class ConnectionPool:
         self._max_idle = max_idle
         self._idle: dict[Origin, list[_Idle]] = {}
         self._origins: weakref.WeakKeyDictionary[IOStream, Origin] = weakref.WeakKeyDictionary()
-        self.reused = 0  # checkouts that found a live connection (bench and tests read it)
+        self.reused = 0  # checkouts that found a live connection
 
     def remember(self, stream: IOStream, origin: Origin) -> None:
         """A freshly dialed connection to ``origin``; only these can be checked in."""
