@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
+from collections.abc import Iterator
 
 import pytest
 import requests
@@ -121,7 +123,10 @@ def test_keepalive_comments_fill_silence(stack_factory) -> None:  # type: ignore
         assert text == "hello world"  # keepalives never reach assistant output
 
 
-def test_client_disconnect_cancels_upstream(stack: Stack) -> None:
+@contextlib.contextmanager
+def streaming_socket(stack: Stack) -> Iterator[socket.socket]:
+    """A raw client socket whose streamed answer has begun (a first ``data:`` frame came)
+    and then stays open: the fake hangs after four events until the relay goes away."""
     stack.script({**TEXT, "toxics": {"hang_after_events": 4}})
     request = json.dumps({**BODY, "stream": True}).encode()
     with socket.create_connection(("127.0.0.1", stack.relay.port), timeout=10) as sock:
@@ -134,6 +139,12 @@ def test_client_disconnect_cancels_upstream(stack: Stack) -> None:
         received = b""
         while b"data: " not in received:
             received += sock.recv(4096)
+        yield sock
+
+
+def test_client_disconnect_cancels_upstream(stack: Stack) -> None:
+    with streaming_socket(stack):
+        pass  # leaving closes the socket mid-stream
     # The fake's hanging handler ends only when its client (the relay) goes away.
     done = threading.Event()
 
@@ -158,18 +169,7 @@ def test_a_stream_sends_each_frame_at_once_on_a_kept_alive_connection(stack: Sta
     """TCP_NODELAY on the client's socket while it streams: without it, a client that keeps
     its connection alive (Cursor does) gets small frames late, each held back by Nagle's
     algorithm until the previous one is ACKed, which the client's delayed ACK postpones."""
-    stack.script({**TEXT, "toxics": {"hang_after_events": 4}})  # the stream stays open
-    request = json.dumps({**BODY, "stream": True}).encode()
-    with socket.create_connection(("127.0.0.1", stack.relay.port), timeout=10) as sock:
-        sock.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-            + f"Authorization: Bearer {stack.token}\r\nContent-Type: application/json\r\n".encode()
-            + f"Content-Length: {len(request)}\r\n\r\n".encode()
-            + request
-        )
-        received = b""
-        while b"data: " not in received:
-            received += sock.recv(4096)
+    with streaming_socket(stack) as sock:
 
         async def relay_side_nodelay() -> int:
             # White box: the relay's end of this very connection, on its loop thread.
