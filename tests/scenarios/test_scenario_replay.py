@@ -25,10 +25,13 @@ load_all()
 
 @pytest.fixture
 def kept() -> Iterator[Callable[[str, Seed], PlayResult]]:
-    """Play a library scenario keeping its run directory; removed afterwards."""
+    """Play a library scenario keeping its run directory; removed afterwards. A scenario
+    whose requirements this machine lacks skips the test, as in the library tests."""
     dirs: list[Path] = []
 
     def run(name: str, seed: Seed) -> PlayResult:
+        if (reason := missing(REGISTRY[name].needs)) is not None:
+            pytest.skip(reason)
         result = play(REGISTRY[name].build(seed), seed, keep=True)
         dirs.append(result.run_dir)
         return result
@@ -96,10 +99,7 @@ def test_every_replay_scenario_owes_and_pays(
 def test_an_unconfirmed_delivery_explains_the_loss(
     kept: Callable[[str, Seed], PlayResult], seed: Seed
 ) -> None:
-    name = "replay_lost_only_with_an_unconfirmed_delivery"
-    if (reason := missing(REGISTRY[name].needs)) is not None:
-        pytest.skip(reason)
-    result = kept(name, seed)
+    result = kept("replay_lost_only_with_an_unconfirmed_delivery", seed)
     assert result.report.ok
     events = recorded_events(result)
     t2 = next(e for e in events if e["kind"] == "client_answer" and e["turn"] == "t2")
@@ -119,10 +119,7 @@ def test_a_request_the_relay_never_answered_explains_the_loss(
     """crash_lifecycle_at_every_point: a crash at before_upstream_send leaves an intent
     but no upstream call; only the client's unanswered request explains why the admitted
     answer there no longer replays. Pretend the relay had answered: two losses (SSE, JSON)."""
-    name = "crash_lifecycle_at_every_point"
-    if (reason := missing(REGISTRY[name].needs)) is not None:
-        pytest.skip(reason)
-    result = kept(name, seed)
+    result = kept("crash_lifecycle_at_every_point", seed)
     assert result.report.ok
     events = recorded_events(result)
     for event in events:
