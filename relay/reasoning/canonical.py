@@ -2,19 +2,23 @@
 
 The format (part of ``IDENTITY_FORMAT_VERSION``):
 
-- ASCII-only JSON text with no insignificant whitespace (separators ``,`` and ``:``).
+- UTF-8 JSON text with no insignificant whitespace (separators ``,`` and ``:``).
 - Object members sorted by the code points of their keys; array order kept.
-- Strings keep printable ASCII (U+0020..U+007E) raw except ``"`` and ``\\``, which become
-  ``\\"`` and ``\\\\``; U+0008, U+000C, U+000A, U+000D, U+0009 become ``\\b \\f \\n \\r
-  \\t``; every other code point becomes ``\\uxxxx`` (lowercase hex), beyond U+FFFF as a
-  UTF-16 surrogate pair, and a lone surrogate as its own escape. This is exactly
-  ``json.dumps(ensure_ascii=True)``: the stdlib's fastest encoder, and no code point (not
-  even a lone surrogate) needs a special case. Non-ASCII text costs 6 bytes a code point
-  (12 beyond the BMP) of the byte budget; that is deterministic, so it is fine.
-- Integers in decimal; floats as ``float.__repr__`` (shortest round trip: ``1.0``,
-  ``1e+16``, ``-0.0``); ``true``, ``false``, ``null``. NaN and infinities are refused.
+- Strings escape ``"`` and ``\\`` as ``\\"`` and ``\\\\``; U+0008, U+000C, U+000A,
+  U+000D, U+0009 as ``\\b \\f \\n \\r \\t``; the other code points below U+0020 as
+  ``\\u00xx`` (lowercase hex); every other code point is its UTF-8 bytes. This is exactly
+  ``json.dumps(ensure_ascii=False)`` encoded as UTF-8. A lone surrogate has no UTF-8 form
+  and is refused (``string``).
+- Integers in decimal, from -2**63 to 2**64 - 1 (beyond: refused, ``number``); floats as
+  orjson writes them (the shortest text that round-trips; NaN and infinities refused);
+  ``true``, ``false``, ``null``.
 - Only ``dict`` (string keys), ``list``/``tuple``, ``str``, ``int``, ``float``, ``bool`` and
   ``None`` are canonical; anything else is refused.
+
+orjson emits it: one C call renders a whole document, several times faster than the
+stdlib's encoder, which is what keeps identity cheap next to parsing the request. Every
+byte goes through it, so the format cannot drift between paths; a different orjson
+release could only change float texts, which changes digests (misses), never meaning.
 
 Bounded: :meth:`Budget.measure` walks a value first (exact byte size, node count, depth)
 and refuses before a byte is emitted; :func:`chunks` then emits the measured value in
@@ -22,86 +26,67 @@ pieces of at most ``CHUNK_BYTES``, so no canonical text longer than one chunk ev
 
 :meth:`Budget.render` is the one-pass form for documents that fit in one chunk: it
 measures *by rendering* (the text's length is its size) and keeps the bytes, as a
-:class:`Rendered`, for :func:`frame` to emit later, so a document is escaped once, not
-measured and then escaped again. It renders only what is provably at most one chunk
-(every code point escapes to at most 12 bytes, 6 for ASCII text) and charges the budget
-with the same sizes, node counts and depths as :meth:`Budget.measure`; whatever it cannot
-decide that way (a limit reached, a value outside the fast shapes) goes through
-:meth:`Budget.measure`, so refusals are exactly the ones ``measure`` gives. A caller that
-renders a whole history before emitting holds at most the history's canonical bytes,
-which the byte limit bounds.
+:func:`framed` bytes, for :func:`frame` to emit later, so a document is encoded once, not
+measured and then encoded again. It renders only what is provably at most one chunk
+(every code point encodes to at most 6 bytes) and charges the budget with the same sizes,
+node counts and depths as :meth:`Budget.measure`; whatever it cannot decide that way (a
+limit reached, a value outside the fast shapes) goes through :meth:`Budget.measure`, so
+refusals are exactly the ones ``measure`` gives. A caller that renders a whole history
+before emitting holds at most the history's canonical bytes, which the byte limit bounds.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from operator import itemgetter
 from typing import Any, Final, Protocol
 
+import orjson
+
 from relay.reasoning.limits import CANONICAL_LIMITS, CHUNK_BYTES, CanonicalLimits
 
-# The C-accelerated stdlib string escaper: the string rule above, quotes included.
-_escape = json.encoder.encode_basestring_ascii
-# One C call per small document. sort_keys sorts by code point, as the format says;
-# check_circular is off because no cycle gets here (measuring refuses it by depth).
-_ENCODER: Final = json.JSONEncoder(
-    ensure_ascii=True, allow_nan=False, sort_keys=True, separators=(",", ":"),
-    check_circular=False,
-)  # fmt: skip
-# Emission escapes long strings slice by slice; at most 12 bytes per code point keeps
+_dumps: Final = orjson.dumps
+_SORTED: Final = orjson.OPT_SORT_KEYS
+# What orjson raises for a value outside the format (a TypeError).
+EncodeError: Final = orjson.JSONEncodeError
+# Emission encodes long strings slice by slice; at most 6 bytes per code point keeps
 # every piece under CHUNK_BYTES.
 _SLICE: Final = 4096
 # Measuring slices long strings too, only to bound its temporaries.
 _MEASURE_SLICE: Final = 65536
-_SHORT: Final = 256  # below this, one escape call beats counting
+_SHORT: Final = 256  # below this, one encoding call beats counting
 _U64: Final = struct.Struct(">Q")
+_INT_MIN: Final = -(2**63)
+_INT_MAX: Final = 2**64 - 1
 
-
-def _c_encode() -> Callable[[Any, int], Any] | None:
-    # The C encoder _ENCODER.encode builds on each call, built once (its configuration is
-    # fixed). None when the interpreter has no C accelerator.
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:
-        return None
-    encoder: Callable[[Any, int], Any] = make(
-        None, _ENCODER.default, _escape, None, ":", ",", True, False, False
-    )
-    return encoder
-
-
-_C_ENCODE: Final = _c_encode()
-
-
-def _encode(value: object) -> str:
-    """The canonical text of a measured value in one call (exactly ``_ENCODER.encode``)."""
-    if _C_ENCODE is None:
-        return _ENCODER.encode(value)
-    return "".join(_C_ENCODE(value, 0))
-
-
-# Escaped, a code point takes at most 12 bytes (a surrogate pair), an ASCII one at most 6.
-MAX_ESCAPE: Final = 12
-MAX_ASCII_ESCAPE: Final = 6
-escape = _escape  # one string's canonical text, quotes included (for one-pass renderers)
+# Encoded, a code point takes at most 6 bytes (``\\u00xx``; UTF-8 needs at most 4).
+MAX_ESCAPE: Final = 6
 _ONLY_STR: Final = frozenset((str,))
 _MAX_PLANS: Final = 64  # flat templates one Budget keeps (distinct key sets)
 
 
+def render_unsorted(value: object) -> bytes:
+    """The canonical text of a value of canonical types whose every object already has
+    its members in code-point order (one-pass renderers build it so), in one call without
+    sorting. Raises :data:`EncodeError` for a lone surrogate; renderers then fall back to
+    :meth:`Budget.measure`, which refuses it with its reason."""
+    return _dumps(value)
+
+
 def _weights() -> bytes:
-    table = bytearray(256)  # printable ASCII adds nothing
-    for byte in (*range(0x20), 0x7F):
+    table = bytearray(256)  # printable ASCII (and DEL) adds nothing
+    for byte in range(0x20):
         table[byte] = 5  # \u00xx: six bytes for one
     for byte in b'"\\\b\f\n\r\t':
         table[byte] = 1  # two-byte escapes
     return bytes(table)
 
 
-# Escape weights of ASCII bytes: an ASCII string's escaped size is its length plus the
+# Escape weights of ASCII bytes: an ASCII string's encoded size is its length plus the
 # weights of its bytes, counted with C-speed translate/count at about twice the speed of
-# escaping it (measuring must not cost a second emission).
+# encoding it (measuring must not cost a second emission).
 _WEIGHTS: Final = _weights()
 
 
@@ -119,7 +104,8 @@ class CanonicalLimitExceeded(CanonicalRefused):
 
 
 class NotCanonicalizable(CanonicalRefused):
-    """A value JSON cannot carry exactly; ``reason`` is ``number``, ``key`` or ``type``."""
+    """A value the format cannot carry exactly; ``reason`` is ``number`` (NaN, an infinity,
+    an integer beyond 64 bits), ``string`` (a lone surrogate), ``key`` or ``type``."""
 
 
 class Sink(Protocol):
@@ -131,10 +117,17 @@ class Sink(Protocol):
 # --- measuring -----------------------------------------------------------------------
 
 
+def _encoded_size(text: str) -> int:
+    try:
+        return len(_dumps(text))
+    except EncodeError:
+        raise NotCanonicalizable("string") from None
+
+
 def _str_size(text: str, budget: Budget) -> int:
     if len(text) < _SHORT:
-        return len(_escape(text))
-    if len(text) > budget.room:  # never shorter escaped than raw: refuse without work
+        return _encoded_size(text)
+    if len(text) > budget.room:  # never shorter encoded than raw: refuse without work
         raise CanonicalLimitExceeded("bytes")
     size = 2
     for start in range(0, len(text), _MEASURE_SLICE):
@@ -143,7 +136,7 @@ def _str_size(text: str, budget: Budget) -> int:
             weights = piece.encode("ascii").translate(_WEIGHTS)
             size += len(piece) + weights.count(1) + 5 * weights.count(5)
         else:
-            size += len(_escape(piece)) - 2
+            size += _encoded_size(piece) - 2
     return size
 
 
@@ -154,14 +147,13 @@ def _scalar_size(value: Any) -> int:
     if value is False:
         return 5
     if kind is int:
-        try:
-            return len(int.__repr__(value))
-        except ValueError:  # beyond the interpreter's int-to-str digit limit
-            raise NotCanonicalizable("number") from None
+        if not _INT_MIN <= value <= _INT_MAX:
+            raise NotCanonicalizable("number")
+        return len(int.__repr__(value))
     if kind is float:
         if not math.isfinite(value):
             raise NotCanonicalizable("number")
-        return len(float.__repr__(value))
+        return len(_dumps(value))
     raise NotCanonicalizable("type")
 
 
@@ -254,80 +246,78 @@ class Budget:
 
     def render(self, value: object) -> tuple[int, object]:
         """Measure ``value`` like :meth:`measure` (same size, charges and refusals) and
-        return ``(size, document)`` for :func:`frame`: the value rendered once into a
-        :class:`Rendered` when it fits in one chunk, else the value itself (streamed)."""
+        return ``(size, document)`` for :func:`frame`: the value rendered once and
+        :func:`framed` when it fits in one chunk, else the value itself (streamed)."""
         if type(value) is dict:
             text = _render_flat(value, self.plans)
             if text is not None and self.admit(len(text), len(value) + 1, 1):
-                return len(text), Rendered(text)
+                return len(text), _U64.pack(len(text)) + text  # framed(text), inlined
         size = self.measure(value)
         if size <= CHUNK_BYTES:
-            return size, Rendered(_encode(value))
+            return size, framed(_dumps(value, option=_SORTED))
         return size, value
 
 
-class Rendered:
+def framed(text: bytes) -> bytes:
     """A document rendered while it was measured, as :func:`frame` emits it: the u64
-    big-endian length, then the canonical text (at most ``CHUNK_BYTES``), in one piece."""
+    big-endian length, then the canonical text (at most ``CHUNK_BYTES``), in one piece.
 
-    __slots__ = ("framed",)
+    Plain ``bytes`` on purpose: one object per message is all a history's rendering may
+    cost, and no canonical value is ``bytes`` (measuring refuses the type), so
+    :func:`frame` tells a framed rendering from a value to stream by its type alone."""
+    return _U64.pack(len(text)) + text
 
-    def __init__(self, text: str) -> None:
-        self.framed = _U64.pack(len(text)) + text.encode("ascii")
 
-
-def fits_one_chunk(chars: int, fixed: int, texts: Sequence[str]) -> bool:
-    """Whether strings of ``chars`` code points in all (``texts``), escaped, plus ``fixed``
-    bytes of literal text are provably at most one chunk: decided from lengths (and
-    ASCII-ness, O(1) per string) alone, before anything is escaped."""
-    if MAX_ESCAPE * chars + fixed <= CHUNK_BYTES:
-        return True
-    return MAX_ASCII_ESCAPE * chars + fixed <= CHUNK_BYTES and all(map(str.isascii, texts))
+def fits_one_chunk(chars: int, fixed: int) -> bool:
+    """Whether strings of ``chars`` code points in all, encoded, plus ``fixed`` bytes of
+    literal text are provably at most one chunk: decided from lengths alone, before
+    anything is encoded."""
+    return MAX_ESCAPE * chars + fixed <= CHUNK_BYTES
 
 
 # --- one-pass rendering of flat objects ------------------------------------------------
 # A dict whose keys and values are all strings (user, system and tool messages) is
-# rendered from a template per key set: its keys in code-point order, escaped once.
+# rendered by one orjson call; a plan per key set keeps what bounds its size.
 
 
 class _FlatPlan:
-    __slots__ = ("fixed", "get", "small", "template")
+    __slots__ = ("get", "small")
 
     def __init__(self, keys: tuple[str, ...]) -> None:
-        order = sorted(keys)
-        members = ",".join(_escape(key).replace("%", "%%") + ":%s" for key in order)
-        self.template = "{" + members + "}"
-        # Bytes of the rendered text besides the values' escaped code points: braces,
+        # Bytes of the rendered text besides the values' encoded code points: braces,
         # commas, colons, keys and the values' quotes.
-        self.fixed = sum(len(_escape(key)) + 4 for key in order) + 1
+        fixed = sum(len(_dumps(key)) + 4 for key in keys) + 1
         # Values of at most this many code points in all fit one chunk, whatever they hold.
-        self.small = (CHUNK_BYTES - self.fixed) // MAX_ESCAPE
-        getter = itemgetter(*order)
+        self.small = (CHUNK_BYTES - fixed) // MAX_ESCAPE
+        getter = itemgetter(*keys)
         self.get: Callable[[dict[str, Any]], tuple[Any, ...]] = (
-            getter if len(order) > 1 else lambda value: (getter(value),)
+            getter if len(keys) > 1 else lambda value: (getter(value),)
         )
 
 
-def _render_flat(value: dict[Any, Any], plans: dict[tuple[str, ...], _FlatPlan]) -> str | None:
+def _render_flat(value: dict[Any, Any], plans: dict[tuple[str, ...], _FlatPlan]) -> bytes | None:
     """The canonical text of a non-empty dict of strings that fits one chunk, or ``None``.
 
-    ``plans`` caches templates by key tuple (one cache per Budget: no shared state)."""
+    ``plans`` caches plans by key tuple (one cache per Budget: no shared state)."""
     keys = tuple(value)
     plan = plans.get(keys)
     if plan is None:
         if not keys or len(keys) > 16 or not _ONLY_STR.issuperset(map(type, keys)):
             return None
-        plan = _FlatPlan(keys)
+        try:
+            plan = _FlatPlan(keys)
+        except EncodeError:  # a key with a lone surrogate: measure() refuses it
+            return None
         if len(plans) < _MAX_PLANS:
             plans[keys] = plan
     values = plan.get(value)
     # Keys again: an equal str subclass finds the plan too, and is not a canonical key.
-    if not _ONLY_STR.issuperset(map(type, keys + values)):
+    if not _ONLY_STR.issuperset(map(type, keys + values)) or sum(map(len, values)) > plan.small:
         return None
-    chars = sum(map(len, values))
-    if chars > plan.small and not fits_one_chunk(chars, plan.fixed, values):
+    try:
+        return _dumps(value, option=_SORTED)
+    except EncodeError:  # a lone surrogate: measure() refuses it
         return None
-    return plan.template % tuple(map(_escape, values))
 
 
 # --- emitting ------------------------------------------------------------------------
@@ -335,16 +325,16 @@ def _render_flat(value: dict[Any, Any], plans: dict[tuple[str, ...], _FlatPlan])
 
 def _str_pieces(text: str) -> Iterator[bytes]:
     if len(text) <= _SLICE:
-        yield _escape(text).encode("ascii")
+        yield _dumps(text)
         return
     yield b'"'
     for start in range(0, len(text), _SLICE):
-        yield _escape(text[start : start + _SLICE])[1:-1].encode("ascii")
+        yield _dumps(text[start : start + _SLICE])[1:-1]
     yield b'"'
 
 
 def _pieces(value: Any) -> Iterator[bytes]:
-    """Canonical bytes of a measured value, in pieces of at most 12 * _SLICE + 2 bytes."""
+    """Canonical bytes of a measured value, in pieces of at most 6 * _SLICE + 2 bytes."""
     kind = type(value)
     if kind is str:
         yield from _str_pieces(value)
@@ -365,7 +355,7 @@ def _pieces(value: Any) -> Iterator[bytes]:
             yield from _pieces(item)
         yield b"]"
     else:
-        yield _ENCODER.encode(value).encode("ascii")
+        yield _dumps(value)
 
 
 def chunks(value: object, size: int) -> Iterator[bytes]:
@@ -373,7 +363,7 @@ def chunks(value: object, size: int) -> Iterator[bytes]:
     canonical bytes, in chunks of at most ``CHUNK_BYTES``."""
     if size <= CHUNK_BYTES:
         # The same bytes as the streaming path below (tests compare both), in one C call.
-        yield _ENCODER.encode(value).encode("ascii")
+        yield _dumps(value, option=_SORTED)
         return
     buffer: list[bytes] = []
     filled = 0
@@ -390,13 +380,13 @@ def chunks(value: object, size: int) -> Iterator[bytes]:
 def frame(sink: Sink, value: object, size: int) -> None:
     """Append one measured document to ``sink``: its u64 big-endian length, then its bytes.
 
-    ``value`` is the measured value, or its :class:`Rendered` form (of ``size`` bytes)."""
-    if type(value) is Rendered:
-        sink.update(value.framed)
+    ``value`` is the measured value, or its :func:`framed` rendering (of ``size`` bytes)."""
+    if type(value) is bytes:
+        sink.update(value)
         return
     sink.update(_U64.pack(size))
     if size <= CHUNK_BYTES:  # the common case of chunks(), without a generator
-        sink.update(_encode(value).encode("ascii"))
+        sink.update(_dumps(value, option=_SORTED))
         return
     for chunk in chunks(value, size):
         sink.update(chunk)

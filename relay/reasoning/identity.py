@@ -23,16 +23,18 @@ import hashlib
 import hmac
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 from relay.reasoning.canonical import (
     MAX_ESCAPE,
     Budget,
     CanonicalLimitExceeded,
-    Rendered,
-    escape,
+    EncodeError,
+    canonical_bytes,
     fits_one_chunk,
     frame,
+    framed,
+    render_unsorted,
 )
 from relay.reasoning.envelope import is_assistant, normalize_assistant
 from relay.reasoning.limits import (
@@ -193,10 +195,10 @@ class _Fanout:
             sink.update(data)
 
 
-@dataclass(frozen=True)
-class AssistantBlockKey:
+class AssistantBlockKey(NamedTuple):
     """Where an assistant envelope sits: matching uses ``end_digest``, then verifies the
-    start boundary and the envelope fingerprint."""
+    start boundary and the envelope fingerprint. (A named tuple: a history makes one per
+    assistant message, and a frozen dataclass costs several times as much to build.)"""
 
     position: int  # index of the assistant message in the history
     start_digest: str  # boundary before it
@@ -270,7 +272,7 @@ def history_digests(
     flag = exclude_reasoning_content
     budget = Budget(limits, bytes_used=scope.canonical_size, nodes_used=scope.nodes)
     sizes: list[int] = []
-    documents: list[object] = []  # Rendered, or the normalized value to stream
+    documents: list[object] = []  # framed bytes, or the normalized value to stream
     assistants: list[bool] = []
     for message in messages:
         assistant = is_assistant(message)
@@ -280,7 +282,7 @@ def history_digests(
                 text, nodes, depth = rendered
                 if budget.admit(len(text), nodes, depth):
                     sizes.append(len(text))
-                    documents.append(Rendered(text))
+                    documents.append(framed(text))
                     assistants.append(True)
                     continue
         size, document = budget.render(
@@ -293,23 +295,23 @@ def history_digests(
     hasher = scope.history_start(exclude_reasoning_content=flag)
     boundaries = [hasher.hexdigest()]
     blocks: list[AssistantBlockKey] = []
-    envelope_start = hashlib.sha256(ENVELOPE_TAGS[flag])
+    envelope_tag = ENVELOPE_TAGS[flag]
     for position, (document, size, assistant) in enumerate(
         zip(documents, sizes, assistants, strict=True)
     ):
-        if assistant:
-            envelope_hash = envelope_start.copy()
-            if type(document) is Rendered:  # two hash updates: no fan-out object
-                frame(hasher, document, size)
-                frame(envelope_hash, document, size)
-            else:  # streamed: emitted once, into both
-                frame(_Fanout((hasher, envelope_hash)), document, size)
-            start, end = boundaries[-1], hasher.hexdigest()
-            boundaries.append(end)
-            blocks.append(AssistantBlockKey(position, start, end, envelope_hash.hexdigest()))
+        if type(document) is bytes:  # framed: frame() without the call
+            hasher.update(document)
+            if assistant:
+                fingerprint = hashlib.sha256(envelope_tag + document).hexdigest()
+        elif assistant:  # streamed: emitted once, into both
+            envelope_hash = hashlib.sha256(envelope_tag)
+            frame(_Fanout((hasher, envelope_hash)), document, size)
+            fingerprint = envelope_hash.hexdigest()
         else:
             frame(hasher, document, size)
-            boundaries.append(hasher.hexdigest())
+        boundaries.append(hasher.hexdigest())
+        if assistant:
+            blocks.append(AssistantBlockKey(position, boundaries[-2], boundaries[-1], fingerprint))
     final = HistoryState(
         len(documents), boundaries[-1], budget.bytes, budget.nodes, limits, flag, hasher.copy()
     )
@@ -321,10 +323,11 @@ def history_digests(
 
 # --- one-pass rendering of the common assistant envelope ---------------------------------
 # Cursor's assistant messages: text content (or none) and plain function tool calls, each
-# with an index equal to its position. Their normalized form is rendered straight from the
-# message: exactly the canonical bytes of normalize_assistant(message), in sorted member
-# order (content, reasoning_content, role, tool_calls; function, id, type; arguments,
-# name). Anything else returns None and takes the general path.
+# with an index equal to its position. Their normalized form is built straight from the
+# message, members inserted in sorted order (content, reasoning_content, role, tool_calls;
+# function, id, type; arguments, name), and rendered by one call: exactly the canonical
+# bytes of normalize_assistant(message). Anything else returns None and takes the general
+# path.
 
 _ASSISTANT_KEYS: Final = frozenset({"role", "content", "tool_calls", "reasoning_content"})
 _CALL_KEYS: Final = frozenset({"id", "type", "function"})
@@ -332,17 +335,17 @@ _INDEXED_CALL_KEYS: Final = frozenset({"id", "type", "function", "index"})
 _FUNCTION_KEYS: Final = frozenset({"name", "arguments"})
 _ONLY_STR: Final = frozenset((str,))
 _NO_CALLS: Final[list[Any]] = []
-_CALL: Final = '{"function":{"arguments":%s,"name":%s},"id":%s,"type":%s}'
-_ENVELOPE: Final = '{"content":%s,"role":"assistant","tool_calls":[%s]}'
-_ENVELOPE_REASONING: Final = (
-    '{"content":%s,"reasoning_content":%s,"role":"assistant","tool_calls":[%s]}'
-)
-_ENVELOPE_ONE_CALL: Final = _ENVELOPE % ("%s", _CALL)
-# Literal bytes besides the strings' escaped code points (their quotes counted here).
-_ENVELOPE_FIXED: Final = len(_ENVELOPE % ('""', ""))
-_REASONING_FIXED: Final = len(_ENVELOPE_REASONING % ('""', '""', "")) - _ENVELOPE_FIXED
-_CALL_FIXED: Final = len(_CALL % ('""', '""', '""', '""')) + 1  # and a comma
-_ENVELOPE_NO_CALLS: Final = _ENVELOPE % ("%s", "")
+
+
+def _literal_size(value: object) -> int:
+    return len(canonical_bytes(value))
+
+
+# Literal bytes besides the strings' encoded code points (their quotes counted here).
+_ENVELOPE_FIXED: Final = _literal_size({"content": "", "role": "assistant", "tool_calls": []})
+_REASONING_FIXED: Final = len(',"reasoning_content":""')
+_CALL: Final = {"function": {"arguments": "", "name": ""}, "id": "", "type": ""}
+_CALL_FIXED: Final = _literal_size(_CALL) + 1  # and a comma
 # Strings of at most this many code points in all make an envelope of at most one call
 # that fits one chunk, whatever they hold.
 _SMALL_CHARS: Final = (CHUNK_BYTES - _ENVELOPE_FIXED - _CALL_FIXED) // MAX_ESCAPE
@@ -350,7 +353,7 @@ _SMALL_CHARS: Final = (CHUNK_BYTES - _ENVELOPE_FIXED - _CALL_FIXED) // MAX_ESCAP
 
 def _render_assistant(
     message: dict[str, Any], exclude_reasoning_content: bool
-) -> tuple[str, int, int] | None:
+) -> tuple[bytes, int, int] | None:
     """``(text, nodes, depth)`` of ``normalize_assistant(message)`` for the common shape
     when it provably fits one chunk, counted as :meth:`Budget.measure` counts; else ``None``.
 
@@ -376,7 +379,8 @@ def _render_assistant(
     if not calls:
         if len(content) > _SMALL_CHARS:
             return _render_assistant_general(message, exclude_reasoning_content)
-        return _ENVELOPE_NO_CALLS % escape(content), 4, 2
+        envelope = {"content": content, "role": "assistant", "tool_calls": _NO_CALLS}
+        return _render(envelope, 4, 2)
     if len(calls) != 1:
         return _render_assistant_general(message, exclude_reasoning_content)
     call = calls[0]
@@ -408,15 +412,16 @@ def _render_assistant(
         return None
     if len(content) + len(arguments) + len(name) + len(call_id) + len(kind) > _SMALL_CHARS:
         return _render_assistant_general(message, exclude_reasoning_content)
-    text = _ENVELOPE_ONE_CALL % (
-        escape(content), escape(arguments), escape(name), escape(call_id), escape(kind)
-    )  # fmt: skip
-    return text, 10, 4  # 4 values of the envelope and 6 of the call; nesting as below
+    normalized_call = {
+        "function": {"arguments": arguments, "name": name}, "id": call_id, "type": kind
+    }  # fmt: skip
+    envelope = {"content": content, "role": "assistant", "tool_calls": [normalized_call]}
+    return _render(envelope, 10, 4)  # 4 values of the envelope and 6 of the call
 
 
 def _render_assistant_general(
     message: dict[str, Any], exclude_reasoning_content: bool
-) -> tuple[str, int, int] | None:
+) -> tuple[bytes, int, int] | None:
     """:func:`_render_assistant` for any number of calls and a kept reasoning_content."""
     if not _ASSISTANT_KEYS.issuperset(message):
         return None
@@ -432,6 +437,7 @@ def _render_assistant_general(
     # canonical), must be exactly a str.
     typed: list[Any] = [*message, message["role"], content]
     texts: list[Any] = [content, message["reasoning_content"]] if reasoning else [content]
+    normalized_calls = []
     for position, call in enumerate(calls):
         if type(call) is not dict:
             return None
@@ -447,28 +453,31 @@ def _render_assistant_general(
             return None
         typed += call
         typed += function
-        texts += (function["arguments"], function["name"], call["id"], call["type"])
+        arguments, name, call_id, kind = (
+            function["arguments"], function["name"], call["id"], call["type"]
+        )  # fmt: skip
+        texts += (arguments, name, call_id, kind)
+        normalized_calls.append(
+            {"function": {"arguments": arguments, "name": name}, "id": call_id, "type": kind}
+        )
     if not _ONLY_STR.issuperset(map(type, typed)) or not _ONLY_STR.issuperset(map(type, texts)):
         return None
     fixed = _ENVELOPE_FIXED + _CALL_FIXED * len(calls) + (_REASONING_FIXED if reasoning else 0)
-    chars = sum(map(len, texts))
-    if chars * MAX_ESCAPE + fixed > CHUNK_BYTES and not fits_one_chunk(chars, fixed, texts):
+    if not fits_one_chunk(sum(map(len, texts)), fixed):
         return None
-    escaped = tuple(map(escape, texts))
-    count = len(calls)
-    nodes = 4 + reasoning + 6 * count  # the envelope, 3 or 4 members, 6 values per call
-    depth = 4 if count else 2  # tool_calls nests 2 levels deep, calls 3, functions 4
+    envelope: dict[str, Any] = {"content": content}
     if reasoning:
-        text = _ENVELOPE_REASONING % (
-            escaped[0],
-            escaped[1],
-            ",".join([_CALL % escaped[at : at + 4] for at in range(2, len(escaped), 4)]),
-        )
-    elif count == 1:
-        text = _ENVELOPE_ONE_CALL % escaped
-    else:
-        text = _ENVELOPE % (
-            escaped[0],
-            ",".join([_CALL % escaped[at : at + 4] for at in range(1, len(escaped), 4)]),
-        )
-    return text, nodes, depth
+        envelope["reasoning_content"] = message["reasoning_content"]
+    envelope["role"] = "assistant"
+    envelope["tool_calls"] = normalized_calls
+    nodes = 4 + reasoning + 6 * len(calls)  # the envelope, 3 or 4 members, 6 per call
+    depth = 4 if calls else 2  # tool_calls nests 2 levels deep, calls 3, functions 4
+    return _render(envelope, nodes, depth)
+
+
+def _render(envelope: dict[str, Any], nodes: int, depth: int) -> tuple[bytes, int, int] | None:
+    """Render an envelope built in sorted member order (so no sorting is asked for)."""
+    try:
+        return render_unsorted(envelope), nodes, depth
+    except EncodeError:  # a lone surrogate: the general path refuses it with its reason
+        return None

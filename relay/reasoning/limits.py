@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-# Bump when canonical bytes, framing, normalization or scope fields change meaning.
-IDENTITY_FORMAT_VERSION: Final = 1
+# Bump when canonical bytes, framing, normalization or scope fields change meaning. Records
+# made under another version never match again (their scopes differ): misses, never a
+# wrong replay; retention removes them. 2: UTF-8 canonical text rendered by orjson.
+IDENTITY_FORMAT_VERSION: Final = 2
 
 # Largest piece the serializer ever hands to a consumer. Not part of the identity: chunking
 # never changes the bytes, only how they are fed to the hash.

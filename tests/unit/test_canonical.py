@@ -21,10 +21,10 @@ from relay.reasoning.limits import CANONICAL_LIMITS, CHUNK_BYTES, CanonicalLimit
 
 
 def stdlib(value: Any) -> bytes:
-    """The format is defined to equal this (see the canonical module docstring)."""
+    """The format equals this for values without floats (see the canonical docstring)."""
     return json.dumps(
-        value, ensure_ascii=True, sort_keys=True, separators=(",", ":"), allow_nan=False
-    ).encode("ascii")
+        value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
+    ).encode("utf-8")
 
 
 # --- the format ------------------------------------------------------------------------
@@ -34,22 +34,17 @@ def stdlib(value: Any) -> bytes:
     ("value", "expected"),
     [
         ({"b": 1, "a": 2, "B": 3}, b'{"B":3,"a":2,"b":1}'),  # code-point order: "B" < "a"
-        ({"\u00e9": 1, "z": 2, "\U0001f600": 3}, b'{"z":2,"\\u00e9":1,"\\ud83d\\ude00":3}'),
+        ({"\u00e9": 1, "z": 2, "\U0001f600": 3}, '{"z":2,"\u00e9":1,"\U0001f600":3}'.encode()),
         ([3, 1, 2], b"[3,1,2]"),  # arrays keep their order
         ({"a": [], "b": {}}, b'{"a":[],"b":{}}'),
         ('q"b\\s/', b'"q\\"b\\\\s/"'),
         ("\b\f\n\r\t", b'"\\b\\f\\n\\r\\t"'),
-        ("\x00\x1f\x7f", b'"\\u0000\\u001f\\u007f"'),
-        ("\u2028\u2029\u00e9", b'"\\u2028\\u2029\\u00e9"'),
-        ("\U0001f600", b'"\\ud83d\\ude00"'),
-        ("\ud800", b'"\\ud800"'),  # a lone surrogate needs no special case
-        (10**30, b"1000000000000000000000000000000"),
+        ("\x00\x1f\x7f", b'"\\u0000\\u001f\x7f"'),  # DEL is not a control escape
+        ("\u2028\u2029\u00e9", "\"\u2028\u2029\u00e9\"".encode()),
+        ("\U0001f600", b'"\xf0\x9f\x98\x80"'),
+        (2**64 - 1, b"18446744073709551615"),
+        (-(2**63), b"-9223372036854775808"),
         (-0, b"0"),
-        (1.0, b"1.0"),
-        (-0.0, b"-0.0"),
-        (1e16, b"1e+16"),
-        (1e-05, b"1e-05"),
-        (0.1, b"0.1"),
         (True, b"true"),
         (False, b"false"),
         (None, b"null"),
@@ -59,6 +54,23 @@ def stdlib(value: Any) -> bytes:
 def test_format(value: Any, expected: bytes) -> None:
     assert canonical_bytes(value) == expected
     assert canonical_bytes(value) == stdlib(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (1.0, b"1.0"),
+        (-0.0, b"-0.0"),
+        (0.1, b"0.1"),
+        (1e16, b"1e+16"),
+        (1e-05, b"0.00001"),  # orjson's float text, not float.__repr__
+        (2.5e-9, b"2.5e-9"),
+        ([0.5, {"x": -1.25}], b'[0.5,{"x":-1.25}]'),
+    ],
+)
+def test_float_format(value: Any, expected: bytes) -> None:
+    assert canonical_bytes(value) == expected
+    assert json.loads(expected) == value
 
 
 def test_no_whitespace_and_nested_sorting() -> None:
@@ -72,7 +84,12 @@ def test_no_whitespace_and_nested_sorting() -> None:
         (math.nan, "number"),
         (math.inf, "number"),
         ({"a": [-math.inf]}, "number"),
+        (2**64, "number"),  # beyond 64 bits
+        (-(2**63) - 1, "number"),
         pytest.param(10**5000, "number", id="huge-int"),  # beyond the int-to-str limit
+        ("\ud800", "string"),  # a lone surrogate has no UTF-8 form
+        ({"a": ["ok", "\udfff"]}, "string"),
+        ({"\ud800": 1}, "string"),
         ({1: "a"}, "key"),
         ({("a",): 1}, "key"),
         ({"a"}, "type"),
@@ -90,7 +107,7 @@ def test_values_json_cannot_carry_exactly_are_refused(value: Any, reason: str) -
 
 
 LONG_ASCII = ('line "quoted" \\ back\tslash\n' * 400) + "\x01\x7f\b\f\r"
-LONG_MIXED = ("ascii part " * 700) + ("\u00e9\u4e2d\U0001f600\ud800" * 3000)
+LONG_MIXED = ("ascii part " * 700) + ("\u00e9\u4e2d\U0001f600\x02" * 3000)
 
 
 @pytest.mark.parametrize(
@@ -117,13 +134,13 @@ def test_byte_limit_is_exact_and_shared() -> None:
     assert refused.value.reason == "bytes"
 
 
-def test_a_long_string_over_the_room_is_refused_without_escaping_it(
+def test_a_long_string_over_the_room_is_refused_without_encoding_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def fail(text: str) -> str:
-        raise AssertionError("escaped a string that could never fit")
+    def fail(value: Any, **options: Any) -> bytes:
+        raise AssertionError("encoded a string that could never fit")
 
-    monkeypatch.setattr(canonical, "_escape", fail)
+    monkeypatch.setattr(canonical, "_dumps", fail)
     with pytest.raises(CanonicalLimitExceeded):
         Budget(CanonicalLimits(max_bytes=1000)).measure("\u00e9" * 2000)
 

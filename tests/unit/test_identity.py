@@ -370,13 +370,33 @@ def test_a_history_over_a_limit_is_refused_before_emission(
     assert emitted == []
 
 
-def test_a_value_json_cannot_carry_is_refused_before_emission(emitted: list[int]) -> None:
-    history = [
-        *HISTORY,
-        {"role": "user", "content": [{"type": "text", "text": "x", "n": float("nan")}]},
-    ]
-    with pytest.raises(NotCanonicalizable):
-        history_digests(SCOPE, history)
+LONE = "\ud800"  # no UTF-8 form; json.loads makes it from "\\ud800"
+
+
+@pytest.mark.parametrize(
+    ("last", "reason"),
+    [
+        ({"role": "user", "content": [{"type": "text", "text": "x", "n": float("nan")}]},
+         "number"),
+        # Each one-pass renderer meets the surrogate (flat user/tool messages, the plain and
+        # one-call assistant envelopes, the general envelope) and refuses like measure().
+        ({"role": "user", "content": f"a{LONE}"}, "string"),
+        ({"role": "tool", "tool_call_id": "c", "content": LONE}, "string"),
+        ({"role": "user", LONE: "x"}, "string"),
+        ({"role": "assistant", "content": LONE}, "string"),
+        ({"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "f", "arguments": LONE}}]},
+         "string"),
+        ({"role": "assistant", "content": "", "reasoning_content": LONE}, "string"),
+        ({"role": "assistant", "content": "x" * 70_000 + LONE}, "string"),  # streamed path
+    ],
+)  # fmt: skip
+def test_a_value_the_format_cannot_carry_is_refused_before_emission(
+    emitted: list[int], last: dict[str, Any], reason: str
+) -> None:
+    with pytest.raises(NotCanonicalizable) as refused:
+        history_digests(SCOPE, [*HISTORY, last])
+    assert refused.value.reason == reason
     assert emitted == []
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
+import struct
 from typing import Any
 
 from hypothesis import given, settings
@@ -12,8 +14,9 @@ from hypothesis import strategies as st
 from relay.reasoning import canonical
 from relay.reasoning.canonical import Budget, canonical_bytes
 from relay.reasoning.envelope import normalize_message
-from relay.reasoning.identity import build_scope, history_digests
+from relay.reasoning.identity import HISTORY_TAGS, build_scope, history_digests
 from relay.reasoning.predict import reserialize_arguments
+from tests.support.canonical_reference import reference
 
 SCOPE = build_scope(
     secret=b"k" * 32,
@@ -26,13 +29,15 @@ SCOPE = build_scope(
     openai_beta=None,
 )
 
+U64 = struct.Struct(">Q")
+
 # Any code point but lone surrogates, which json.loads never produces from a valid body.
 text = st.text(st.characters(exclude_categories=["Cs"]), max_size=30)
 long_text = st.text(st.sampled_from('ab\n"\\\t\x01\x7f\u00e9\u4e2d\U0001f600'), max_size=9000)
 scalars = (
     st.none()
     | st.booleans()
-    | st.integers(min_value=-(10**30), max_value=10**30)
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
     | st.floats(allow_nan=False, allow_infinity=False)
     | text
 )
@@ -86,11 +91,11 @@ def test_canonical_output_ignores_insertion_order(value: Any, rng: random.Random
 
 @given(json_values | long_text | st.dictionaries(long_text, long_text, max_size=3))
 @settings(max_examples=200)
-def test_canonical_output_is_the_documented_stdlib_encoding_and_measured_exactly(
+def test_canonical_output_is_the_documented_encoding_and_measured_exactly(
     value: Any,
 ) -> None:
     out = canonical_bytes(value)
-    assert out == json.dumps(value, sort_keys=True, separators=(",", ":")).encode("ascii")
+    assert out == reference(value)
     assert json.loads(out) == value
     assert Budget().measure(value) == len(out)
     assert b"".join(canonical._pieces(value)) == out  # the streaming path agrees
@@ -111,6 +116,33 @@ def test_prefix_digests_hold_for_random_histories(history: list[Any]) -> None:
         assert history_digests(SCOPE, history[:k]).boundaries[-1] == digests.boundaries[k]
     for block in digests.assistant_blocks:
         assert history_digests(SCOPE, history[: block.position + 1]).assistant_blocks[-1] == block
+
+
+# Up to 150,000 code points: past what renders in one pass, and past one chunk (streamed).
+huge_text = st.builds(
+    lambda piece, times: piece * times,
+    st.text(st.sampled_from('ab\n"\\\x01\x7f\u00e9\U0001f600'), min_size=1, max_size=50),
+    st.integers(1, 3000),
+)
+huge = st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]), "content": huge_text})
+
+
+@given(st.lists(assistant | other | json_values | huge, max_size=6), st.booleans())
+@settings(max_examples=100)
+def test_digests_are_the_documented_framing_of_the_reference_encoding(
+    history: list[Any], exclude: bool
+) -> None:
+    """Whichever renderer a message takes (flat, one-pass assistant, measured, streamed),
+    its bytes are the reference encoding of its normalized form, framed as documented."""
+    digests = history_digests(SCOPE, history, exclude_reasoning_content=exclude)
+    scope = reference(SCOPE.value)
+    state = hashlib.sha256(HISTORY_TAGS[exclude] + U64.pack(len(scope)) + scope)
+    assert digests.boundaries[0] == state.hexdigest()
+    for k, message in enumerate(history):
+        document = reference(normalize_message(message, exclude_reasoning_content=exclude))
+        state.update(U64.pack(len(document)) + document)
+        assert digests.boundaries[k + 1] == state.hexdigest()
+        assert digests.message_sizes[k] == len(document)
 
 
 @given(messages, assistant)
