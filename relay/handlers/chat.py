@@ -130,34 +130,41 @@ class ChatCompletionsHandler(RelayingHandler):
         down = self.downstream(keepalive_frame=KEEPALIVE)
 
         sent = ClientProjection()
+        output_flushed = False  # the first output chunk has been flushed
 
         async def sink(event_type: str, data: dict[str, Any]) -> None:
+            nonlocal output_flushed
             if session is not None:
                 session.feed(event_type, data)
             chunks = converter.feed(event_type, data)
-            for chunk in chunks:
-                sent.feed_chunk(chunk)
+            if session is not None:  # what the client got matters to the cache alone
+                for chunk in chunks:
+                    sent.feed_chunk(chunk)
             if converter.finished:
                 if session is not None:
                     session.complete(sent)  # committed before any terminal frame is queued
                 down.start_delivery(config.delivery_timeout_ms / 1000)
+            if chunks:
+                self.start_sse(down)
             for chunk in chunks:
-                if not self._headers_written:
-                    self.start_sse(down)
                 if converter.finished and chunk is chunks[-1]:
                     crash_point("before_terminal_frame")
                 down.queue(encode_chunk(chunk))
             if converter.finished:
                 await down.drain()  # the terminal frames go out before anything else happens
                 crash_point("after_terminal_frame")
+            elif not output_flushed and converter.output_started:
+                # The first output is what the client is waiting for: it goes out now, not
+                # after the rest of this read's events (up to READ_CHUNK_BYTES) are converted.
+                output_flushed = True
+                await down.drain()
 
         async with self.streaming(down, lambda err: encode_error(err.envelope())):
             exchange = self._exchange_for(
                 request, session, sink, buffered=False, batch_done=down.drain
             )
             await self.run_exchange(exchange)
-            if not self._headers_written:
-                self.start_sse(down)
+            self.start_sse(down)
             await down.send(DONE)
             crash_point("after_done_frame")
             if session is not None:

@@ -147,8 +147,7 @@ class _ChatProviderCall:
 
         async def sink(event_type: str, chunk: dict[str, Any]) -> None:
             self._observe(chunk, whole=False)
-            if not handler._headers_written:
-                handler.start_sse(down)
+            handler.start_sse(down)
             down.queue(encode_chunk(chunk))
 
         async with handler.streaming(down, lambda err: encode_error(err.envelope())):
@@ -159,7 +158,6 @@ class _ChatProviderCall:
             await handler.run_exchange(exchange)
             self._commit()  # before the terminal frame
             down.start_delivery(self.runtime.config.delivery_timeout_ms / 1000)
-            if not handler._headers_written:
-                handler.start_sse(down)
+            handler.start_sse(down)
             await down.send(DONE)
             log.event("chat_done", request_id=handler.request_id, finish=self.finish_reason)

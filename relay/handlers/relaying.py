@@ -29,6 +29,8 @@ from relay.transport.upstream import (
 
 @stream_request_body
 class RelayingHandler(BaseHandler):
+    _sse_started = False  # start_sse has run
+
     def prepare(self) -> None:
         super().prepare()
         self._body = bytearray()
@@ -84,6 +86,12 @@ class RelayingHandler(BaseHandler):
         return True
 
     def start_sse(self, down: Downstream) -> None:
+        """Make this response an event stream. Callers call it before queuing frames;
+        only the first call does anything (the headers are written with the first flush,
+        so until then nothing else says the stream has started)."""
+        if self._sse_started:
+            return
+        self._sse_started = True
         self.set_header("Content-Type", "text/event-stream; charset=utf-8")
         self.set_header("Cache-Control", "no-cache")
         self.set_header("X-Accel-Buffering", "no")

@@ -90,8 +90,7 @@ class ResponsesHandler(RelayingHandler):
 
         async def sink(event_type: str, data: dict[str, Any]) -> None:
             nonlocal forwarded_error
-            if not self._headers_written:
-                self.start_sse(down)
+            self.start_sse(down)
             down.queue(encode_event(event_type, data))
             if event_type == "error":  # the upstream's own failure, already forwarded
                 forwarded_error = True

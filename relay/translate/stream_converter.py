@@ -94,6 +94,11 @@ class ChatStreamConverter:
         self.final_response: dict[str, Any] | None = None
         self.finish_reason: str | None = None
 
+    @property
+    def output_started(self) -> bool:
+        """Whether a chunk with output (text, refusal, reasoning or a tool call) was made."""
+        return bool(self._sent or self._calls)
+
     def feed(self, event_type: str, data: Mapping[str, Any]) -> list[Chunk]:
         """The chunks to send for one upstream event, in order (often none)."""
         if self.finished:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
+from relay.transport.downstream import Downstream
 from tests.support.stack import Stack
 
 BODY = {"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}]}
@@ -180,3 +181,57 @@ def test_a_stream_sends_each_frame_at_once_on_a_kept_alive_connection(stack: Sta
             raise AssertionError("the relay has no connection from this client")
 
         assert stack.loop.run(relay_side_nodelay()) != 0
+
+
+@pytest.mark.parametrize("path", ["/chat/completions", "/responses"])
+def test_a_stream_is_set_up_once_however_many_frames_go_before_the_first_flush(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """The event-stream headers, TCP_NODELAY and the keepalive timer are set up for the
+    first frame only, though the headers are written only when the first batch is flushed
+    (here every event comes in one read: the fake shares the relay's loop)."""
+    setups: list[Downstream] = []
+    start_keepalive = Downstream.start_keepalive
+
+    def counted(down: Downstream) -> None:
+        setups.append(down)
+        start_keepalive(down)
+
+    monkeypatch.setattr(Downstream, "start_keepalive", counted)
+    stack.script(TEXT)
+    body = {**BODY, "stream": True}
+    if path == "/responses":
+        body = {"model": "gpt-5", "input": "hi", "stream": True}
+    resp = requests.post(stack.base_url + path, json=body, headers=stack.headers(), timeout=20)
+    assert resp.headers["Content-Type"] == "text/event-stream; charset=utf-8"
+    assert len(sse_frames(resp)) > 3
+    assert len(setups) == 1
+
+
+def test_the_first_output_goes_out_before_the_rest_of_its_read_is_converted(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Time to first token: the role chunk and the first content chunk are flushed at once,
+    though the same read holds more events (the fake shares the relay's loop, so every
+    event arrives in one read); later frames keep one flush per read."""
+    flushed: list[int] = []  # frames per flush
+    drain = Downstream.drain
+
+    async def counted(down: Downstream) -> None:
+        pending = down._pending
+        await drain(down)
+        if pending:
+            flushed.append(pending)
+
+    monkeypatch.setattr(Downstream, "drain", counted)
+    stack.script({"output": [{"type": "message", "text": "x" * 20}], "delta_size": 1})
+    frames = sse_frames(post(stack, True))
+    chunks = [json.loads(f.removeprefix("data: ")) for f in frames[:-1]]
+    assert [c["choices"][0]["delta"] for c in chunks[:2]] == [
+        {"role": "assistant", "content": ""},
+        {"content": "x"},
+    ]
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == "x" * 20
+    assert flushed[0] == 2
+    assert flushed[1] > 1  # the rest of that read, in one flush
+    assert sum(flushed) == len(frames)
