@@ -31,12 +31,19 @@ def test_json_and_stream_answers(tmp_path: Path) -> None:
     with live_relay(tmp_path) as client:
         messages = [{"role": "user", "content": "Reply with exactly the word: pong"}]
         # Cursor's temperature 0 must not break a reasoning model.
-        completion = client.chat.completions.create(model=LIVE_MODEL, messages=messages, temperature=0)
+        completion = client.chat.completions.create(
+            model=LIVE_MODEL, messages=messages, temperature=0
+        )
         assert "pong" in (completion.choices[0].message.content or "").lower()
         assert completion.choices[0].finish_reason == "stop"
-        chunks = list(client.chat.completions.create(
-            model=LIVE_MODEL, messages=messages, stream=True, stream_options={"include_usage": True}
-        ))
+        chunks = list(
+            client.chat.completions.create(
+                model=LIVE_MODEL,
+                messages=messages,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
         text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         assert "pong" in text.lower()
         assert chunks[-1].usage is not None

@@ -38,9 +38,7 @@ def parse_json_object(raw: bytes, content_type: str | None) -> dict[str, Any]:
             f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
     if not isinstance(value, dict):
-        raise InvalidRequest(
-            f"request body must be a JSON object, not a JSON {_json_kind(value)}"
-        )
+        raise InvalidRequest(f"request body must be a JSON object, not a JSON {_json_kind(value)}")
     return value
 
 

@@ -14,13 +14,17 @@ from tests.support.stack import Stack
 GOOD = {"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}]}
 
 
-def post(stack: Stack, body: bytes, content_type: str | None = "application/json") -> requests.Response:
+def post(
+    stack: Stack, body: bytes, content_type: str | None = "application/json"
+) -> requests.Response:
     headers = stack.headers()
     if content_type is None:
         headers.pop("Content-Type")
     else:
         headers["Content-Type"] = content_type
-    return requests.post(f"{stack.base_url}/chat/completions", data=body, headers=headers, timeout=10)
+    return requests.post(
+        f"{stack.base_url}/chat/completions", data=body, headers=headers, timeout=10
+    )
 
 
 def assert_envelope(resp: requests.Response, status: int, *needles: str) -> dict:
@@ -45,7 +49,11 @@ def assert_envelope(resp: requests.Response, status: int, *needles: str) -> dict
         (b'{"messages": [{"role": "user", "content": "x"}]}', 400, "model"),
         (b"\xff\xfe{}", 400, "UTF-8"),
         (b"[" * 100_000 + b"]" * 100_000, 400, "nested too deeply"),
-        (b'{"model": "gpt-5", "messages": [{"role": "user", "content": "x"}], "x": NaN}', 400, "NaN"),
+        (
+            b'{"model": "gpt-5", "messages": [{"role": "user", "content": "x"}], "x": NaN}',
+            400,
+            "NaN",
+        ),
         (json.dumps({**GOOD, "n": 3}).encode(), 400, "n"),
         (json.dumps({**GOOD, "stop": ["x"]}).encode(), 400, "stop"),
     ],

@@ -90,7 +90,11 @@ def test_fencing_is_per_caller_when_the_caller_is_known(cached: Stack) -> None: 
 
 
 def test_an_unwritable_fence_refuses_the_direct_call(cached: Stack) -> None:  # noqa: F811
-    with writes_fail(cached), cached.openai() as client, pytest.raises(openai.APIStatusError) as err:
+    with (
+        writes_fail(cached),
+        cached.openai() as client,
+        pytest.raises(openai.APIStatusError) as err,
+    ):
         client.responses.create(model="gpt-5", input="direct")
     assert err.value.status_code == 503
     assert cached.fake.requests == []

@@ -52,12 +52,17 @@ def last_input(stack: Stack) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("modes", [(True, True, True), (False, False, False), (True, False, True)])
-def test_each_turn_replays_every_earlier_block_in_place(cached: Stack, modes: tuple[bool, ...]) -> None:
+def test_each_turn_replays_every_earlier_block_in_place(
+    cached: Stack, modes: tuple[bool, ...]
+) -> None:
     messages: list[dict[str, Any]] = [{"role": "user", "content": "hello"}]
     for turn, stream in enumerate(modes):
         text = ask(cached, messages, stream=stream)
         assert continuity(text) == (turn, turn, 0)
-        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": f"q{turn}"}]
+        messages += [
+            {"role": "assistant", "content": text},
+            {"role": "user", "content": f"q{turn}"},
+        ]
     body = cached.fake.requests[-1].body
     assert body["store"] is False
     assert "reasoning.encrypted_content" in body["include"]
@@ -77,8 +82,16 @@ def test_tool_call_blocks_replay_with_results_untouched(cached: Stack) -> None:
     second = client.chat.completions.create(model="gpt-5", messages=messages, tools=tools)
     assert continuity(second.choices[0].message.content or "") == (1, 1, 0)
     items = last_input(cached)
-    assert [i.get("type") for i in items[1:]] == ["reasoning", "function_call", "function_call_output"]
-    assert items[3] == {"type": "function_call_output", "call_id": calls[0].id, "output": "file body"}
+    assert [i.get("type") for i in items[1:]] == [
+        "reasoning",
+        "function_call",
+        "function_call_output",
+    ]
+    assert items[3] == {
+        "type": "function_call_output",
+        "call_id": calls[0].id,
+        "output": "file body",
+    }
 
 
 def test_identical_regeneration_is_a_conflict(cached: Stack) -> None:
@@ -97,7 +110,10 @@ def test_an_edit_stops_replay_at_and_after_it(cached: Stack) -> None:
     messages: list[dict[str, Any]] = [{"role": "user", "content": "one"}]
     for turn in range(2):
         text = ask(cached, messages, stream=True)
-        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": f"q{turn}"}]
+        messages += [
+            {"role": "assistant", "content": text},
+            {"role": "user", "content": f"q{turn}"},
+        ]
     edited = [dict(m) for m in messages]
     edited[2]["content"] = "q0 (edited)"  # after the first answer, before the second
     assert continuity(ask(cached, edited, stream=True)) == (1, 1, 0)

@@ -19,8 +19,11 @@ def relay_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def test_serve_without_key_uses_offline_fake_and_says_so(tmp_path: Path) -> None:
     with subprocess.Popen(
-        [sys.executable, "-m", "relay", "serve"], env=relay_env(tmp_path),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "relay", "serve"],
+        env=relay_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     ) as proc:
         _check_offline_relay(proc, tmp_path)
 
@@ -56,8 +59,12 @@ def _check_offline_relay(proc: subprocess.Popen[str], tmp_path: Path) -> None:
 
 def test_invalid_config_stops_startup_with_one_line(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "relay", "serve"], env=relay_env(tmp_path, RELAY_PORT="x"),
-        capture_output=True, text=True, timeout=30, check=False,
+        [sys.executable, "-m", "relay", "serve"],
+        env=relay_env(tmp_path, RELAY_PORT="x"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
     )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
@@ -68,16 +75,23 @@ def test_invalid_config_stops_startup_with_one_line(tmp_path: Path) -> None:
 def test_a_second_relay_on_the_same_cache_is_refused_clearly(tmp_path: Path) -> None:
     env = relay_env(tmp_path, REASONING_CACHE_ENABLED="1")
     with subprocess.Popen(
-        [sys.executable, "-m", "relay", "serve"], env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "relay", "serve"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     ) as first:
         try:
             assert first.stdout is not None
             banner = [first.stdout.readline() for _ in range(4)]
             assert banner[3].startswith("reasoning cache: on (")
             second = subprocess.run(
-                [sys.executable, "-m", "relay", "serve"], env=env,
-                capture_output=True, text=True, timeout=30, check=False,
+                [sys.executable, "-m", "relay", "serve"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
             )
             assert second.returncode == 1
             lines = second.stderr.strip().splitlines()

@@ -16,7 +16,9 @@ from openai.types.chat import ChatCompletionChunk
 
 from tests.support.stack import Stack
 
-RECORDINGS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "cursor-recordings"
+RECORDINGS = (
+    Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "cursor-recordings"
+)
 NAMES = sorted(p.name for p in RECORDINGS.iterdir() if (p / "cursor_request.json").exists())
 
 
@@ -62,13 +64,17 @@ def collect(frames: list[str]) -> tuple[str, list[tuple[str, str, str]], str | N
 
 
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("toxics", [{}, {"slice_bytes": 5}, {"slice_bytes": 97, "slice_random": True}])
+@pytest.mark.parametrize(
+    "toxics", [{}, {"slice_bytes": 5}, {"slice_bytes": 97, "slice_random": True}]
+)
 def test_recording_through_relay(stack: Stack, name: str, toxics: dict[str, Any]) -> None:
     folder = RECORDINGS / name
     request = json.loads((folder / "cursor_request.json").read_text())
     sse = (folder / "upstream_response.sse").read_text()
     # The recorded stream belongs to another request; replay it without re-validating input.
-    stack.script({"raw_sse_file": str(folder / "upstream_response.sse"), "validate": False, "toxics": toxics})
+    stack.script(
+        {"raw_sse_file": str(folder / "upstream_response.sse"), "validate": False, "toxics": toxics}
+    )
     resp = requests.post(
         f"{stack.base_url}/chat/completions", json=request, headers=stack.headers(), timeout=30
     )

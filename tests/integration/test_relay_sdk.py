@@ -33,7 +33,14 @@ def joined_text(chunks: list[ChatCompletionChunk]) -> str:
 
 
 def test_json_text_answer(stack: Stack) -> None:
-    stack.script({"output": [{"type": "reasoning", "summary": ["plan"]}, {"type": "message", "text": "Hello there"}]})
+    stack.script(
+        {
+            "output": [
+                {"type": "reasoning", "summary": ["plan"]},
+                {"type": "message", "text": "Hello there"},
+            ]
+        }
+    )
     completion = stack.openai().chat.completions.create(
         model="gpt-5", messages=[{"role": "user", "content": "hi"}], temperature=0
     )
@@ -84,8 +91,18 @@ def test_parallel_tool_calls(stack: Stack, stream: bool) -> None:
     script = {
         "output": [
             {"type": "reasoning", "summary": []},
-            {"type": "function_call", "name": "read_file", "arguments": '{"path":"a"}', "call_id": "call_a"},
-            {"type": "function_call", "name": "read_file", "arguments": '{"path":"b"}', "call_id": "call_b"},
+            {
+                "type": "function_call",
+                "name": "read_file",
+                "arguments": '{"path":"a"}',
+                "call_id": "call_a",
+            },
+            {
+                "type": "function_call",
+                "name": "read_file",
+                "arguments": '{"path":"b"}',
+                "call_id": "call_b",
+            },
         ],
         "delta_size": 3,
     }
@@ -130,13 +147,19 @@ def test_tool_results_round_trip(stack: Stack) -> None:
             "role": "assistant",
             "content": "Reading.",
             "tool_calls": [
-                {"id": "call_1", "type": "function", "index": 0,
-                 "function": {"name": "read_file", "arguments": '{"path": "a"}'}}
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "index": 0,
+                    "function": {"name": "read_file", "arguments": '{"path": "a"}'},
+                }
             ],
         },
         {"role": "tool", "tool_call_id": "call_1", "name": "read_file", "content": "contents"},
     ]
-    completion = stack.openai().chat.completions.create(model="gpt-5", messages=messages, tools=TOOLS)  # type: ignore[arg-type]
+    completion = stack.openai().chat.completions.create(
+        model="gpt-5", messages=messages, tools=TOOLS
+    )  # type: ignore[arg-type]
     assert "Tool output: contents" in (completion.choices[0].message.content or "")
     items = stack.fake.requests[-1].body["input"]
     kinds = [i.get("type", "message") for i in items]
@@ -149,10 +172,13 @@ def test_image_parts_reach_upstream(stack: Stack) -> None:
     stack.openai().chat.completions.create(
         model="gpt-5",
         messages=[
-            {"role": "user", "content": [
-                {"type": "text", "text": "what is this"},
-                {"type": "image_url", "image_url": {"url": url, "detail": "low"}},
-            ]}
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "what is this"},
+                    {"type": "image_url", "image_url": {"url": url, "detail": "low"}},
+                ],
+            }
         ],
     )
     content = stack.fake.requests[-1].body["input"][0]["content"]
@@ -179,8 +205,16 @@ def test_refusal_stays_visible(stack: Stack, stream: bool) -> None:
     ("reason", "finish"), [("max_output_tokens", "length"), ("content_filter", "content_filter")]
 )
 @pytest.mark.parametrize("stream", [False, True])
-def test_incomplete_maps_finish_reason(stack: Stack, reason: str, finish: str, stream: bool) -> None:
-    stack.script({"output": [{"type": "message", "text": "partial"}], "status": "incomplete", "incomplete_reason": reason})
+def test_incomplete_maps_finish_reason(
+    stack: Stack, reason: str, finish: str, stream: bool
+) -> None:
+    stack.script(
+        {
+            "output": [{"type": "message", "text": "partial"}],
+            "status": "incomplete",
+            "incomplete_reason": reason,
+        }
+    )
     kwargs = {"model": "gpt-5", "messages": [{"role": "user", "content": "x"}], "max_tokens": 5}
     if stream:
         chunks = stream_chunks(stack, **kwargs)
@@ -192,10 +226,15 @@ def test_incomplete_maps_finish_reason(stack: Stack, reason: str, finish: str, s
 
 
 def test_failed_generation_is_an_error_not_an_empty_answer(stack: Stack) -> None:
-    script = {"status": "failed", "error": {"code": "server_error", "message": "The model crashed."}}
+    script = {
+        "status": "failed",
+        "error": {"code": "server_error", "message": "The model crashed."},
+    }
     stack.script(script)
     with pytest.raises(openai.APIStatusError) as info:
-        stack.openai().chat.completions.create(model="gpt-5", messages=[{"role": "user", "content": "x"}])
+        stack.openai().chat.completions.create(
+            model="gpt-5", messages=[{"role": "user", "content": "x"}]
+        )
     assert info.value.status_code == 502
     assert "The model crashed." in info.value.message
     stack.script(script)
@@ -204,23 +243,39 @@ def test_failed_generation_is_an_error_not_an_empty_answer(stack: Stack) -> None
 
 
 def test_error_event_mid_stream(stack: Stack) -> None:
-    stack.script({"output": [{"type": "message", "text": "hello world"}],
-                  "error_event": {"code": "server_error", "message": "overloaded", "after_events": 4}})
+    stack.script(
+        {
+            "output": [{"type": "message", "text": "hello world"}],
+            "error_event": {"code": "server_error", "message": "overloaded", "after_events": 4},
+        }
+    )
     with pytest.raises(openai.APIError, match="overloaded"):
         stream_chunks(stack, model="gpt-5", messages=[{"role": "user", "content": "x"}])
 
 
 @pytest.mark.parametrize(
     ("status", "exc"),
-    [(400, openai.BadRequestError), (401, openai.AuthenticationError),
-     (429, openai.RateLimitError), (500, openai.InternalServerError)],
+    [
+        (400, openai.BadRequestError),
+        (401, openai.AuthenticationError),
+        (429, openai.RateLimitError),
+        (500, openai.InternalServerError),
+    ],
 )
 @pytest.mark.parametrize("stream", [False, True])
 def test_upstream_http_errors_keep_status_and_envelope(
     stack: Stack, status: int, exc: type[Exception], stream: bool
 ) -> None:
-    stack.script({"http_error": {"status": status, "type": "invalid_request_error",
-                                 "message": f"upstream said {status}", "code": "some_code"}})
+    stack.script(
+        {
+            "http_error": {
+                "status": status,
+                "type": "invalid_request_error",
+                "message": f"upstream said {status}",
+                "code": "some_code",
+            }
+        }
+    )
     kwargs = {"model": "gpt-5", "messages": [{"role": "user", "content": "x"}]}
     with pytest.raises(exc) as info:
         if stream:
@@ -230,17 +285,25 @@ def test_upstream_http_errors_keep_status_and_envelope(
     err = info.value
     assert isinstance(err, openai.APIStatusError)
     assert err.status_code == status
-    assert err.body == {"message": f"upstream said {status}", "type": "invalid_request_error",
-                        "param": None, "code": "some_code"}
+    assert err.body == {
+        "message": f"upstream said {status}",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "some_code",
+    }
 
 
 def test_relay_answers_validate_strictly_as_raw_json(stack: Stack) -> None:
     """Beyond the SDK: every raw frame parses as a ChatCompletionChunk, and [DONE] ends it."""
     import requests
 
-    stack.script({"output": [{"type": "reasoning", "summary": ["s"]}, {"type": "message", "text": "ok"}]})
+    stack.script(
+        {"output": [{"type": "reasoning", "summary": ["s"]}, {"type": "message", "text": "ok"}]}
+    )
     body = {"model": "gpt-5", "messages": [{"role": "user", "content": "x"}], "stream": True}
-    resp = requests.post(f"{stack.base_url}/chat/completions", json=body, headers=stack.headers(), timeout=10)
+    resp = requests.post(
+        f"{stack.base_url}/chat/completions", json=body, headers=stack.headers(), timeout=10
+    )
     assert resp.headers["Content-Type"].startswith("text/event-stream")
     frames = [f for f in resp.text.split("\n\n") if f]
     assert frames[-1] == "data: [DONE]"

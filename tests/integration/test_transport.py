@@ -41,7 +41,7 @@ def assert_stream_failed(resp: requests.Response, needle: str) -> None:
     frames = sse_frames(resp)
     assert frames[-1] != "data: [DONE]"
     assert "data: [DONE]" not in frames
-    error = json.loads(frames[-1][len("data: "):])["error"]
+    error = json.loads(frames[-1][len("data: ") :])["error"]
     assert needle in error["message"], error
 
 

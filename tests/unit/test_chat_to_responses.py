@@ -125,8 +125,10 @@ def test_passthrough_parameters_are_type_checked(key: str, value: Any) -> None:
 def test_leading_system_and_developer_messages_become_instructions() -> None:
     body = chat(
         {"role": "system", "content": "A"},
-        {"role": "developer",
-         "content": [{"type": "text", "text": "B1"}, {"type": "text", "text": "B2"}]},
+        {
+            "role": "developer",
+            "content": [{"type": "text", "text": "B1"}, {"type": "text", "text": "B2"}],
+        },
         user("q"),
         {"role": "system", "content": "late"},
         {"role": "developer", "content": "later"},
@@ -169,8 +171,11 @@ def test_user_parts_text_and_images() -> None:
             "content": [
                 {"type": "input_text", "text": "what is this?"},
                 {"type": "input_image", "image_url": "https://x/y.png", "detail": "high"},
-                {"type": "input_image", "image_url": "data:image/png;base64,AAAA",
-                 "detail": "auto"},
+                {
+                    "type": "input_image",
+                    "image_url": "data:image/png;base64,AAAA",
+                    "detail": "auto",
+                },
             ],
         }
     ]
@@ -565,9 +570,10 @@ def test_invalid_max_tokens(params: dict[str, Any], param: str) -> None:
 def test_reasoning(
     params: dict[str, Any], target: ModelAlias, summaries: bool, expected: Any
 ) -> None:
-    assert upstream(chat(user(), **params), target=target, summaries=summaries).get(
-        "reasoning"
-    ) == expected
+    assert (
+        upstream(chat(user(), **params), target=target, summaries=summaries).get("reasoning")
+        == expected
+    )
 
 
 @pytest.mark.parametrize(
@@ -688,8 +694,16 @@ def test_neutral_values_are_accepted_and_not_forwarded(key: str, value: Any) -> 
                     "role": "assistant",
                     "content": "t",
                     "tool_calls": [
-                        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}},
-                        {"id": "c2", "type": "function", "function": {"name": "g", "arguments": "{}"}},
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": "{}"},
+                        },
+                        {
+                            "id": "c2",
+                            "type": "function",
+                            "function": {"name": "g", "arguments": "{}"},
+                        },
                     ],
                 },
                 {"role": "tool", "tool_call_id": "c1", "content": "r1"},
@@ -714,4 +728,3 @@ def test_message_spans_cover_each_message(
     items = result.upstream_body["input"]
     covered = [i for span in spans if span for i in range(*span)]
     assert covered == list(range(len(items)))
-

@@ -45,7 +45,10 @@ def test_base_url_follows_sdk_convention() -> None:
             {"RELAY_MODEL_ALIASES": '{"a": {"model": "m", "reasoning_effort": "huge"}}'},
             "reasoning_effort='huge': expected one of",
         ),
-        ({"RELAY_MODEL_ALIASES": "/nonexistent/aliases.json"}, "cannot read /nonexistent/aliases.json"),
+        (
+            {"RELAY_MODEL_ALIASES": "/nonexistent/aliases.json"},
+            "cannot read /nonexistent/aliases.json",
+        ),
         ({"RELAY_LOG_LEVEL": "loud"}, "RELAY_LOG_LEVEL='loud'"),
     ],
 )
@@ -57,12 +60,19 @@ def test_invalid_values_name_the_variable(env: dict[str, str], needle: str) -> N
 
 
 def test_aliases_inline_and_from_file(tmp_path: Path) -> None:
-    spec = {"gpt-high": {"model": "gpt-5", "reasoning_effort": "high", "sampling": "drop"}, "fast": "gpt-5-mini"}
+    spec = {
+        "gpt-high": {"model": "gpt-5", "reasoning_effort": "high", "sampling": "drop"},
+        "fast": "gpt-5-mini",
+    }
     inline = load_config({"RELAY_MODEL_ALIASES": json.dumps(spec)})
     path = tmp_path / "aliases.json"
     path.write_text(json.dumps(spec))
     from_file = load_config({"RELAY_MODEL_ALIASES": str(path)})
-    assert inline.model_aliases == from_file.model_aliases == {
-        "gpt-high": ModelAlias("gpt-high", "gpt-5", "high", None, "drop"),
-        "fast": ModelAlias("fast", "gpt-5-mini"),
-    }
+    assert (
+        inline.model_aliases
+        == from_file.model_aliases
+        == {
+            "gpt-high": ModelAlias("gpt-high", "gpt-5", "high", None, "drop"),
+            "fast": ModelAlias("fast", "gpt-5-mini"),
+        }
+    )

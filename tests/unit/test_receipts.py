@@ -12,9 +12,7 @@ from relay.reasoning.receipts import Reason
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 SOURCES = "\n".join(
-    p.read_text(encoding="utf-8")
-    for p in (ROOT / "relay").rglob("*.py")
-    if p.name != "receipts.py"
+    p.read_text(encoding="utf-8") for p in (ROOT / "relay").rglob("*.py") if p.name != "receipts.py"
 )
 
 

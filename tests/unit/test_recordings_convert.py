@@ -111,10 +111,15 @@ def test_cursor_request_translates(folder: Path) -> None:
         assert "tool_choice" not in out
     items = out["input"]
     # every assistant tool call → a function_call with its id and untouched arguments
-    sent_calls = [(c["id"], c["function"]["name"], c["function"]["arguments"])
-                  for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or []]
-    assert [(i["call_id"], i["name"], i["arguments"]) for i in items
-            if i.get("type") == "function_call"] == sent_calls
+    sent_calls = [
+        (c["id"], c["function"]["name"], c["function"]["arguments"])
+        for m in messages
+        if m["role"] == "assistant"
+        for c in m.get("tool_calls") or []
+    ]
+    assert [
+        (i["call_id"], i["name"], i["arguments"]) for i in items if i.get("type") == "function_call"
+    ] == sent_calls
     # every tool message → a function_call_output with the right call id and content
     outputs = [(i["call_id"], i["output"]) for i in items
                if i.get("type") == "function_call_output"]  # fmt: skip

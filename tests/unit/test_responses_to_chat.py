@@ -159,9 +159,11 @@ def test_incomplete_without_known_reason_fails(details: Any) -> None:
 
 
 def test_failed_response_raises_with_sanitized_message_and_code() -> None:
-    error = {"code": "server_error",
-             "message": "The encrypted content gAAAAABoQx9Zk3kJfL0pQ2rStUvWxYz could not be "
-                        "verified for item rs_68ca4dc243a8819782280eaebd5746cb06307efc4164ff1d."}
+    error = {
+        "code": "server_error",
+        "message": "The encrypted content gAAAAABoQx9Zk3kJfL0pQ2rStUvWxYz could not be "
+        "verified for item rs_68ca4dc243a8819782280eaebd5746cb06307efc4164ff1d.",
+    }
     with pytest.raises(UpstreamFailed) as info:
         convert(response(status="failed", error=error))  # fmt: skip
     assert info.value.code == "server_error"

@@ -383,7 +383,9 @@ def _ctx_with_history(*messages: dict[str, object]) -> Ctx:
     ],
 )
 def test_echo_as_rewrites_text_forms(form: str, split: int | None, content: object) -> None:
-    ctx = _ctx_with_history({"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello"})
+    ctx = _ctx_with_history(
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello"}
+    )
     EchoAs(form, split=split).run(ctx)
     assert ctx.history_of("main")[-1] == {"role": "assistant", "content": content}
 

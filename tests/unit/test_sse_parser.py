@@ -66,8 +66,7 @@ def test_line_endings(eol: bytes) -> None:
 
 def test_every_split_point_gives_the_same_events() -> None:
     stream = (
-        "event: x\r\ndata: {\"t\":\"é😀\"}\r\n\r\n: c\rdata: a\rdata: b\r\r"
-        "data: last\n\n"
+        'event: x\r\ndata: {"t":"é😀"}\r\n\r\n: c\rdata: a\rdata: b\r\rdata: last\n\n'
     ).encode()
     expected = parse(stream)
     assert expected == [SSEEvent("x", '{"t":"é😀"}'), SSEEvent(None, "a\nb"),

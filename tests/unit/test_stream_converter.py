@@ -69,8 +69,13 @@ def text_done(text: str, output_index: int = 0, content_index: int = 0) -> Event
 
 
 def message(*texts: str, item_id: str = "msg_1") -> dict[str, Any]:
-    return {"id": item_id, "type": "message", "status": "completed", "role": "assistant",
-            "content": [{"type": "output_text", "text": t, "annotations": []} for t in texts]}
+    return {
+        "id": item_id,
+        "type": "message",
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": t, "annotations": []} for t in texts],
+    }
 
 
 def fcall(call_id: str, name: str, arguments: str = "") -> dict[str, Any]:
@@ -311,8 +316,10 @@ def test_text_only_in_final_response_is_sent_before_the_finish_chunk() -> None:
 )
 def test_incomplete(reason: str, finish: str) -> None:
     conv = converter()
-    terminal = ev("response.incomplete", response=resp(message("Par"), status="incomplete",
-                                                       incomplete_details={"reason": reason}))
+    terminal = ev(
+        "response.incomplete",
+        response=resp(message("Par"), status="incomplete", incomplete_details={"reason": reason}),
+    )
     chunks = run(conv, [created(), text_delta("Par"), terminal])  # fmt: skip
     assert deltas(chunks)[-1] == ({}, finish)
     assert conv.finished
@@ -321,8 +328,10 @@ def test_incomplete(reason: str, finish: str) -> None:
 
 
 def test_incomplete_for_an_unknown_reason_fails() -> None:
-    terminal = ev("response.incomplete", response=resp(status="incomplete",
-                                                       incomplete_details={"reason": "new"}))
+    terminal = ev(
+        "response.incomplete",
+        response=resp(status="incomplete", incomplete_details={"reason": "new"}),
+    )
     with pytest.raises(UpstreamFailed, match="incomplete"):
         run(converter(), [created(), terminal])  # fmt: skip
 
@@ -341,8 +350,12 @@ def test_state_after_completion_and_later_events_are_ignored() -> None:
 
 
 def test_response_failed_raises_upstream_failed() -> None:
-    failed = ev("response.failed", response=resp(
-        status="failed", error={"code": "server_error", "message": "The model crashed."}))
+    failed = ev(
+        "response.failed",
+        response=resp(
+            status="failed", error={"code": "server_error", "message": "The model crashed."}
+        ),
+    )
     with pytest.raises(UpstreamFailed) as info:
         run(converter(), [created(), text_delta("x"), failed])  # fmt: skip
     assert info.value.code == "server_error"
@@ -414,7 +427,7 @@ def test_argument_delta_without_its_call_is_a_protocol_error() -> None:
 
 
 def test_encode_chunk_is_one_compact_data_line() -> None:
-    chunk = {"id": "c", "choices": [{"delta": {"content": "a\nb\r\"é\u2028"}}]}
+    chunk = {"id": "c", "choices": [{"delta": {"content": 'a\nb\r"é\u2028'}}]}
     frame = encode_chunk(chunk)
     expected = 'data: {"id":"c","choices":[{"delta":{"content":"a\\nb\\r\\"é\u2028"}}]}\n\n'
     assert frame == expected.encode()

@@ -155,8 +155,15 @@ def describe(item: dict[str, Any]) -> tuple[Any, ...]:
         refusals = [p["refusal"] for p in content if p["type"] == "refusal"]
         return ("assistant", "".join(texts), refusals)
     if role == "user":
-        return ("user", [("text", p["text"]) if p["type"] == "input_text"
-                         else ("image", p["image_url"], p["detail"]) for p in content])
+        return (
+            "user",
+            [
+                ("text", p["text"])
+                if p["type"] == "input_text"
+                else ("image", p["image_url"], p["detail"])
+                for p in content
+            ],
+        )
     (part,) = content
     return (role, part["text"])
 
