@@ -251,7 +251,7 @@ class Budget:
         if type(value) is dict:
             text = _render_flat(value, self.plans)
             if text is not None and self.admit(len(text), len(value) + 1, 1):
-                return len(text), _U64.pack(len(text)) + text  # framed(text), inlined
+                return len(text), framed(text)
         size = self.measure(value)
         if size <= CHUNK_BYTES:
             return size, framed(_dumps(value, option=_SORTED))
