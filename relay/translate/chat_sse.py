@@ -13,11 +13,13 @@ from typing import Any
 DONE: bytes = b"data: [DONE]\n\n"
 # A comment line: EventSource parsers and the openai SDK skip it; proxies see traffic.
 KEEPALIVE: bytes = b": keepalive\n\n"
+# Built once: json.dumps with any non-default option builds an encoder per call, and a
+# stream encodes one frame per delta.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def _frame(payload: Mapping[str, Any]) -> bytes:
-    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return b"data: " + text.encode("utf-8") + b"\n\n"
+    return b"data: " + _ENCODER.encode(payload).encode("utf-8") + b"\n\n"
 
 
 def encode_chunk(chunk: Mapping[str, Any]) -> bytes:
