@@ -20,9 +20,12 @@ from relay.routing import resolve_model
 from relay.translate.chat_sse import KEEPALIVE
 from relay.transport.upstream import TERMINAL_EVENTS, ClientGone
 
+# Built once, as for Chat frames: json.dumps with options builds an encoder per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
 
 def encode_event(event_type: str, data: dict[str, Any]) -> bytes:
-    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    text = _ENCODER.encode(data)
     return f"event: {event_type}\ndata: {text}\n\n".encode()
 
 
