@@ -10,6 +10,7 @@ directory. Nothing here asserts a time limit.
 from __future__ import annotations
 
 import cProfile
+import functools
 import hashlib
 import json
 import pstats
@@ -26,6 +27,7 @@ from relay.clock import SystemClock
 from relay.config import Config
 from relay.reasoning.cache import ReplayCache
 from relay.reasoning.capture import PAYLOAD_DOMAIN, ClientProjection
+from relay.reasoning.hot_blocks import HotBlocks
 from relay.reasoning.identity import HistoryDigests, Scope, build_scope, history_digests
 from relay.reasoning.planner import Plan, plan_replay
 from relay.reasoning.records import BlockRef, PlanText, ScopeRow
@@ -157,8 +159,11 @@ def bench_cache_scaling(sizes: Sequence[int] = SIZES, *, repeat: int = 7) -> dic
     """``begin`` + ``dispatch`` against ``json.loads`` of the same request body.
 
     ``plan`` is the planning inside ``dispatch`` on its own (the same ``plan_replay`` over
-    the same store, outside a transaction): ``begin`` + ``plan`` is the issue's
-    "identity + planning" (target ≤ 2x loads), ``begin`` + ``dispatch`` adds the intent.
+    the same store and hot cache, outside a transaction): ``begin`` + ``plan`` is the
+    issue's "identity + planning" (target ≤ 2x loads), ``begin`` + ``dispatch`` adds the
+    intent. The hot cache is warm there, as it is for Cursor's next turn of the same
+    conversation; ``plan_cold`` plans with an empty one (the first request after a start),
+    verifying and caching every payload.
 
     Per size, over a store holding every assistant block of the history: best seconds of
     ``json.loads`` and of ``begin`` (eligibility and identity; sampled round-robin like
@@ -196,16 +201,22 @@ def bench_cache_scaling(sizes: Sequence[int] = SIZES, *, repeat: int = 7) -> dic
 
                 def planning(
                     cache: ReplayCache = cache, history: HistoryDigests = history,
-                    body: Any = body, row: ScopeRow = row,
+                    body: Any = body, row: ScopeRow = row, cold: bool = False,
                 ) -> Plan:  # fmt: skip
                     assert cache.store is not None
+                    hot = cache._context.hot_blocks
                     return plan_replay(
                         history, body["messages"], ScopedSource(cache.store, row.id),
                         generation=row.generation, now=time.time(),
                         limits=cache._context.plan_limits,
+                        hot=HotBlocks(hot.capacity_bytes) if cold else hot,
                     )  # fmt: skip
 
-                best = best_times({"loads": loads, "begin": begin, "plan": planning}, repeat)
+                best = best_times(
+                    {"loads": loads, "begin": begin, "plan": planning,
+                     "plan_cold": functools.partial(planning, cold=True)},
+                    repeat,
+                )  # fmt: skip
                 dispatches: list[float] = []
                 for _ in range(repeat + 1):  # the first round warms up
                     session = session_for(cache, request, body)
@@ -223,7 +234,9 @@ def bench_cache_scaling(sizes: Sequence[int] = SIZES, *, repeat: int = 7) -> dic
             "replayed_blocks": len(plan.blocks), "rejections": len(plan.rejections),
             "loads_seconds": best["loads"], "begin_seconds": best["begin"],
             "dispatch_seconds": dispatch, "plan_seconds": best["plan"],
+            "plan_cold_seconds": best["plan_cold"],
             "ratio_identity_plan": (best["begin"] + best["plan"]) / best["loads"],
+            "ratio_identity_plan_cold": (best["begin"] + best["plan_cold"]) / best["loads"],
             "dispatch_median_seconds": statistics.median(dispatches[1:]),
             "total_seconds": total,
             "ratio": total / best["loads"],

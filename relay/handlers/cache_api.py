@@ -153,11 +153,18 @@ class CacheApiHandler(BaseHandler):
             return None
         now = self.runtime.clock.wall()
         counts = store.stats()
+        hot = self.runtime.cache.hot_blocks
         return {
             "observations": counts["observations"],
             "payloads": counts["payloads"],
             "payloadBytes": counts["payload_bytes"],
             "markers": counts["markers"],
+            "hotCache": {
+                "entries": len(hot),
+                "bytes": hot.bytes,
+                "capacityBytes": hot.capacity_bytes,
+                "hits": hot.hits,
+            },
             "recent": [
                 {
                     "id": r.id,

@@ -17,6 +17,7 @@ from relay import log
 from relay.clock import Clock
 from relay.config import Config
 from relay.reasoning.canonical import CanonicalRefused
+from relay.reasoning.hot_blocks import HotBlocks
 from relay.reasoning.identity import (
     HistoryDigests,
     Scope,
@@ -86,6 +87,7 @@ class ReplayCache:
         self.serving = store is not None and config.reasoning_cache_enabled
         self.metrics = CacheMetrics()
         self.capacity = CapacityLedger(config.cache_budget)
+        self.hot_blocks = HotBlocks(config.cache_budget.hot_cache_bytes)
         self._upstream = UpstreamIdentity.of(upstream_url, upstream_credential)
         self._context = SessionContext(
             clock=clock,
@@ -98,6 +100,7 @@ class ReplayCache:
             max_entry_bytes=config.reasoning_cache_max_entry_bytes,
             new_id=new_id,
             capacity=self.capacity,
+            hot_blocks=self.hot_blocks,
             deadline_every_s=min(5.0, config.idle_timeout_ms / 4000),
             idle_timeout_s=config.idle_timeout_ms / 1000,
         )

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Final, Protocol
 
+from relay.reasoning.hot_blocks import HotBlocks, VerifiedPayload, freeze
 from relay.reasoning.identity import AssistantBlockKey, HistoryDigests
 from relay.reasoning.receipts import Reason
 from relay.reasoning.records import (
@@ -36,9 +37,11 @@ REPLAYABLE_ITEM_TYPES: Final = frozenset({"reasoning", "message", "function_call
 class RecordSource(Protocol):
     """Read access to one scope's records (all generations)."""
 
-    def observations_at(self, end_digest: str) -> Sequence[Observation]: ...
+    def observations_at(self, end_digest: str) -> Sequence[Observation]:
+        """Every record ending at ``end_digest``, newest first, each with its plan's text."""
+
     def observations_by_refs(self, refs: Iterable[BlockRef]) -> Mapping[BlockRef, Observation]:
-        """The newest record of each ref that has one."""
+        """The newest record of each ref that has one; its plan may be only a stamp."""
 
     def poisoned_starts(self, start_digests: Iterable[str]) -> set[str]: ...
     def conflicted_ends(self, end_digests: Iterable[str]) -> set[str]: ...
@@ -73,8 +76,17 @@ class Rejection:
 @dataclass(frozen=True)
 class SelectedBlock:
     observation: Observation
-    items: tuple[dict[str, Any], ...]  # the original output items, exactly as stored
-    size: int  # serialized payload bytes
+    payload: VerifiedPayload
+
+    @property
+    def items(self) -> tuple[Mapping[str, Any], ...]:
+        """The original output items, exactly as stored (immutable: shared by plans)."""
+        return self.payload.items
+
+    @property
+    def size(self) -> int:
+        """Serialized payload bytes."""
+        return self.payload.size
 
 
 @dataclass(frozen=True)
@@ -117,6 +129,7 @@ class _Planning:
     generation: int
     now: float
     limits: PlanLimits
+    hot: HotBlocks | None
     work: int = 0
     blocks_by_position: dict[int, AssistantBlockKey] = field(default_factory=dict)
     verified: dict[int, SelectedBlock] = field(default_factory=dict)
@@ -158,9 +171,11 @@ def plan_replay(
     generation: int,
     now: float,
     limits: PlanLimits = PlanLimits(),
+    hot: HotBlocks | None = None,
 ) -> Plan:
-    """The replay plan for one visible history (``messages`` as the client sent them)."""
-    state = _Planning(history, messages, source, generation, now, limits)
+    """The replay plan for one visible history (``messages`` as the client sent them).
+    ``hot`` is the hot cache to use and fill (none: every payload is read and verified)."""
+    state = _Planning(history, messages, source, generation, now, limits, hot)
     state.blocks_by_position = {block.position: block for block in history.assistant_blocks}
     for position, message in enumerate(messages):
         if isinstance(message, dict) and message.get("role") == "tool":
@@ -187,19 +202,21 @@ def _plan_for(
     state: _Planning, block: AssistantBlockKey, record: Observation
 ) -> tuple[SelectedBlock, ...]:
     plan = record.prior_plan
-    if len(plan) + 1 > state.limits.max_plan_records:
+    if plan.count + 1 > state.limits.max_plan_records:
         raise _Rejected(Reason.PLAN_TOO_LONG, record)
-    refs = plan.refs()
-    if refs is None:  # a damaged stored plan: nothing beneath this record is known
+    # A damaged (or unread) plan: nothing beneath this record is known.
+    if not isinstance(plan, PlanText) or (refs := plan.refs()) is None:
         raise _Rejected(Reason.NOT_REPLAYABLE, record)
     _check_snapshot(state, record)
+    expected = plan.prefix_stamps(len(refs))
     chain: list[Observation] = []
     for index, ancestor in enumerate(state.observations(refs)):
         state.spend()
         if ancestor is None:
             raise _Rejected(Reason.ANCESTOR_MISSING, record)
-        # Text against text: each ancestor's plan must be this plan's first index records.
-        if ancestor.prior_plan != plan.prefix(index):
+        # Each ancestor's plan must be this plan's first index records: compared by stamp,
+        # which is what an ancestor read by reference carries.
+        if ancestor.plan_stamp != expected[index]:
             raise _Rejected(Reason.ANCESTOR_REORDERED, ancestor)
         chain.append(ancestor)
     chain.append(record)
@@ -210,7 +227,7 @@ def _plan_for(
     for member in chain:
         _check_identity(state, member, intents.get(member.start_digest, set()))
     _check_markers(state, chain)
-    _check_descendants(state, chain)
+    _check_descendants(state, record, plan.extended(record.ref))
     state.load_payloads(chain)
     selected = tuple(_verified_block(state, member) for member in chain)
     if sum(block.size for block in selected) > state.limits.max_replay_bytes:
@@ -256,19 +273,22 @@ def _check_markers(state: _Planning, chain: Sequence[Observation]) -> None:
             raise _Rejected(Reason.END_CONFLICT, member)
 
 
-def _check_descendants(state: _Planning, chain: Sequence[Observation]) -> None:
+def _check_descendants(state: _Planning, head: Observation, chain_plan: PlanText) -> None:
     """Every record at a later assistant message of this history must have been generated
-    on top of this chain; otherwise the chain would sit beneath a descendant that never
-    saw it."""
-    head = chain[-1]
-    chain_plan = head.prior_plan.extended(head.ref)
+    on top of this chain (``chain_plan``, ending with ``head``); otherwise the chain would
+    sit beneath a descendant that never saw it."""
     for block in state.history.assistant_blocks:
         if block.position <= head.position:
             continue
         for later in state.source.observations_at(block.end_digest):
             state.spend()
             # A damaged plan says nothing about what the later record saw: reject too.
-            if later.prior_plan.refs() is None or not later.prior_plan.starts_with(chain_plan):
+            plan = later.prior_plan
+            if not (
+                isinstance(plan, PlanText)
+                and plan.refs() is not None
+                and plan.starts_with(chain_plan)
+            ):
                 raise _Rejected(Reason.DESCENDANT_WITHOUT_BLOCK, later)
 
 
@@ -276,24 +296,43 @@ def _verified_block(state: _Planning, record: Observation) -> SelectedBlock:
     cached = state.verified.get(record.id)
     if cached is not None:
         return cached
-    payload = state.payloads[record.id]  # read by _plan_for, with the rest of its chain
-    if isinstance(payload, StoredSizeExceeded):
+    row = state.payloads[record.id]  # read by _plan_for, with the rest of its chain
+    if isinstance(row, StoredSizeExceeded):
         raise _Rejected(Reason.REPLAY_TOO_LARGE, record)
-    if payload is None:
+    if row is None:
         raise _Rejected(Reason.PAYLOAD_MISSING, record)
-    if payload.touched_at < state.now - state.limits.retention_s:
+    if row.touched_at < state.now - state.limits.retention_s:
         raise _Rejected(Reason.RECORD_EXPIRED, record)
-    raw = payload.output_json.encode("utf-8", "surrogatepass")
-    if hashlib.sha256(raw).hexdigest() != record.output_hash:
-        raise _Rejected(Reason.PAYLOAD_DIGEST_MISMATCH, record)
-    items = _parse_block(payload.output_json, record)
-    _check_call_pairing(items, state.messages, state.results, record)
-    selected = SelectedBlock(record, items, len(raw))
+    payload = None
+    if state.hot is not None:
+        payload = state.hot.get(record.id, record.output_hash, row.output_json)
+    if payload is None:
+        payload = _verify_payload(row, record)
+        if state.hot is not None:
+            state.hot.put(record.id, payload)
+    _check_call_pairing(payload.calls, state.messages, state.results, record)
+    selected = SelectedBlock(record, payload)
     state.verified[record.id] = selected
     return selected
 
 
-def _parse_block(output_json: str, record: Observation) -> tuple[dict[str, Any], ...]:
+def _verify_payload(row: StoredPayload, record: Observation) -> VerifiedPayload:
+    """Every check of a payload that depends only on its bytes."""
+    raw = row.output_json.encode("utf-8", "surrogatepass")
+    if hashlib.sha256(raw).hexdigest() != record.output_hash:
+        raise _Rejected(Reason.PAYLOAD_DIGEST_MISMATCH, record)
+    items = _parse_block(row.output_json, record)
+    calls = tuple((i.get("call_id"), i.get("name")) for i in items if i["type"] == "function_call")
+    keys = tuple(
+        (key, value)
+        for item in items
+        for key in ("id", "call_id")
+        if isinstance(value := item.get(key), str)
+    )
+    return VerifiedPayload(row.output_json, record.output_hash, len(raw), items, calls, keys)
+
+
+def _parse_block(output_json: str, record: Observation) -> tuple[Any, ...]:
     try:
         items = json.loads(output_json)
     except ValueError:
@@ -311,25 +350,24 @@ def _parse_block(output_json: str, record: Observation) -> tuple[dict[str, Any],
             has_reasoning = True
     if not has_reasoning:
         raise _Rejected(Reason.PAYLOAD_MALFORMED, record)
-    return tuple(items)
+    return freeze(items)  # type: ignore[no-any-return]
 
 
 def _check_call_pairing(
-    items: Sequence[Mapping[str, Any]],
+    calls: Sequence[tuple[Any, Any]],
     messages: Sequence[Any],
     results: Mapping[Any, Sequence[int]],
     record: Observation,
 ) -> None:
-    """The block's calls must be exactly the visible message's calls (ids and names, in
-    order), and each must be answered by a tool result after it and never before it."""
-    calls = [(i.get("call_id"), i.get("name")) for i in items if i["type"] == "function_call"]
+    """The block's calls (ids and names, in order) must be exactly the visible message's
+    calls, and each must be answered by a tool result after it and never before it."""
     message = messages[record.position]
     visible = []
     for call in message.get("tool_calls") or []:
         function = call.get("function") if isinstance(call, dict) else None
         name = function.get("name") if isinstance(function, dict) else None
         visible.append((call.get("id") if isinstance(call, dict) else None, name))
-    if calls != visible:
+    if list(calls) != visible:
         raise _Rejected(Reason.CALL_PAIRING_BROKEN, record)
     for call_id, _ in calls:
         answered_at = results.get(call_id, ())
@@ -340,10 +378,7 @@ def _check_call_pairing(
 def _check_unique_items(selected: Sequence[SelectedBlock]) -> None:
     seen: set[tuple[str, str]] = set()
     for block in selected:
-        for item in block.items:
-            for key in ("id", "call_id"):
-                value = item.get(key)
-                if isinstance(value, str):
-                    if (key, value) in seen:
-                        raise _Rejected(Reason.DUPLICATE_ITEM, block.observation)
-                    seen.add((key, value))
+        for key in block.payload.item_keys:
+            if key in seen:
+                raise _Rejected(Reason.DUPLICATE_ITEM, block.observation)
+            seen.add(key)

@@ -8,11 +8,12 @@ stores, so the planner can check an ancestor is the very block that was dispatch
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 HEX_DIGEST_LENGTH: Final = 64
 
@@ -24,8 +25,7 @@ class MarkerKind(StrEnum):
     END_CONFLICT = "end_conflict"  # two payloads for one visible identity: neither replays
 
 
-@dataclass(frozen=True)
-class BlockRef:
+class BlockRef(NamedTuple):  # a named tuple: plans build and hash hundreds per request
     """One record inside a scope: the visible history it ends and the payload it holds."""
 
     end_digest: str
@@ -77,6 +77,21 @@ def plan_text_length(count: int) -> int:
     return 2 if count == 0 else 1 + count * PLAN_STRIDE
 
 
+def plan_digest(text: str) -> str:
+    """SHA-256 (hex) of a stored plan's text, as its ``prior_plan_digest`` column holds it."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class PlanStamp:
+    """A plan known by its descriptor count and :func:`plan_digest`, as the planner reads
+    an ancestor's: comparing stamps compares plans without reading (or storing twice) the
+    text, which is up to 33 KB per record and far from the row's other columns."""
+
+    count: int
+    digest: str
+
+
 class PlanText:
     """A replay plan (the records dispatched beneath a generation) in its one stored
     spelling: compact JSON of fixed-width descriptors, ``[["<end>","<payload>"],...]``.
@@ -85,15 +100,17 @@ class PlanText:
     ancestors is a prefix of its text (:meth:`prefix`), so the planner compares plans as
     strings at C speed instead of parsing every ancestor's plan (quadratic in plan
     length). Text read back from the store is untrusted until :meth:`refs` validates it;
-    an unvalidated text only equals a validated one when it is that very text.
+    an unvalidated text only equals a validated one when it is that very text. Its
+    :attr:`stamp` stands for it where the text is not read (an ancestor's plan).
     """
 
-    __slots__ = ("_refs", "count", "text")
+    __slots__ = ("_refs", "_stamp", "count", "text")
 
     def __init__(self, text: str, count: int, refs: tuple[BlockRef, ...] | None = None) -> None:
         self.text = text
         self.count = count
         self._refs = refs  # set once validated
+        self._stamp: PlanStamp | None = None  # set once computed
 
     @classmethod
     def of(cls, refs: Sequence[BlockRef]) -> PlanText:
@@ -134,6 +151,27 @@ class PlanText:
         tail = PlanText.of((ref,)).text[1:]
         return PlanText(self.text[:-1] + ("," if refs else "") + tail, self.count + 1, (*refs, ref))
 
+    @property
+    def stamp(self) -> PlanStamp:
+        if self._stamp is None:
+            self._stamp = PlanStamp(self.count, plan_digest(self.text))
+        return self._stamp
+
+    def prefix_stamps(self, count: int) -> list[PlanStamp]:
+        """The stamps of :meth:`prefix` ``(0)`` to ``(count - 1)`` of this validated plan, in
+        one pass over its text (hashing each prefix anew would be quadratic)."""
+        assert 0 <= count <= self.count
+        assert self.refs() is not None, "stamp the prefixes of a validated plan"
+        stamps = [EMPTY_STAMP]
+        data = memoryview(self.text.encode("ascii"))
+        running = hashlib.sha256()
+        for index in range(1, count):
+            running.update(data[(index - 1) * PLAN_STRIDE : index * PLAN_STRIDE])
+            closed = running.copy()
+            closed.update(b"]")
+            stamps.append(PlanStamp(index, closed.hexdigest()))
+        return stamps[:count]
+
     def starts_with(self, other: PlanText) -> bool:
         """Whether ``other`` is this plan's first ``other.count`` records."""
         return self.count >= other.count and self.prefix(other.count).text == other.text
@@ -154,6 +192,7 @@ class PlanText:
 
 
 EMPTY_PLAN: Final = PlanText("[]", 0, ())
+EMPTY_STAMP: Final = EMPTY_PLAN.stamp
 
 
 @dataclass(frozen=True)
@@ -168,8 +207,7 @@ class ScopeRow:
     caller: str | None  # HMAC fingerprint of the caller value
 
 
-@dataclass(frozen=True)
-class Observation:
+class Observation(NamedTuple):  # a named tuple: a plan reads hundreds per request
     """One observed generation at one visible identity (admitted or not)."""
 
     id: int
@@ -181,7 +219,9 @@ class Observation:
     envelope_fingerprint: str
     payload_fingerprint: str
     output_hash: str  # SHA-256 of the exact stored payload bytes
-    prior_plan: PlanText  # the replay plan dispatched when this was generated
+    # The replay plan dispatched when this was generated: its text, or only its stamp when
+    # read as an ancestor (RecordSource.observations_by_refs).
+    prior_plan: PlanText | PlanStamp
     intent_id: str | None  # producing intent (kept after the intent row is gone)
     snapshot: str | None  # the upstream model snapshot that produced it
     replayable: bool  # admitted with a payload
@@ -190,6 +230,11 @@ class Observation:
     @property
     def ref(self) -> BlockRef:
         return BlockRef(self.end_digest, self.payload_fingerprint)
+
+    @property
+    def plan_stamp(self) -> PlanStamp:
+        plan = self.prior_plan
+        return plan.stamp if isinstance(plan, PlanText) else plan
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from relay.crashpoints import crash_point
 from relay.errors import StoreError
 from relay.reasoning.canonical import CanonicalRefused
 from relay.reasoning.capture import CaptureResult, ClientProjection, OutputCapture, finish_capture
+from relay.reasoning.hot_blocks import HotBlocks
 from relay.reasoning.identity import HistoryDigests, Scope, merged_include
 from relay.reasoning.planner import Plan, PlanLimits, Rejection, plan_replay
 from relay.reasoning.receipts import Reason
@@ -47,6 +48,7 @@ class SessionContext:
     max_entry_bytes: int
     new_id: Callable[[str], str]
     capacity: CapacityLedger
+    hot_blocks: HotBlocks  # verified payloads shared by every plan (spec §6 hot cache)
     deadline_every_s: float  # persist intent deadline metadata at most this often
     idle_timeout_s: float
 
@@ -138,6 +140,7 @@ class CacheSession:
                 generation=self._row.generation,
                 now=now,
                 limits=self._ctx.plan_limits,
+                hot=self._ctx.hot_blocks,
             )
             if not self._ctx.capacity.try_grow(self._lease, self.plan.replay_bytes):
                 rejection = Rejection(Reason.MEMORY_PRESSURE, self.position)

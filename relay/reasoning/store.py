@@ -19,8 +19,10 @@ Stored plans are bounded before they are read: their descriptor count and text l
 are checked in SQL first, then the exact length the count implies. A row whose stored
 plan fails that is returned with ``prior_plan=EMPTY_PLAN`` and ``replayable=False``
 (counted in :attr:`malformed_plans_seen`); one whose characters are wrong is caught by
-:meth:`PlanText.refs` or compares unequal to every valid plan. So damage can only ever
-withhold replay, never enable it.
+:meth:`PlanText.refs` or compares unequal to every valid plan. An ancestor is read by
+reference with its plan's stamp (count and digest, recorded with the row) instead of its
+text; a damaged stamp equals no valid plan's. So damage can only ever withhold replay,
+never enable it.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from relay.reasoning.records import (
     BlockRef,
     MarkerKind,
     Observation,
+    PlanStamp,
     PlanText,
     ScopeRow,
     StoredPayload,
@@ -72,6 +75,11 @@ _BOUNDED_PLAN: Final = f"""CASE WHEN prior_plan_count <= {MAX_STORED_PLAN}
 _OBSERVATION_COLUMNS: Final = f"""id, scope_id, generation, position, start_digest,
     end_digest, envelope_fp, payload_fp, output_hash, {_BOUNDED_PLAN}, prior_plan_count,
     intent_id, snapshot, replayable, observed_at"""
+# An ancestor read by reference: every column but the plan's text, all in the covering
+# index observations_by_ref, so SQLite never walks a row's plan (and its overflow pages).
+_REF_COLUMNS: Final = """id, scope_id, generation, position, start_digest, end_digest,
+    envelope_fp, payload_fp, output_hash, prior_plan_digest, prior_plan_count, intent_id,
+    snapshot, replayable, observed_at"""
 _SELECT_INTENTS: Final = f"""SELECT id, scope_id, phase, position, start_digest,
     {_BOUNDED_PLAN}, prior_plan_count, created_at, deadline_at
     FROM intents ORDER BY created_at, id"""  # noqa: S608
@@ -129,6 +137,21 @@ def _store_error(exc: sqlite3.Error, path: Path, action: str) -> StoreError:
             sqlite_error=name,
         )
     return StoreError(f"reasoning cache {path}: {action} failed ({label})", sqlite_error=name)
+
+
+def _observation_by_ref(row: Sequence[Any]) -> Observation:
+    """A row of ``_REF_COLUMNS``: its plan is the stamp recorded with it. A damaged stamp
+    equals no valid plan's, so it can only withhold replay."""
+    (id_, scope_id, generation, position, start, end, envelope_fp, payload_fp,
+     output_hash, plan_digest, plan_count, intent_id, snapshot, replayable,
+     observed_at) = row  # fmt: skip
+    return Observation(
+        id=id_, scope_id=scope_id, generation=generation, position=position,
+        start_digest=start, end_digest=end, envelope_fingerprint=envelope_fp,
+        payload_fingerprint=payload_fp, output_hash=output_hash,
+        prior_plan=PlanStamp(plan_count, plan_digest), intent_id=intent_id,
+        snapshot=snapshot, replayable=bool(replayable), observed_at=observed_at,
+    )  # fmt: skip
 
 
 def _read_plan(text: str | None, count: int) -> PlanText | None:
@@ -462,13 +485,19 @@ class ReasoningStore:
         one, read in a few queries (a plan's ancestors all at once)."""
         wanted = set(refs)
         found: dict[BlockRef, Observation] = {}
-        for batch in in_batches(dict.fromkeys(ref.end_digest for ref in wanted)):
-            where = f"scope_id = ? AND end_digest IN ({placeholders(len(batch))})"
-            for observation in self._observations(where, (scope_id, *batch), newest_first=False):
-                ref = observation.ref
-                newest = found.get(ref)
-                if ref in wanted and (newest is None or observation.id > newest.id):
-                    found[ref] = observation
+        with self._sqlite("read observations") as conn:
+            for batch in in_batches(dict.fromkeys(ref.end_digest for ref in wanted)):
+                rows = conn.execute(
+                    f"SELECT {_REF_COLUMNS} FROM observations WHERE scope_id = ? "  # noqa: S608
+                    f"AND end_digest IN ({placeholders(len(batch))})",
+                    (scope_id, *batch),
+                )
+                for row in rows:
+                    observation = _observation_by_ref(row)
+                    ref = observation.ref
+                    newest = found.get(ref)
+                    if ref in wanted and (newest is None or observation.id > newest.id):
+                        found[ref] = observation
         return found
 
     def snapshot_last_seen(self, scope_id: int, snapshot: str) -> float | None:
@@ -490,11 +519,12 @@ class ReasoningStore:
             cursor = conn.execute(
                 "INSERT INTO observations (scope_id, generation, position, start_digest, "
                 "end_digest, envelope_fp, payload_fp, output_hash, prior_plan, "
-                "prior_plan_count, intent_id, snapshot, replayable, observed_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "prior_plan_count, prior_plan_digest, intent_id, snapshot, replayable, "
+                "observed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (scope_id, generation, position, start_digest, end_digest,
                  envelope_fingerprint, payload_fingerprint, output_hash, prior_plan.text,
-                 prior_plan.count, intent_id, snapshot, int(replayable), now),
+                 prior_plan.count, prior_plan.stamp.digest, intent_id, snapshot,
+                 int(replayable), now),
             )  # fmt: skip
             if snapshot is not None:
                 conn.execute(

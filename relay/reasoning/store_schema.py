@@ -16,6 +16,8 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from typing import Final, TypeVar
 
+from relay.reasoning.records import plan_digest
+
 APPLICATION_ID: Final = 0x52525231  # "RRR1"
 
 _VERSION_1: Final = (
@@ -131,7 +133,21 @@ _VERSION_2: Final = (
     "CREATE INDEX strict_tool_calls_by_id ON strict_tool_calls (tool_call_id)",
 )
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_VERSION_1, _VERSION_2)
+# Ancestors are read by reference without their plan's text (up to 33 KB in the middle of
+# the row, so reading any column after it walks its overflow pages): each row records its
+# plan's digest (relay.reasoning.records.plan_digest, backfilled here), and an index
+# covering every other column answers the by-reference read alone. It also serves every
+# (scope_id, end_digest) lookup the index it replaces did.
+_VERSION_3: Final = (
+    "ALTER TABLE observations ADD COLUMN prior_plan_digest TEXT NOT NULL DEFAULT ''",
+    "UPDATE observations SET prior_plan_digest = relay_plan_digest(prior_plan)",
+    "DROP INDEX observations_by_end",
+    """CREATE INDEX observations_by_ref ON observations (scope_id, end_digest, payload_fp,
+        id, generation, position, start_digest, envelope_fp, output_hash, prior_plan_digest,
+        prior_plan_count, intent_id, snapshot, replayable, observed_at)""",
+)
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_VERSION_1, _VERSION_2, _VERSION_3)
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 TABLES: Final = ("scopes", "observations", "payloads", "markers", "dependencies", "intents")
@@ -158,6 +174,7 @@ def migrate(conn: sqlite3.Connection) -> int:
         )
     if found == 0 and conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
         raise SchemaRefused("it has tables but no reasoning-cache schema version")
+    conn.create_function("relay_plan_digest", 1, plan_digest, deterministic=True)
     for statements in MIGRATIONS[found:]:
         for statement in statements:
             conn.execute(statement)

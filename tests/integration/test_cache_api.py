@@ -114,7 +114,21 @@ def test_encrypted_records_are_metadata_only(stack: Stack) -> None:
     assert records["observations"] == 1 and records["payloadBytes"] > 0
     assert records["recent"][0]["model"] == "gpt-5"
     assert len(records["recent"][0]["endDigest"]) == 12
+    assert records["hotCache"]["entries"] == 0  # nothing replayed yet
     assert "gAAAA" not in resp.text  # no ciphertext anywhere
+
+
+def test_the_hot_cache_serves_the_next_turns_of_a_conversation(stack: Stack) -> None:
+    history: list[dict[str, str]] = [{"role": "user", "content": "hi"}]
+    with stack.openai() as client:
+        first = client.chat.completions.create(model="gpt-5", messages=history)  # type: ignore[arg-type]
+        history += [{"role": "assistant", "content": first.choices[0].message.content or ""},
+                    {"role": "user", "content": "more"}]  # fmt: skip
+        for _ in range(2):  # the same next turn twice: verified from disk, then hot
+            client.chat.completions.create(model="gpt-5", messages=history)  # type: ignore[arg-type]
+    hot = api(stack).json()["encryptedRecords"]["hotCache"]
+    assert (hot["entries"], hot["hits"]) == (1, 1)
+    assert 0 < hot["bytes"] <= hot["capacityBytes"] == 4 * 1024 * 1024
 
 
 def test_deletes(stack: Stack) -> None:

@@ -13,7 +13,9 @@ from relay.reasoning.records import (
     EMPTY_PLAN,
     MAX_STORED_PLAN,
     BlockRef,
+    PlanStamp,
     PlanText,
+    plan_digest,
     plan_text_length,
 )
 
@@ -103,3 +105,20 @@ def test_the_empty_plan() -> None:
     assert EMPTY_PLAN == PlanText.of([]) == PlanText("[]", 0)
     assert PlanText("[]", 0).refs() == ()
     assert EMPTY_PLAN.extended(BlockRef(h(1), h(2))) == PlanText.of([BlockRef(h(1), h(2))])
+
+
+@given(refs_lists)
+def test_prefix_stamps_are_the_stamps_of_the_prefixes(refs: list[BlockRef]) -> None:
+    plan = PlanText.of(refs)
+    assert plan.stamp == PlanStamp(len(refs), hashlib.sha256(plan.text.encode()).hexdigest())
+    assert plan.stamp.digest == plan_digest(plan.text)
+    for count in range(len(refs) + 1):
+        assert plan.prefix_stamps(count) == [plan.prefix(i).stamp for i in range(count)]
+        assert plan.prefix_stamps(count) == [PlanText.of(refs[:i]).stamp for i in range(count)]
+
+
+@given(refs_lists, refs_lists)
+def test_different_plans_have_different_stamps(
+    first: list[BlockRef], second: list[BlockRef]
+) -> None:
+    assert (PlanText.of(first).stamp == PlanText.of(second).stamp) == (first == second)

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from relay.reasoning import planner
+from relay.reasoning.hot_blocks import HotBlocks
 from relay.reasoning.identity import HistoryDigests, build_scope, history_digests
 from relay.reasoning.planner import Plan, PlanLimits, plan_replay
 from relay.reasoning.receipts import Reason
@@ -61,7 +63,12 @@ class MemorySource:
         newest: dict[BlockRef, Observation] = {}
         for o in sorted(self.observations, key=lambda o: o.id):
             newest[o.ref] = o
-        return {ref: newest[ref] for ref in set(refs) if ref in newest}
+        # As the store reads an ancestor: its plan as the stamp recorded with it.
+        return {
+            ref: newest[ref]._replace(prior_plan=newest[ref].plan_stamp)
+            for ref in set(refs)
+            if ref in newest
+        }
 
     def poisoned_starts(self, start_digests: Iterable[str]) -> set[str]:
         return self.poisoned & set(start_digests)
@@ -153,6 +160,7 @@ class Builder:
 
     def __init__(self) -> None:
         self.source = MemorySource()
+        self.hot: HotBlocks | None = None  # the hot cache plans use and fill, if any
         self.history = digests()
         self.keys = {block.position: block for block in self.history.assistant_blocks}
 
@@ -182,7 +190,7 @@ class Builder:
             replayable=True,
             observed_at=NOW - 10,
         )
-        observation = dataclasses.replace(observation, **changes)
+        observation = observation._replace(**changes)
         self.source.observations.append(observation)
         self.source.payloads[observation.id] = StoredPayload(
             observation.id, output_json, len(output_json.encode()), NOW - 10
@@ -198,8 +206,9 @@ class Builder:
 
     def plan(self, **limits: Any) -> Plan:
         return plan_replay(
-            self.history, MESSAGES, self.source, generation=1, now=NOW, limits=PlanLimits(**limits)
-        )
+            self.history, MESSAGES, self.source, generation=1, now=NOW,
+            limits=PlanLimits(**limits), hot=self.hot,
+        )  # fmt: skip
 
 
 def positions(plan: Plan) -> list[int]:
@@ -221,7 +230,7 @@ def test_newest_record_brings_its_recorded_ancestors() -> None:
     plan = b.plan()
     assert positions(plan) == [1, 3, 5]
     assert plan.refs == (a1.ref, a3.ref, a5.ref)
-    assert plan.blocks[1].items == tuple(BLOCKS[3])  # exact original items
+    assert json.dumps(plan.blocks[1].items) == json.dumps(BLOCKS[3])  # exact original items
     assert plan.replay_bytes == sum(b.source.payloads[o.id].size for o in (a1, a3, a5))
 
 
@@ -281,7 +290,7 @@ def _tamper(b: Builder, o: Observation) -> None:
 
 def _replace(b: Builder, o: Observation, **changes: Any) -> None:
     index = b.source.observations.index(o)
-    b.source.observations[index] = dataclasses.replace(o, **changes)
+    b.source.observations[index] = o._replace(**changes)
 
 
 def _payload(b: Builder, o: Observation, items: Any) -> None:
@@ -348,14 +357,18 @@ MUTATIONS: list[tuple[str, Callable[[Builder, Observation], None], Reason]] = [
 ]
 
 
+@pytest.mark.parametrize("hot", [False, True], ids=["cold", "hot"])
 @pytest.mark.parametrize(
     ("mutate", "reason"), [pytest.param(m, r, id=name) for name, m, r in MUTATIONS]
 )
 def test_a_damaged_ancestor_stops_its_descendants(
-    mutate: Callable[[Builder, Observation], None], reason: Reason
+    mutate: Callable[[Builder, Observation], None], reason: Reason, hot: bool
 ) -> None:
     b = Builder()
     _, a3, _ = b.chain()
+    if hot:  # every block verified and cached by an earlier plan: damage is still seen
+        b.hot = HotBlocks(1 << 20)
+        assert positions(b.plan()) == [1, 3, 5] and len(b.hot) == 3
     mutate(b, a3)
     plan = b.plan()
     assert reason in reasons(plan)
@@ -409,8 +422,8 @@ def test_budgets_fall_back_without_replaying_a_partial_chain(
     plan = b.plan(**limits)
     assert reason in reasons(plan)
     assert positions(plan) in ([1, 3], [1], [])
-    for block in plan.blocks:  # never a chain missing its ancestors
-        assert block.observation.prior_plan.refs() == plan.refs[: len(block.observation.prior_plan)]
+    for index, block in enumerate(plan.blocks):  # never a chain missing its ancestors
+        assert block.observation.plan_stamp == PlanText.of(plan.refs[:index]).stamp
 
 
 def test_verification_work_is_bounded() -> None:
@@ -422,6 +435,40 @@ def test_verification_work_is_bounded() -> None:
     assert plan.blocks == ()
     assert reasons(plan)[-1] == Reason.VERIFICATION_BUDGET
     assert len(plan.rejections) <= 9
+
+
+def test_a_hot_plan_replays_the_same_immutable_items_without_parsing_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    b = Builder()
+    b.chain()
+    b.hot = HotBlocks(1 << 20)
+    first = b.plan()
+    parses: list[str] = []
+    monkeypatch.setattr(planner, "_parse_block", lambda text, record: parses.append(text))
+    second = b.plan()
+    assert parses == [] and b.hot.hits == 3
+    assert positions(second) == [1, 3, 5]
+    assert [block.items for block in second.blocks] == [block.items for block in first.blocks]
+    assert b.source.loads == 6  # every plan still reads every payload row it replays
+    item = second.blocks[0].items[0]
+    with pytest.raises(TypeError, match="immutable"):
+        item["encrypted_content"] = "changed"  # type: ignore[index]
+    assert isinstance(item["summary"], tuple)
+
+
+def test_a_payload_changed_on_disk_after_it_was_cached_is_verified_again() -> None:
+    b = Builder()
+    _, a3, _ = b.chain()
+    b.hot = HotBlocks(1 << 20)
+    b.plan()
+    # Rewritten with valid, matching bytes (another payload for the same record): the
+    # entry no longer describes the row, so the row is parsed afresh and replayed as is.
+    items = [reasoning("3b"), function_call("3b", "call_1")]
+    _payload(b, a3, items)
+    plan = b.plan()
+    assert positions(plan) == [1, 3, 5]
+    assert json.dumps(plan.blocks[1].items) == json.dumps(items)
 
 
 def test_each_payload_is_loaded_once_per_plan_in_one_batch() -> None:

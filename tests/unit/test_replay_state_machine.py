@@ -315,7 +315,9 @@ def check_plan(
         record = model.by_key(observation.id)
         assert record is not None, f"replayed a block the model never recorded: {context}"
         assert record.end == history[: position + 1], context
-        assert list(block.items) == json.loads(record.payload), f"items differ: {context}"
+        assert json.loads(json.dumps(block.items)) == json.loads(record.payload), (
+            f"items differ: {context}"
+        )
         assert payload_text(block.items) == record.payload, f"bytes differ: {context}"
     if keys:
         last = model.by_key(keys[-1])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sqlite3
 import stat
@@ -21,17 +22,19 @@ from relay.reasoning.records import (
     BlockRef,
     MarkerKind,
     Observation,
+    PlanStamp,
     PlanText,
     StoredPayload,
     StoredSizeExceeded,
 )
 from relay.reasoning.store import (
+    _REF_COLUMNS,
     MAX_STORED_PLAN,
     IntentPhase,
     IntentRow,
     ReasoningStore,
 )
-from relay.reasoning.store_schema import APPLICATION_ID, IN_CHUNK, SCHEMA_VERSION
+from relay.reasoning.store_schema import APPLICATION_ID, IN_CHUNK, MIGRATIONS, SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parents[2]
 TARGET = ScopeTargeting(credential="c" * 64, model="gpt-5", caller=None)
@@ -240,8 +243,40 @@ def test_reopen_after_close_keeps_data(db_path: Path, clock: ManualClock) -> Non
 
 def test_fresh_file_gets_current_schema(store: ReasoningStore) -> None:
     conn = conn_of(store)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+
+
+def test_a_version_2_file_gets_plan_digests_and_the_covering_index(db_path: Path) -> None:
+    db_path.parent.mkdir(mode=0o700)
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    for statement in (*MIGRATIONS[0], *MIGRATIONS[1]):
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version = 2")
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    conn.execute("INSERT INTO meta (key, value) VALUES ('secret', ?)", (b"s" * 32,))
+    conn.execute(
+        "INSERT INTO scopes (digest, credential, model, caller, created_at) "
+        "VALUES (?, 'c', 'gpt-5', NULL, 1.0)",
+        (h("a"),),
+    )
+    plans = [PlanText.of([BlockRef(h(i), h(i + 1)) for i in range(n)]) for n in (0, 1, 3)]
+    for number, plan in enumerate(plans):
+        conn.execute(
+            "INSERT INTO observations (scope_id, generation, position, start_digest, "
+            "end_digest, envelope_fp, payload_fp, output_hash, prior_plan, prior_plan_count, "
+            "replayable, observed_at) VALUES (1, 1, ?, ?, ?, ?, ?, ?, ?, ?, 1, 1.0)",
+            (number, h(100 + number), h(200 + number), h("e"), h("p"), h("o"), plan.text,
+             plan.count),
+        )  # fmt: skip
+    conn.close()
+    with ReasoningStore.open(db_path, clock=ManualClock()) as store:
+        refs = [BlockRef(h(200 + number), h("p")) for number in range(len(plans))]
+        found = store.observations_by_refs(1, refs)
+        assert [found[ref].plan_stamp for ref in refs] == [plan.stamp for plan in plans]
+        indexes = {row[0] for row in conn_of(store).execute("SELECT name FROM sqlite_master")}
+        assert "observations_by_ref" in indexes and "observations_by_end" not in indexes
+        assert store.integrity_check() == ["ok"]
 
 
 def test_empty_existing_file_is_initialized(db_path: Path) -> None:
@@ -494,11 +529,31 @@ def test_observations_by_refs_are_the_newest_matches(store: ReasoningStore) -> N
     wanted = [BlockRef(h(1), h("d")), BlockRef(h(1), h("c")), BlockRef(h(2), h("d")),
               BlockRef(h(1), h("b")), BlockRef(h(3), h("d"))]  # fmt: skip
     assert store.observations_by_refs(sid, wanted) == {
-        BlockRef(h(1), h("d")): newest, BlockRef(h(2), h("d")): elsewhere,
-        BlockRef(h(1), h("b")): other,
+        BlockRef(h(1), h("d")): by_ref(newest), BlockRef(h(2), h("d")): by_ref(elsewhere),
+        BlockRef(h(1), h("b")): by_ref(other),
     }  # fmt: skip
     assert store.observations_by_refs(scope_id(store, h("b")), wanted) == {}
     assert store.observations_by_refs(sid, []) == {}
+
+
+def by_ref(observation: Observation) -> Observation:
+    """``observation`` as a by-reference read returns it: its plan as a stamp."""
+    return observation._replace(prior_plan=observation.plan_stamp)
+
+
+def test_an_ancestor_read_carries_its_plan_stamp_from_the_covering_index(
+    store: ReasoningStore,
+) -> None:
+    sid = scope_id(store)
+    plan = PlanText.of([BlockRef(h(1), h(2)), BlockRef(h(3), h(4))])
+    obs = observe(store, sid, end=h(5), plan=plan.refs() or ())
+    read = store.observations_by_refs(sid, [obs.ref])[obs.ref]
+    assert read.prior_plan == PlanStamp(2, hashlib.sha256(plan.text.encode()).hexdigest())
+    assert read.plan_stamp == obs.plan_stamp == plan.stamp
+    # The plan's text (and its overflow pages) is never touched: the index answers alone.
+    sql = f"SELECT {_REF_COLUMNS} FROM observations WHERE scope_id = ? AND end_digest IN (?, ?)"
+    query = conn_of(store).execute(f"EXPLAIN QUERY PLAN {sql}", (sid, h(5), h(6)))
+    assert "USING COVERING INDEX observations_by_ref" in " ".join(row[-1] for row in query)
 
 
 def test_batched_reads_cross_the_in_list_bound(store: ReasoningStore) -> None:
@@ -506,7 +561,7 @@ def test_batched_reads_cross_the_in_list_bound(store: ReasoningStore) -> None:
     count = IN_CHUNK + 3
     made = [observe(store, sid, start=h(10_000 + i), end=h(i)) for i in range(count)]
     found = store.observations_by_refs(sid, [o.ref for o in made])
-    assert found == {o.ref: o for o in made}
+    assert found == {o.ref: by_ref(o) for o in made}
     with store.transaction():
         for i in range(count):
             store.create_intent(
@@ -626,14 +681,31 @@ def test_malformed_stored_plan_never_replays(store: ReasoningStore, text: str, c
         "UPDATE observations SET prior_plan = ?, prior_plan_count = ? WHERE id = ?",
         (text, count, obs.id),
     )
-    for read in (
-        store.observations_at(sid, h(1))[0],
-        store.observations_by_refs(sid, [obs.ref])[obs.ref],
-        store.observation(obs.id),
-    ):
+    for read in (store.observations_at(sid, h(1))[0], store.observation(obs.id)):
         assert read is not None
         assert (read.replayable, read.prior_plan) == (False, EMPTY_PLAN)
-    assert store.malformed_plans_seen == 3
+    assert store.malformed_plans_seen == 2
+    # As an ancestor it is compared by the digest recorded with it, whatever its text became.
+    ancestor = store.observations_by_refs(sid, [obs.ref])[obs.ref]
+    assert ancestor.plan_stamp == PlanStamp(count, obs.plan_stamp.digest)
+
+
+@pytest.mark.parametrize(
+    ("digest", "count"),
+    [("", 1), ("0" * 64, 1), (PlanText.of([BlockRef(h(1), h(2))]).stamp.digest, 0)],
+)
+def test_a_damaged_plan_stamp_equals_no_valid_plan(
+    store: ReasoningStore, digest: str, count: int
+) -> None:
+    sid = scope_id(store)
+    plan = [BlockRef(h(1), h(2))]
+    obs = observe(store, sid, end=h(3), plan=plan)
+    conn_of(store).execute(
+        "UPDATE observations SET prior_plan_digest = ?, prior_plan_count = ? WHERE id = ?",
+        (digest, count, obs.id),
+    )
+    stamp = store.observations_by_refs(sid, [obs.ref])[obs.ref].plan_stamp
+    assert stamp not in (PlanText.of(plan).stamp, EMPTY_PLAN.stamp)
 
 
 def test_malformed_intent_plan_reads_as_empty(store: ReasoningStore) -> None:

@@ -1,0 +1,97 @@
+"""The hot cache of verified payloads: immutable entries, exact-row checks, bytes bound."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from relay.reasoning.hot_blocks import FrozenDict, HotBlocks, VerifiedPayload, freeze
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(json_values)
+def test_a_frozen_value_is_the_same_json(value: Any) -> None:
+    frozen = freeze(value)
+    assert json.dumps(frozen) == json.dumps(value)
+    assert json.loads(json.dumps(frozen)) == json.loads(json.dumps(value))
+
+
+MUTATIONS: list[Callable[[FrozenDict], object]] = [
+    lambda d: d.__setitem__("a", 2),
+    lambda d: d.__delitem__("a"),
+    lambda d: d.update(b=1),
+    lambda d: d.pop("a"),
+    lambda d: d.popitem(),
+    lambda d: d.setdefault("c", 1),
+    lambda d: d.clear(),
+    lambda d: d.__ior__({"b": 1}),
+]
+
+
+@pytest.mark.parametrize("mutate", MUTATIONS)
+def test_a_frozen_object_refuses_every_change(mutate: Callable[[FrozenDict], object]) -> None:
+    frozen = freeze({"a": 1, "nested": [{"b": 2}]})
+    with pytest.raises(TypeError, match="immutable"):
+        mutate(frozen)
+    assert frozen == {"a": 1, "nested": ({"b": 2},)}
+    with pytest.raises(AttributeError):  # arrays are tuples
+        frozen["nested"].append(3)  # type: ignore[attr-defined]
+
+
+def test_a_copy_is_an_ordinary_dict() -> None:
+    frozen = freeze({"a": [1]})
+    for thawed in (dict(frozen), copy.copy(dict(frozen))):
+        thawed["a"] = 2
+        assert type(thawed) is dict and frozen["a"] == (1,)
+
+
+def payload(text: str, digest: str = "h") -> VerifiedPayload:
+    return VerifiedPayload(text, digest, len(text.encode()), (), (), ())
+
+
+def test_an_entry_serves_only_the_same_hash_and_the_same_text() -> None:
+    hot = HotBlocks(100)
+    entry = payload("[1]")
+    hot.put(1, entry)
+    assert hot.get(1, "h", "[1]") is entry
+    assert hot.get(2, "h", "[1]") is None
+    assert hot.get(1, "other", "[1]") is None  # the record names other bytes
+    assert len(hot) == 0 and hot.bytes == 0  # and the stale entry is gone
+    hot.put(1, entry)
+    assert hot.get(1, "h", "[2]") is None  # the row's text changed
+    assert len(hot) == 0 and hot.hits == 1
+
+
+def test_the_least_recently_used_go_first_when_bytes_run_out() -> None:
+    hot = HotBlocks(10)
+    for observation_id in (1, 2, 3):
+        hot.put(observation_id, payload("abc"))
+    assert hot.bytes == 9
+    assert hot.get(1, "h", "abc") is not None  # 1 is now the most recent
+    hot.put(4, payload("abcd"))  # 13 bytes: 2, the least recent, goes
+    assert [hot.get(i, "h", t) is not None for i, t in ((2, "abc"), (3, "abc"), (4, "abcd"))] == [
+        False, True, True,
+    ]  # fmt: skip
+    assert hot.bytes <= hot.capacity_bytes
+
+
+def test_a_payload_over_the_whole_budget_is_never_kept() -> None:
+    hot = HotBlocks(4)
+    hot.put(1, payload("abc"))
+    hot.put(1, payload("abcdef"))  # replaces, then does not fit
+    assert len(hot) == 0 and hot.bytes == 0
+    hot.put(2, payload("é"))  # counted in UTF-8 bytes
+    assert hot.bytes == 2
+    hot.clear()
+    assert len(hot) == 0 and hot.bytes == 0
