@@ -39,8 +39,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Callable, Iterator
-from operator import itemgetter
+from collections.abc import Iterator
 from typing import Any, Final, Protocol
 
 import orjson
@@ -65,6 +64,16 @@ _INT_MAX: Final = 2**64 - 1
 MAX_ESCAPE: Final = 6
 _ONLY_STR: Final = frozenset((str,))
 _MAX_PLANS: Final = 64  # flat templates one Budget keeps (distinct key sets)
+
+
+def render_sorted(value: object) -> bytes:
+    """The canonical text of a value whose every *value* (not key) the caller checked to
+    be of an exact canonical type, in one call. Keys need no check: orjson refuses a key
+    that is not exactly a ``str`` (a subclass, an enum member) with :data:`EncodeError`,
+    as it does a lone surrogate; renderers then fall back to :meth:`Budget.measure`, which
+    refuses it with its reason. (Values get no such check: an enum member, say, renders
+    as its value.)"""
+    return _dumps(value, option=_SORTED)
 
 
 def render_unsorted(value: object) -> bytes:
@@ -210,7 +219,7 @@ class Budget:
         self.nodes = nodes_used
         self.room = limits.max_bytes - bytes_used  # bytes left for the document being measured
         self.key_sizes: dict[str, int] = {}
-        self.plans: dict[tuple[str, ...], _FlatPlan] = {}  # render()'s flat templates
+        self.plans: dict[tuple[str, ...], int] = {}  # render_flat()'s bounds per key set
 
     def measure(self, value: object) -> int:
         """Return the exact canonical byte size of ``value`` and charge it to the budget.
@@ -248,14 +257,47 @@ class Budget:
         """Measure ``value`` like :meth:`measure` (same size, charges and refusals) and
         return ``(size, document)`` for :func:`frame`: the value rendered once and
         :func:`framed` when it fits in one chunk, else the value itself (streamed)."""
+        size, text = self.render_text(value)
+        return size, value if text is None else framed(text)
+
+    def render_text(self, value: object) -> tuple[int, bytes | None]:
+        """:meth:`render` without the framing: ``(size, text)``, the canonical text when
+        it fits in one chunk, else ``None`` (the value is to be streamed)."""
         if type(value) is dict:
-            text = _render_flat(value, self.plans)
-            if text is not None and self.admit(len(text), len(value) + 1, 1):
-                return len(text), framed(text)
+            text = self.render_flat(value)
+            if text is not None:
+                return len(text), text
         size = self.measure(value)
         if size <= CHUNK_BYTES:
-            return size, framed(_dumps(value, option=_SORTED))
-        return size, value
+            return size, _dumps(value, option=_SORTED)
+        return size, None
+
+    def render_flat(self, value: dict[Any, Any]) -> bytes | None:
+        """The canonical text of a non-empty dict of strings (user, system and tool
+        messages) that provably fits one chunk, charged like :meth:`measure` charges it
+        (the object and its values; depth 1); ``None``, charging nothing, for any other
+        value or when it breaks a limit (then :meth:`measure` it for the exact refusal).
+
+        One orjson call renders it; a bound per key set (``plans``) decides from lengths
+        alone that the text fits one chunk before it is rendered."""
+        keys = tuple(value)
+        small = self.plans.get(keys)
+        if small is None:
+            small = _flat_bound(keys)
+            if small is None:
+                return None
+            if len(self.plans) < _MAX_PLANS:
+                self.plans[keys] = small
+        values = value.values()
+        if not _ONLY_STR.issuperset(map(type, values)) or sum(map(len, values)) > small:
+            return None
+        try:
+            # An equal str subclass key finds the plan too: rendering refuses it.
+            text = render_sorted(value)
+        except EncodeError:  # a lone surrogate or an inexact key: measure() refuses it
+            return None
+        # Depth 1: the object and its values.
+        return text if self.admit(len(text), len(values) + 1, 1) else None
 
 
 def framed(text: bytes) -> bytes:
@@ -277,47 +319,21 @@ def fits_one_chunk(chars: int, fixed: int) -> bool:
 
 # --- one-pass rendering of flat objects ------------------------------------------------
 # A dict whose keys and values are all strings (user, system and tool messages) is
-# rendered by one orjson call; a plan per key set keeps what bounds its size.
+# rendered by one orjson call (Budget.render_flat); a bound per key set is kept.
 
 
-class _FlatPlan:
-    __slots__ = ("get", "small")
-
-    def __init__(self, keys: tuple[str, ...]) -> None:
-        # Bytes of the rendered text besides the values' encoded code points: braces,
-        # commas, colons, keys and the values' quotes.
-        fixed = sum(len(_dumps(key)) + 4 for key in keys) + 1
-        # Values of at most this many code points in all fit one chunk, whatever they hold.
-        self.small = (CHUNK_BYTES - fixed) // MAX_ESCAPE
-        getter = itemgetter(*keys)
-        self.get: Callable[[dict[str, Any]], tuple[Any, ...]] = (
-            getter if len(keys) > 1 else lambda value: (getter(value),)
-        )
-
-
-def _render_flat(value: dict[Any, Any], plans: dict[tuple[str, ...], _FlatPlan]) -> bytes | None:
-    """The canonical text of a non-empty dict of strings that fits one chunk, or ``None``.
-
-    ``plans`` caches plans by key tuple (one cache per Budget: no shared state)."""
-    keys = tuple(value)
-    plan = plans.get(keys)
-    if plan is None:
-        if not keys or len(keys) > 16 or not _ONLY_STR.issuperset(map(type, keys)):
-            return None
-        try:
-            plan = _FlatPlan(keys)
-        except EncodeError:  # a key with a lone surrogate: measure() refuses it
-            return None
-        if len(plans) < _MAX_PLANS:
-            plans[keys] = plan
-    values = plan.get(value)
-    # Keys again: an equal str subclass finds the plan too, and is not a canonical key.
-    if not _ONLY_STR.issuperset(map(type, keys + values)) or sum(map(len, values)) > plan.small:
+def _flat_bound(keys: tuple[Any, ...]) -> int | None:
+    """The most code points the values of a flat dict with these keys may hold in all for
+    its text to fit one chunk, whatever they hold; ``None`` for keys outside the path."""
+    if not keys or len(keys) > 16 or not _ONLY_STR.issuperset(map(type, keys)):
         return None
     try:
-        return _dumps(value, option=_SORTED)
-    except EncodeError:  # a lone surrogate: measure() refuses it
+        # Bytes besides the values' encoded code points: braces, commas, colons, keys
+        # and the values' quotes.
+        fixed = sum(len(_dumps(key)) + 4 for key in keys) + 1
+    except EncodeError:  # a key with a lone surrogate: measure() refuses it
         return None
+    return (CHUNK_BYTES - fixed) // MAX_ESCAPE
 
 
 # --- emitting ------------------------------------------------------------------------

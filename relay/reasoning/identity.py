@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple, Protocol
@@ -33,10 +34,10 @@ from relay.reasoning.canonical import (
     canonical_bytes,
     fits_one_chunk,
     frame,
-    framed,
+    render_sorted,
     render_unsorted,
 )
-from relay.reasoning.envelope import is_assistant, normalize_assistant
+from relay.reasoning.envelope import is_assistant, normalize_assistant, normalize_message
 from relay.reasoning.limits import (
     CANONICAL_LIMITS,
     CHUNK_BYTES,
@@ -47,6 +48,8 @@ from relay.reasoning.limits import (
 SCOPE_TAG: Final = b"rrr/scope/v1\0"
 HISTORY_TAGS: Final = (b"rrr/history/v1\0", b"rrr/history-without-reasoning-content/v1\0")
 ENVELOPE_TAGS: Final = (b"rrr/envelope/v1\0", b"rrr/envelope-without-reasoning-content/v1\0")
+
+_U64: Final = struct.Struct(">Q")
 
 ENCRYPTED_REASONING_INCLUDE: Final = "reasoning.encrypted_content"
 
@@ -65,7 +68,7 @@ SCOPE_EXCLUDED_KEYS: Final = frozenset(
 
 
 class _Hasher(Protocol):
-    def update(self, data: bytes, /) -> None: ...
+    def update(self, data: bytes | memoryview, /) -> None: ...
     def copy(self) -> _Hasher: ...
     def hexdigest(self) -> str: ...
 
@@ -206,6 +209,10 @@ class AssistantBlockKey(NamedTuple):
     envelope_fingerprint: str
 
 
+# AssistantBlockKey(...) without the Python-level __new__ a named tuple's call goes through.
+_new_block: Final = tuple.__new__
+
+
 @dataclass(frozen=True)
 class HistoryState:
     """The hash state after ``position`` messages; capture extends it with the predicted
@@ -264,7 +271,8 @@ def history_digests(
 
     Everything is measured before anything is emitted: over a limit (or not canonical),
     this raises ``CanonicalRefused`` having hashed nothing. Measuring renders each
-    document that fits one chunk (:meth:`Budget.render`), so emitting is hashing.
+    document that fits one chunk (the one-pass renderers, :meth:`Budget.render_text`)
+    into one buffer of framed texts, so emitting is hashing slices of it.
     """
     limits = scope.limits
     if len(messages) > limits.max_messages:
@@ -272,48 +280,59 @@ def history_digests(
     flag = exclude_reasoning_content
     budget = Budget(limits, bytes_used=scope.canonical_size, nodes_used=scope.nodes)
     sizes: list[int] = []
-    documents: list[object] = []  # framed bytes, or the normalized value to stream
+    # The framed renderings, back to back: one buffer, not one object per message.
+    rendered_history = bytearray()
+    ends: list[int] = []  # end offset of each message's framing in rendered_history
+    streamed: dict[int, object] = {}  # position -> normalized value too long to render
     assistants: list[bool] = []
-    for message in messages:
-        assistant = is_assistant(message)
+    for position, message in enumerate(messages):
+        assistant = type(message) is dict and message.get("role") == "assistant"  # is_assistant
+        size: int | None
         if assistant:
-            rendered = _render_assistant(message, flag)
-            if rendered is not None:
-                text, nodes, depth = rendered
-                if budget.admit(len(text), nodes, depth):
-                    sizes.append(len(text))
-                    documents.append(framed(text))
-                    assistants.append(True)
-                    continue
-        size, document = budget.render(
-            normalize_assistant(message, exclude_reasoning_content=flag) if assistant else message
-        )
+            size = _render_assistant(message, flag, budget, rendered_history)
+        elif type(message) is dict:
+            size = _append(rendered_history, budget.render_flat(message))
+        else:
+            size = None
+        if size is None:  # outside the one-pass shapes: measured, then rendered or streamed
+            value = normalize_message(message, exclude_reasoning_content=flag)
+            size, text = budget.render_text(value)
+            if text is None:
+                streamed[position] = value
+            else:
+                _append(rendered_history, text)
         sizes.append(size)
-        documents.append(document)
+        ends.append(len(rendered_history))  # unchanged: streamed (a framing is >= 8 bytes)
         assistants.append(assistant)
 
     hasher = scope.history_start(exclude_reasoning_content=flag)
-    boundaries = [hasher.hexdigest()]
+    digest = hasher.hexdigest()
+    boundaries = [digest]
     blocks: list[AssistantBlockKey] = []
-    envelope_tag = ENVELOPE_TAGS[flag]
-    for position, (document, size, assistant) in enumerate(
-        zip(documents, sizes, assistants, strict=True)
-    ):
-        if type(document) is bytes:  # framed: frame() without the call
-            hasher.update(document)
-            if assistant:
-                fingerprint = hashlib.sha256(envelope_tag + document).hexdigest()
-        elif assistant:  # streamed: emitted once, into both
-            envelope_hash = hashlib.sha256(envelope_tag)
-            frame(_Fanout((hasher, envelope_hash)), document, size)
-            fingerprint = envelope_hash.hexdigest()
+    envelope_start = hashlib.sha256(ENVELOPE_TAGS[flag])
+    view = memoryview(rendered_history)
+    start = 0
+    for position, (end, assistant) in enumerate(zip(ends, assistants, strict=True)):
+        previous = digest
+        envelope_hash = envelope_start.copy() if assistant else None
+        if end != start:  # rendered: its framing, emitted once into both
+            piece = view[start:end]
+            hasher.update(piece)
+            if envelope_hash is not None:
+                envelope_hash.update(piece)
+            start = end
+        elif envelope_hash is not None:  # streamed: emitted once, into both
+            frame(_Fanout((hasher, envelope_hash)), streamed[position], sizes[position])
         else:
-            frame(hasher, document, size)
-        boundaries.append(hasher.hexdigest())
-        if assistant:
-            blocks.append(AssistantBlockKey(position, boundaries[-2], boundaries[-1], fingerprint))
+            frame(hasher, streamed[position], sizes[position])
+        digest = hasher.hexdigest()
+        boundaries.append(digest)
+        if envelope_hash is not None:
+            key = (position, previous, digest, envelope_hash.hexdigest())
+            blocks.append(_new_block(AssistantBlockKey, key))
+    view.release()
     final = HistoryState(
-        len(documents), boundaries[-1], budget.bytes, budget.nodes, limits, flag, hasher.copy()
+        len(sizes), boundaries[-1], budget.bytes, budget.nodes, limits, flag, hasher.copy()
     )
     return HistoryDigests(
         scope.digest, tuple(boundaries), tuple(sizes), tuple(blocks), budget.bytes,
@@ -323,18 +342,32 @@ def history_digests(
 
 # --- one-pass rendering of the common assistant envelope ---------------------------------
 # Cursor's assistant messages: text content (or none) and plain function tool calls, each
-# with an index equal to its position. Their normalized form is built straight from the
-# message, members inserted in sorted order (content, reasoning_content, role, tool_calls;
-# function, id, type; arguments, name), and rendered by one call: exactly the canonical
-# bytes of normalize_assistant(message). Anything else returns None and takes the general
-# path.
+# with an index equal to its position. Their normalized form is rendered by one orjson
+# call and charged with the node count and depth measure() would find: exactly the
+# canonical bytes of normalize_assistant(message). Anything else returns None and takes
+# the general path.
+#
+# The two commonest shapes render the message itself (no normalized copy is built; its
+# keys need no check, render_sorted refuses an inexact one):
+#   {content, role}              + ',"tool_calls":[]' before the closing brace
+#   {content, role, tool_calls}  one call, less its ',"index":0' when it has one
+# In canonical text a '"' inside a string is always escaped, so ',"index":0,' can only be
+# the call's own member ("id" < "index" < "type": it sits between two members), and
+# "tool_calls" sorts after "content" and "role". Other shapes build the normalized
+# envelope, members inserted in sorted order (content, reasoning_content, role,
+# tool_calls; function, id, type; arguments, name), and render it without sorting.
 
 _ASSISTANT_KEYS: Final = frozenset({"role", "content", "tool_calls", "reasoning_content"})
+_TEXT_KEYS: Final = frozenset({"role", "content"})
+_ONE_CALL_KEYS: Final = frozenset({"role", "content", "tool_calls"})
 _CALL_KEYS: Final = frozenset({"id", "type", "function"})
 _INDEXED_CALL_KEYS: Final = frozenset({"id", "type", "function", "index"})
 _FUNCTION_KEYS: Final = frozenset({"name", "arguments"})
 _ONLY_STR: Final = frozenset((str,))
 _NO_CALLS: Final[list[Any]] = []
+_NO_CALLS_MEMBER: Final = b',"tool_calls":[]}'
+_FIRST_INDEX: Final = b',"index":0,'
+_INDEX_BYTES: Final = len(_FIRST_INDEX) - 1  # the bytes cut: all but one comma
 
 
 def _literal_size(value: object) -> int:
@@ -347,23 +380,109 @@ _REASONING_FIXED: Final = len(',"reasoning_content":""')
 _CALL: Final = {"function": {"arguments": "", "name": ""}, "id": "", "type": ""}
 _CALL_FIXED: Final = _literal_size(_CALL) + 1  # and a comma
 # Strings of at most this many code points in all make an envelope of at most one call
-# that fits one chunk, whatever they hold.
-_SMALL_CHARS: Final = (CHUNK_BYTES - _ENVELOPE_FIXED - _CALL_FIXED) // MAX_ESCAPE
+# that fits one chunk, whatever they hold, with the call's index too (the message as sent).
+_SMALL_CHARS: Final = (
+    CHUNK_BYTES - _ENVELOPE_FIXED - _CALL_FIXED - len(_FIRST_INDEX)
+) // MAX_ESCAPE
 
 
 def _render_assistant(
-    message: dict[str, Any], exclude_reasoning_content: bool
-) -> tuple[bytes, int, int] | None:
-    """``(text, nodes, depth)`` of ``normalize_assistant(message)`` for the common shape
-    when it provably fits one chunk, counted as :meth:`Budget.measure` counts; else ``None``.
+    message: dict[str, Any], exclude_reasoning_content: bool, budget: Budget, out: bytearray
+) -> int | None:
+    """Append the framed canonical text of ``normalize_assistant(message)`` to ``out``
+    and return its size, for the common shape when it provably fits one chunk, charged to
+    ``budget`` as :meth:`Budget.measure` would charge it; ``None``, appending and charging
+    nothing, otherwise (or when it breaks a limit).
 
-    Straight-line code for the most common envelopes (text, or text and one call);
-    :func:`_render_assistant_general` for the rest of the shape."""
+    Renders the two commonest messages as sent (see above), edited in ``out`` (no copy);
+    :func:`_render_envelope` for the rest of the shape."""
+    keys = message.keys()
+    if keys == _ONE_CALL_KEYS:
+        content, calls, role = message["content"], message["tool_calls"], message["role"]
+        if (
+            type(content) is not str
+            or type(role) is not str
+            or type(calls) is not list
+            or len(calls) != 1
+            or type(call := calls[0]) is not dict
+        ):
+            return _append(out, _render_envelope(message, exclude_reasoning_content, budget))
+        call_keys = call.keys()
+        if call_keys == _INDEXED_CALL_KEYS:
+            index = call["index"]  # dropped when it is its position, else built
+            if type(index) is not int or index != 0:
+                return _append(out, _render_envelope(message, exclude_reasoning_content, budget))
+            indexed = True
+        elif call_keys == _CALL_KEYS:
+            indexed = False
+        else:
+            return _append(out, _render_envelope(message, exclude_reasoning_content, budget))
+        function = call["function"]
+        if type(function) is not dict or function.keys() != _FUNCTION_KEYS:
+            return _append(out, _render_envelope(message, exclude_reasoning_content, budget))
+        arguments, name, call_id, kind = (
+            function["arguments"], function["name"], call["id"], call["type"]
+        )  # fmt: skip
+        if (
+            type(arguments) is not str
+            or type(name) is not str
+            or type(call_id) is not str
+            or type(kind) is not str
+            or len(content) + len(arguments) + len(name) + len(call_id) + len(kind) > _SMALL_CHARS
+        ):
+            return _append(out, _render_envelope(message, exclude_reasoning_content, budget))
+        try:
+            text = render_sorted(message)
+        except EncodeError:  # a lone surrogate or an inexact key: the general path refuses
+            return None
+        if not indexed:
+            return _append(out, text if budget.admit(len(text), 10, 4) else None)
+        size = len(text) - _INDEX_BYTES
+        if not budget.admit(size, 10, 4):  # 4 values and 6 of the call
+            return None
+        out += _U64.pack(size)
+        # The index is the last member but one: found from the end, cut out in place.
+        cut = len(out) + text.rfind(_FIRST_INDEX) + 1  # after its leading comma
+        out += text
+        del out[cut : cut + _INDEX_BYTES]
+        return size
+    if keys == _TEXT_KEYS:
+        content, role = message["content"], message["role"]
+        if type(content) is not str or type(role) is not str or len(content) > _SMALL_CHARS:
+            return _append(out, _render_envelope(message, exclude_reasoning_content, budget))
+        try:
+            text = render_sorted(message)
+        except EncodeError:  # a lone surrogate or an inexact key: the general path refuses
+            return None
+        size = len(text) - 1 + len(_NO_CALLS_MEMBER)
+        if not budget.admit(size, 4, 2):  # the envelope and 3 values
+            return None
+        out += _U64.pack(size)
+        out += text
+        out[-1:] = _NO_CALLS_MEMBER  # in place of the closing brace
+        return size
+    return _append(out, _render_envelope(message, exclude_reasoning_content, budget))
+
+
+def _append(out: bytearray, text: bytes | None) -> int | None:
+    """Append a rendered text to ``out``, framed; its size (``None``: nothing rendered)."""
+    if text is None:
+        return None
+    out += _U64.pack(len(text))
+    out += text
+    return len(text)
+
+
+def _render_envelope(
+    message: dict[str, Any], exclude_reasoning_content: bool, budget: Budget
+) -> bytes | None:
+    """:func:`_render_assistant` by building the normalized envelope: straight-line code
+    for text and at most one call, :func:`_render_assistant_general` for the rest."""
     keys = message.keys()
     if not _ASSISTANT_KEYS.issuperset(keys) or (
         not exclude_reasoning_content and "reasoning_content" in keys
     ):
-        return _render_assistant_general(message, exclude_reasoning_content)
+        return _render_assistant_general(message, exclude_reasoning_content, budget)
     content = message.get("content")
     if content is None:
         content = ""
@@ -378,11 +497,11 @@ def _render_assistant(
         return None
     if not calls:
         if len(content) > _SMALL_CHARS:
-            return _render_assistant_general(message, exclude_reasoning_content)
+            return _render_assistant_general(message, exclude_reasoning_content, budget)
         envelope = {"content": content, "role": "assistant", "tool_calls": _NO_CALLS}
-        return _render(envelope, 4, 2)
+        return _render(envelope, 4, 2, budget)
     if len(calls) != 1:
-        return _render_assistant_general(message, exclude_reasoning_content)
+        return _render_assistant_general(message, exclude_reasoning_content, budget)
     call = calls[0]
     if type(call) is not dict:
         return None
@@ -411,17 +530,17 @@ def _render_assistant(
     ):
         return None
     if len(content) + len(arguments) + len(name) + len(call_id) + len(kind) > _SMALL_CHARS:
-        return _render_assistant_general(message, exclude_reasoning_content)
+        return _render_assistant_general(message, exclude_reasoning_content, budget)
     normalized_call = {
         "function": {"arguments": arguments, "name": name}, "id": call_id, "type": kind
     }  # fmt: skip
     envelope = {"content": content, "role": "assistant", "tool_calls": [normalized_call]}
-    return _render(envelope, 10, 4)  # 4 values of the envelope and 6 of the call
+    return _render(envelope, 10, 4, budget)  # 4 values of the envelope and 6 of the call
 
 
 def _render_assistant_general(
-    message: dict[str, Any], exclude_reasoning_content: bool
-) -> tuple[bytes, int, int] | None:
+    message: dict[str, Any], exclude_reasoning_content: bool, budget: Budget
+) -> bytes | None:
     """:func:`_render_assistant` for any number of calls and a kept reasoning_content."""
     if not _ASSISTANT_KEYS.issuperset(message):
         return None
@@ -472,12 +591,14 @@ def _render_assistant_general(
     envelope["tool_calls"] = normalized_calls
     nodes = 4 + reasoning + 6 * len(calls)  # the envelope, 3 or 4 members, 6 per call
     depth = 4 if calls else 2  # tool_calls nests 2 levels deep, calls 3, functions 4
-    return _render(envelope, nodes, depth)
+    return _render(envelope, nodes, depth, budget)
 
 
-def _render(envelope: dict[str, Any], nodes: int, depth: int) -> tuple[bytes, int, int] | None:
-    """Render an envelope built in sorted member order (so no sorting is asked for)."""
+def _render(envelope: dict[str, Any], nodes: int, depth: int, budget: Budget) -> bytes | None:
+    """Render an envelope built in sorted member order (so no sorting is asked for) and
+    charge it to ``budget``; ``None``, charging nothing, when that breaks a limit."""
     try:
-        return render_unsorted(envelope), nodes, depth
+        text = render_unsorted(envelope)
     except EncodeError:  # a lone surrogate: the general path refuses it with its reason
         return None
+    return text if budget.admit(len(text), nodes, depth) else None
