@@ -85,7 +85,9 @@ class ChatStreamConverter:
         self._include_usage = include_usage
         self._summaries = reasoning_summaries
         self._role_sent = False
-        self._sent: dict[_Key, str] = {}  # text (or arguments) sent so far, per part
+        # Text (or arguments) sent so far, per part, as its pieces: appending to a list
+        # costs the same at any length, where adding to a string copies all of it.
+        self._sent: dict[_Key, list[str]] = {}
         self._last_summary: _Key | None = None
         self._calls: dict[int, int] = {}  # output_index → tool-call index in the chunks
         self._call_positions: dict[str, int] = {}  # call_id → output_index it was announced at
@@ -126,7 +128,11 @@ class ChatStreamConverter:
         kind, output_index, _ = key
         if not piece or (kind == "reasoning_content" and not self._summaries):
             return []
-        self._sent[key] = self._sent.get(key, "") + piece
+        pieces = self._sent.get(key)
+        if pieces is None:
+            self._sent[key] = [piece]
+        else:
+            pieces.append(piece)
         if kind == "arguments":
             call = {"index": self._calls[output_index], "function": {"arguments": piece}}
             return self._with_role([self._chunk({"tool_calls": [call]})])
@@ -138,7 +144,7 @@ class ChatStreamConverter:
 
     def _catch_up(self, key: _Key, full: str) -> list[Chunk]:
         """Send the tail of ``full`` beyond what was sent, if ``full`` extends it."""
-        sent = self._sent.get(key, "")
+        sent = "".join(self._sent.get(key, ()))
         if len(full) > len(sent) and full.startswith(sent):
             return self._send_text(key, full[len(sent) :])
         return []
@@ -148,8 +154,14 @@ class ChatStreamConverter:
     def _text_event(self, event_type: str, data: Mapping[str, Any]) -> list[Chunk]:
         kind, index_field, payload_field, is_done = TEXT_EVENTS[event_type]
         output_index = self._position(data.get("item_id"), data, event_type)
-        key = (kind, output_index, _field(data, index_field, int, event_type))
-        text = _field(data, payload_field, str, event_type)
+        # An exact int or str is valid as it is; anything else goes through _field.
+        part = data.get(index_field)
+        if type(part) is not int:
+            part = _field(data, index_field, int, event_type)
+        text = data.get(payload_field)
+        if type(text) is not str:
+            text = _field(data, payload_field, str, event_type)
+        key = (kind, output_index, part)
         return self._catch_up(key, text) if is_done else self._send_text(key, text)
 
     def _created(self, event_type: str, data: Mapping[str, Any]) -> list[Chunk]:
@@ -158,7 +170,9 @@ class ChatStreamConverter:
 
     def _position(self, item_id: Any, data: Mapping[str, Any], event_type: str) -> int:
         """The event's ``output_index``, remembered per item id for the terminal catch-up."""
-        output_index: int = _field(data, "output_index", int, event_type)
+        output_index = data.get("output_index")
+        if type(output_index) is not int:
+            output_index = _field(data, "output_index", int, event_type)
         if isinstance(item_id, str):
             self._positions[item_id] = output_index
         return output_index

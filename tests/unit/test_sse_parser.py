@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from relay.errors import UpstreamProtocolError
-from relay.transport.sse import SSEEvent, SSEParser, decode_event
+from relay.transport.sse import (
+    _SCAN,
+    _SCAN_CHAT,
+    SSEEvent,
+    SSEParser,
+    _loads,
+    _reject_constant,
+    decode_event,
+)
+
+# The repo is /work/main; the shared fixtures sit beside it in /work/shared.
+RECORDINGS = Path(__file__).resolve().parents[2].parent / "shared/fixtures/cursor-recordings"
 
 MAX = 1 << 20
 
@@ -208,3 +223,160 @@ def test_decode_event(event: SSEEvent, expected: tuple[str, dict[str, Any]]) -> 
 def test_decode_event_errors(event: SSEEvent, message: str) -> None:
     with pytest.raises(UpstreamProtocolError, match=message):
         decode_event(event)
+
+
+# --- whole events in one step vs line by line -------------------------------------------------
+#
+# The parser takes complete LF-only events in one step and everything else line by line (the
+# path the tests above pin); with the one-step path switched off it must agree on every
+# stream and every chunking: the same events from the same feed, the same error from the
+# same feed.
+
+
+class LineByLineParser(SSEParser):
+    """The parser with its whole-event step switched off: every line goes line by line."""
+
+    def _whole_events(self, events: list[SSEEvent]) -> None:
+        return
+
+
+FIELD_BYTES = [b"data: ", b"data:", b"data", b"event: ", b"event:", b"event", b"id: 1",
+               b"retry: 5", b": c", b":", b"foo: bar", b"dat", b'{"a":1}', b"[DONE]", b"x",
+               b" ", "é€😀".encode(), b"\xff", b"\xe2\x82", b"\xef\xbb\xbf"]  # fmt: skip
+LINE_ENDS = [b"\n", b"\r", b"\r\n", b"\n\n", b"\r\n\r\n", b"\r\r", b"\n\r"]
+
+
+@st.composite
+def lf_event(draw: st.DrawFn) -> bytes:
+    """One LF-terminated event of the shapes real streams send, and a few they do not."""
+    data = draw(st.sampled_from(['{"type":"x","delta":"é"}', "", "[DONE]", "a: b", " lead"]))
+    shape = draw(st.sampled_from(["data", "event+data", "multi", "noisy", "no-data"]))
+    name = draw(st.sampled_from(["response.created", "", "e"]))
+    if shape == "data":
+        return f"data: {data}\n\n".encode()
+    if shape == "event+data":
+        return f"event: {name}\ndata: {data}\n\n".encode()
+    if shape == "multi":
+        return f"event:{name}\ndata:{data}\ndata\ndata:  {data}\n\n".encode()
+    if shape == "noisy":
+        return f": ping\nid: 3\nevent: {name}\nretry: 1\nfoo\ndata: {data}\n\n".encode()
+    return f"event: {name}\n: only a comment\n\n".encode()
+
+
+streams = st.one_of(
+    st.lists(lf_event(), max_size=8).map(b"".join),  # the fast path's home ground
+    st.lists(st.one_of(lf_event(), st.sampled_from(FIELD_BYTES), st.sampled_from(LINE_ENDS),
+                       st.binary(max_size=6)), max_size=30).map(b"".join),
+)  # fmt: skip
+
+
+def outcomes(parser: Any, pieces: list[bytes]) -> list[Any]:
+    """What each feed and the close give: events as (event, data), or the error raised."""
+    result: list[Any] = []
+    try:
+        for piece in pieces:
+            result.append([(event, data) for event, data in parser.feed(piece)])
+        result.append([(event, data) for event, data in parser.close()])
+    except UpstreamProtocolError as error:
+        result.append(("error", str(error)))
+    return result
+
+
+@given(stream=streams, data=st.data(), max_event_bytes=st.sampled_from([MAX, 64, 30, 8]))
+@settings(max_examples=600, deadline=None)
+def test_whole_events_agree_with_the_line_by_line_parser(
+    stream: bytes, data: st.DataObject, max_event_bytes: int
+) -> None:
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6), label="cuts"))
+    pieces = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+    expected = outcomes(LineByLineParser(max_event_bytes=max_event_bytes), pieces)
+    assert outcomes(SSEParser(max_event_bytes=max_event_bytes), pieces) == expected
+
+
+def test_recorded_streams_agree_with_the_line_by_line_parser() -> None:
+    for path in sorted(RECORDINGS.glob("*/upstream_response.sse")):
+        stream = path.read_bytes()
+        for size in (1, 7, 100, 4096, len(stream)):
+            pieces = [stream[i : i + size] for i in range(0, len(stream), size)]
+            expected = outcomes(LineByLineParser(max_event_bytes=MAX), pieces)
+            assert outcomes(SSEParser(max_event_bytes=MAX), pieces) == expected, (path, size)
+        assert sum(map(len, expected)) > 10  # events came out
+
+
+@pytest.mark.parametrize(
+    ("pieces", "expected"),
+    [
+        # LF events, then a CR one in the same read: the CR part goes line by line.
+        ([b"data: a\n\ndata: b\r\rdata: c\n\n"], [["a", "b", "c"], []]),
+        # An event split across reads, then whole ones again in the next read.
+        ([b"event: e\ndata: a", b"b\n\ndata: c\n\n"], [[], ["ab", "c"], []]),
+        # A blank line split from its event: the next read starts with it.
+        ([b"data: a\n", b"\ndata: b\n\n"], [[], ["a", "b"], []]),
+        # Blank lines between events are nothing.
+        ([b"\n\n\ndata: a\n\n\n\n\ndata: b\n\n"], [["a", "b"], []]),
+        # Lines that set nothing, and an event with no data.
+        ([b": x\n\nid: 1\n\nevent: e\n\ndata: a\n\n"], [["a"], []]),
+    ],
+)
+def test_whole_events_and_line_by_line_hand_over(
+    pieces: list[bytes], expected: list[list[str]]
+) -> None:
+    parser = SSEParser(max_event_bytes=MAX)
+    got = [[event.data for event in parser.feed(piece)] for piece in pieces]
+    assert [*got, [event.data for event in parser.close()]] == expected
+
+
+def test_a_bad_event_after_good_ones_in_one_read_raises_from_that_read() -> None:
+    parser = SSEParser(max_event_bytes=MAX)
+    with pytest.raises(UpstreamProtocolError, match="UTF-8"):
+        parser.feed(b"data: a\n\ndata: \xff\n\n")
+    parser = SSEParser(max_event_bytes=16)
+    with pytest.raises(UpstreamProtocolError, match="larger than 16 bytes"):
+        parser.feed(b"data: a\n\ndata: " + b"x" * 20 + b"\n\n")
+    # Field lines of 8 + 14 bytes: at the limit, not over it, whichever step takes them.
+    for limit in (22, 23):
+        parser = SSEParser(max_event_bytes=limit)
+        assert parser.feed(b"event: e\ndata: 12345678\n\n") == [SSEEvent("e", "12345678")]
+    with pytest.raises(UpstreamProtocolError, match="larger than 21 bytes"):
+        SSEParser(max_event_bytes=21).feed(b"event: e\ndata: 12345678\n\n")
+
+
+def test_the_callers_chunk_is_never_changed() -> None:
+    parser = SSEParser(max_event_bytes=MAX)
+    chunk = bytearray(b"data: a\n\ndata: b")
+    assert parser.feed(chunk) == [SSEEvent(None, "a")]  # type: ignore[arg-type]
+    assert chunk == b"data: a\n\ndata: b"
+    assert parser.feed(b"\n\n") == [SSEEvent(None, "b")]
+    assert chunk == b"data: a\n\ndata: b"
+
+
+# --- event data: the scanner alone when nothing surrounds the value -----------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=8,
+)  # fmt: skip
+event_data = st.one_of(
+    json_values.map(lambda v: json.dumps(v, ensure_ascii=False)),
+    st.tuples(st.sampled_from(["", " ", "\n", "\ufeff", "x", "{"]), json_values,
+              st.sampled_from(["", " ", "\t\n", "x", "}", ",1", "NaN"])).map(
+        lambda t: t[0] + json.dumps(t[1]) + t[2]),
+    st.sampled_from(["NaN", "[Infinity]", '{"a":-Infinity}', "[" * 5000 + "]" * 5000, "", "[DONE]"]),
+    st.text(max_size=12),
+)  # fmt: skip
+
+
+def loading(load: Any, data: str) -> Any:
+    try:
+        return ("value", load(data))
+    except (ValueError, RecursionError, UpstreamProtocolError) as error:
+        return type(error)
+
+
+@given(event_data)
+@settings(max_examples=500, deadline=None)
+def test_event_data_loads_as_json_loads_does(data: str) -> None:
+    assert loading(lambda d: _loads(d, _SCAN), data) == loading(json.loads, data)
+    chat = loading(lambda d: _loads(d, _SCAN_CHAT, parse_constant=_reject_constant), data)
+    assert chat == loading(lambda d: json.loads(d, parse_constant=_reject_constant), data)
