@@ -20,6 +20,11 @@ DEFAULT_MAX_BYTES: Final = 4 * 1024 * 1024  # the entry/capture allowance (spec 
 _IGNORED: Final = frozenset({"role", "reasoning_content", "annotations"})
 
 
+def _is_mapping(value: Any) -> bool:
+    # The relay's own chunks are dicts: checked first, before the slower ABC check.
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def utf8_length(text: str) -> int:
     """UTF-8 bytes of ``text``, counting a lone surrogate as its three bytes."""
     return len(text.encode("utf-8", "surrogatepass"))
@@ -75,7 +80,7 @@ class ClientProjection:
     def feed_chunk(self, chunk: Mapping[str, Any]) -> None:
         """One ``chat.completion.chunk`` as emitted (a usage chunk has no choices)."""
         choices = chunk.get("choices")
-        if not isinstance(choices, list):
+        if type(choices) is not list and not isinstance(choices, list):
             self._ambiguous = True
             return
         for choice in choices:
@@ -113,9 +118,10 @@ class ClientProjection:
     # --- accumulation -----------------------------------------------------------------
 
     def _choice(self, choice: Any) -> None:
-        index = choice.get("index") if isinstance(choice, Mapping) else None
-        delta = choice.get("delta") if isinstance(choice, Mapping) else None
-        if type(index) is not int or index != 0 or not isinstance(delta, Mapping):
+        is_mapping = _is_mapping(choice)
+        index = choice.get("index") if is_mapping else None
+        delta = choice.get("delta") if is_mapping else None
+        if type(index) is not int or index != 0 or not _is_mapping(delta):
             self._ambiguous = True  # only choice 0 exists in what the relay sends
             return
         for key, value in delta.items():
@@ -140,9 +146,10 @@ class ClientProjection:
             self._ambiguous = True
 
     def _call(self, call: Any) -> None:
-        index = call.get("index") if isinstance(call, Mapping) else None
-        function = call.get("function", {}) if isinstance(call, Mapping) else None
-        if type(index) is not int or not isinstance(function, Mapping):
+        is_mapping = _is_mapping(call)
+        index = call.get("index") if is_mapping else None
+        function = call.get("function", {}) if is_mapping else None
+        if type(index) is not int or not _is_mapping(function):
             self._ambiguous = True
             return
         parts = self._calls.setdefault(index, _CallParts())
@@ -161,7 +168,7 @@ class ClientProjection:
             self._add(parts.arguments, arguments)
 
     def _add(self, pieces: list[str], value: Any) -> None:
-        if not isinstance(value, str):
+        if type(value) is not str and not isinstance(value, str):
             self._ambiguous = True
         elif self._counted(value):
             pieces.append(value)
