@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 from relay.reasoning.predict import SentToolCall
 
@@ -20,7 +20,7 @@ DEFAULT_MAX_BYTES: Final = 4 * 1024 * 1024  # the entry/capture allowance (spec 
 _IGNORED: Final = frozenset({"role", "reasoning_content", "annotations"})
 
 
-def _is_mapping(value: Any) -> bool:
+def _is_mapping(value: Any) -> TypeGuard[Mapping[str, Any]]:
     # The relay's own chunks are dicts: checked first, before the slower ABC check.
     return type(value) is dict or isinstance(value, Mapping)
 
@@ -118,9 +118,10 @@ class ClientProjection:
     # --- accumulation -----------------------------------------------------------------
 
     def _choice(self, choice: Any) -> None:
-        is_mapping = _is_mapping(choice)
-        index = choice.get("index") if is_mapping else None
-        delta = choice.get("delta") if is_mapping else None
+        if not _is_mapping(choice):
+            self._ambiguous = True
+            return
+        index, delta = choice.get("index"), choice.get("delta")
         if type(index) is not int or index != 0 or not _is_mapping(delta):
             self._ambiguous = True  # only choice 0 exists in what the relay sends
             return
@@ -146,9 +147,10 @@ class ClientProjection:
             self._ambiguous = True
 
     def _call(self, call: Any) -> None:
-        is_mapping = _is_mapping(call)
-        index = call.get("index") if is_mapping else None
-        function = call.get("function", {}) if is_mapping else None
+        if not _is_mapping(call):
+            self._ambiguous = True
+            return
+        index, function = call.get("index"), call.get("function", {})
         if type(index) is not int or not _is_mapping(function):
             self._ambiguous = True
             return
