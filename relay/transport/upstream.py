@@ -48,6 +48,7 @@ from relay.errors import (
     UpstreamReportedError,
     UpstreamTimeout,
 )
+from relay.transport.chunked import BulkChunkedHTTP1Connection
 from relay.transport.deadline import Deadline
 from relay.transport.pool import ConnectionPool, PooledTCPClient
 from relay.transport.sse import SSEEvent, SSEParser, decode_chat_event, decode_event
@@ -114,7 +115,9 @@ class _AbortableConnection(_HTTPConnection):
         self._handle_exception(type(exc), exc, None)
 
     def _create_connection(self, stream: IOStream) -> HTTP1Connection:
-        connection = super()._create_connection(stream)
+        made = super()._create_connection(stream)
+        # The same connection, reading a chunked body in bulk (relay.transport.chunked).
+        connection = BulkChunkedHTTP1Connection(stream, True, made.params, made.context)
         # Tornado hands the body over in pieces of up to chunk_size, coalescing whatever
         # has arrived until then: at its 64 KiB default a fast upstream's first events
         # wait for a whole burst to be read and parsed. Small pieces bound that latency.

@@ -13,10 +13,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from tornado.http1connection import HTTP1Connection
 
 from fakeupstream.server import FakeUpstream
 from relay.clock import Clock, ManualClock, SystemClock
 from relay.errors import UpstreamError, UpstreamHTTPError
+from relay.transport import upstream
+from relay.transport.chunked import BulkChunkedHTTP1Connection
 from relay.transport.pool import IDLE_S, ConnectionPool
 from relay.transport.upstream import UpstreamExchange, UpstreamLimits, make_http_client
 from tests.support.stack import Stack
@@ -199,3 +202,100 @@ def test_relay_requests_share_the_upstream_connection(stack: Stack) -> None:
         )
     first, second = (r.peer for r in stack.fake.requests)
     assert first == second
+
+
+# -- chunked bodies, read in bulk (relay.transport.chunked) ----------------------------
+
+
+def test_many_small_chunks_then_the_connection_serves_the_next_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One chunk per event, each flushed: 300 text deltas arrive whole, and the kept-alive
+    connection, read to the body's last byte and not beyond, serves the next answer."""
+
+    async def test(up: Upstream) -> None:
+        script = {"output": [{"type": "message", "text": "x" * 300}], "delta_size": 1}
+        up.fake.enqueue(script, script)
+        for _ in range(2):
+            exchange = await up.exchange()
+            assert exchange.bytes_received > 300 * 100
+        assert len(up.fake.requests[0].events) > 300
+        first, second = up.peers
+        assert first == second
+        assert up.pool.reused == 1
+        assert bodies == [BulkChunkedHTTP1Connection, BulkChunkedHTTP1Connection]
+
+    bodies: list[type] = []
+    read_chunked_body = BulkChunkedHTTP1Connection._read_chunked_body
+
+    async def counted(connection: BulkChunkedHTTP1Connection, delegate: Any) -> None:
+        bodies.append(type(connection))
+        await read_chunked_body(connection, delegate)
+
+    monkeypatch.setattr(BulkChunkedHTTP1Connection, "_read_chunked_body", counted)
+    run(test)
+
+
+ANSWER_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+)
+COMPLETED = b'event: response.completed\ndata: {"type": "response.completed", "response": {}}\n\n'
+CREATED = b'event: response.created\ndata: {"type": "response.created", "response": {}}\n\n'
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        chunk(CREATED) + b"zz\r\n" + COMPLETED,  # invalid chunk size
+        chunk(CREATED) + b"5;name=value\r\nevent\r\n",  # an extension: refused, as Tornado does
+        chunk(CREATED) + b"%x\r\n%sXY" % (len(COMPLETED), COMPLETED),  # improperly terminated
+        chunk(CREATED) + b"0" * 70 + b"\r\n",  # a size line over 64 bytes
+        chunk(CREATED) + b"%x\r\nevent: resp" % len(COMPLETED),  # closed mid-chunk
+    ],
+    ids=["size", "extension", "terminator", "long-line", "closed"],
+)
+def test_a_malformed_chunked_body_fails_as_it_did_with_tornados_reader(
+    body: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same bytes through Tornado's own chunked reader and through ours: the same
+    error, and the connection is not kept."""
+
+    async def fail() -> tuple[str, str]:
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            await reader.readexactly(len(json.dumps(BODY)))
+            writer.write(ANSWER_HEAD + body)
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        pool = ConnectionPool(SystemClock())
+        client = make_http_client(SystemClock(), pool)
+
+        async def sink(event_type: str, data: dict[str, Any]) -> None:
+            pass
+
+        exchange = UpstreamExchange(
+            client=client, clock=SystemClock(), limits=LIMITS,
+            url=f"http://127.0.0.1:{port}/v1/responses",
+            headers={"Content-Type": "application/json"},
+            body=json.dumps(BODY).encode(), sink=sink,
+        )  # fmt: skip
+        try:
+            with pytest.raises(UpstreamError) as failed:
+                await exchange.run()
+            assert pool.idle() == 0
+        finally:
+            client.close()
+            server.close()
+            await server.wait_closed()
+        return type(failed.value).__name__, str(failed.value)
+
+    bulk = asyncio.run(fail())
+    monkeypatch.setattr(upstream, "BulkChunkedHTTP1Connection", HTTP1Connection)
+    assert asyncio.run(fail()) == bulk

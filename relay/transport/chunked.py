@@ -1,0 +1,201 @@
+"""Reading a chunked body in bulk, exactly as strictly as Tornado, never past its end.
+
+Tornado's ``HTTP1Connection._read_chunked_body`` makes three IOStream reads per chunk (the
+size line, the data, its CRLF); an upstream writing one chunk per SSE event pays them per
+event. :class:`BulkChunkedHTTP1Connection` instead reads whatever has arrived and decodes
+the framing from it with :class:`ChunkedDecoder`, a pure state machine.
+
+Never past the end: the body is followed, on a kept-alive connection, by the next answer,
+which must stay unread in the stream. :meth:`ChunkedDecoder.wanted` is the least number of
+bytes any valid body could still hold from where the decoder stands (for instance, after a
+chunk's data: its CRLF and a last chunk ``0\\r\\n\\r\\n``), and a read never asks for more.
+So a valid body is read up to its last byte and not one byte further; an invalid one ends
+with an error and the connection is closed anyway.
+
+Exactly as strict, with the same errors, checked at the same points: a size line ends at
+its first CRLF within 64 bytes (else Tornado's ``UnsatisfiableReadError``, and the stream
+is closed) and holds ASCII hex digits only, which is what Tornado's ``parse_hex_int``
+accepts (so chunk extensions are refused as an invalid chunk size, as Tornado 6.6 does);
+the body's total is checked against ``max_body_size`` at each size line; a chunk's data
+and the last chunk are followed by exactly ``\\r\\n``, compared once both bytes are in
+(no trailers). Decoded data is coalesced up to ``chunk_size`` and handed over before any
+read that has to wait for the network, as Tornado does; the loop yields every
+``_YIELD_THRESHOLD`` of work, a chunk counting ``_CHUNK_YIELD_COST``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Final
+
+from tornado import httputil, iostream
+from tornado.http1connection import (
+    _CHUNK_YIELD_COST,
+    _YIELD_THRESHOLD,
+    HTTP1Connection,
+    _is_done,
+)
+from tornado.log import gen_log
+
+# Tornado reads a size line with read_until(b"\r\n", max_bytes=64).
+MAX_SIZE_LINE: Final = 64
+_CRLF: Final = b"\r\n"
+# The shortest end of a body from a chunk boundary: the last chunk and its CRLF.
+_LAST_CHUNK: Final = len(b"0\r\n\r\n")
+
+_HEXDIGITS: Final = b"0123456789abcdefABCDEF"
+
+_LINE, _DATA, _DATA_END, _LAST_END, _DONE = range(5)
+
+
+def _line_too_long() -> iostream.UnsatisfiableReadError:
+    return iostream.UnsatisfiableReadError(
+        f"delimiter {_CRLF!r} not found within {MAX_SIZE_LINE} bytes"
+    )
+
+
+class ChunkedDecoder:
+    """Decodes a chunked body fed in pieces of at most :meth:`wanted` bytes each.
+
+    :meth:`feed` returns the chunk data the piece completed or continued and counts the
+    size lines in :attr:`chunks`; it raises ``HTTPInputError`` (a malformed or too large
+    body) or ``UnsatisfiableReadError`` (a size line over 64 bytes) exactly where Tornado
+    does. :attr:`done` once the last chunk's CRLF is in.
+    """
+
+    __slots__ = ("_crlf", "_line", "_max_body_size", "_remaining", "_state", "_total", "chunks")
+
+    def __init__(self, max_body_size: int) -> None:
+        self._max_body_size = max_body_size
+        self._state = _LINE
+        self._line = b""  # a size line without its CRLF yet
+        self._remaining = 0  # data bytes still due in the current chunk
+        self._crlf = b""  # the bytes of an expected CRLF received so far
+        self._total = 0
+        self.chunks = 0  # size lines parsed (the last chunk's included)
+
+    @property
+    def done(self) -> bool:
+        return self._state == _DONE
+
+    def wanted(self) -> int:
+        """The least number of bytes any valid body still holds from here (0 when done)."""
+        state = self._state
+        if state == _DATA:
+            return self._remaining + len(_CRLF) + _LAST_CHUNK
+        if state == _LINE:
+            # Empty: a digit, CRLF, then at least the last chunk's CRLF. Started: at least
+            # the line's "\n", then that CRLF.
+            return 3 if self._line else _LAST_CHUNK
+        if state == _DATA_END:
+            return len(_CRLF) - len(self._crlf) + _LAST_CHUNK
+        if state == _LAST_END:
+            return len(_CRLF) - len(self._crlf)
+        return 0
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The chunk data in ``data`` (at most :meth:`wanted` bytes), in order."""
+        end = len(data)
+        if end > self.wanted():
+            raise ValueError(f"fed {end} bytes where at most {self.wanted()} may follow")
+        out: list[bytes] = []
+        i = 0
+        state = self._state
+        while i < end:
+            if state == _DATA:
+                take = min(self._remaining, end - i)
+                out.append(data if take == end else data[i : i + take])
+                i += take
+                self._remaining -= take
+                if not self._remaining:
+                    state = _DATA_END
+            elif state == _LINE:
+                if self._line:
+                    data = self._line + data[i:]
+                    self._line = b""
+                    i, end = 0, len(data)
+                eol = data.find(b"\r\n", i)
+                if eol == -1:
+                    if end - i > MAX_SIZE_LINE:
+                        raise _line_too_long()
+                    self._line = data[i:]
+                    break
+                if eol + 2 - i > MAX_SIZE_LINE:
+                    raise _line_too_long()
+                state = self._size_line(data[i:eol])
+                i = eol + 2
+            else:  # _DATA_END or _LAST_END: exactly CRLF, judged once both bytes are in
+                crlf = self._crlf + data[i : i + 2 - len(self._crlf)]
+                i += len(crlf) - len(self._crlf)
+                if len(crlf) < 2:
+                    self._crlf = crlf
+                    break
+                self._crlf = b""
+                if crlf != b"\r\n":
+                    if state == _DATA_END:
+                        raise httputil.HTTPInputError("improperly terminated chunk")
+                    raise httputil.HTTPInputError("improperly terminated chunked request")
+                state = _LINE if state == _DATA_END else _DONE
+        self._state = state
+        return out
+
+    def _size_line(self, line: bytes) -> int:
+        """The state after a size line (without its CRLF)."""
+        self.chunks += 1
+        # What Tornado's parse_hex_int(native_str(line)) accepts: ASCII hex digits only.
+        if not line or line.translate(None, _HEXDIGITS):
+            raise httputil.HTTPInputError("invalid chunk size")
+        size = int(line, 16)
+        if size == 0:
+            return _LAST_END
+        self._total += size
+        if self._total > self._max_body_size:
+            raise httputil.HTTPInputError("chunked body too large")
+        self._remaining = size
+        return _DATA
+
+
+class BulkChunkedHTTP1Connection(HTTP1Connection):
+    """Tornado's HTTP/1 connection, reading a chunked body with :class:`ChunkedDecoder`."""
+
+    async def _read_chunked_body(self, delegate: httputil.HTTPMessageDelegate) -> None:
+        decoder = ChunkedDecoder(self._max_body_size)
+        chunk_size = self.params.chunk_size
+        pending: list[bytes] = []  # decoded data not handed over yet
+        pending_bytes = 0
+        work = 0  # see Tornado's _YIELD_THRESHOLD
+        stream = self.stream
+        while not decoder.done:
+            future = stream.read_bytes(min(decoder.wanted(), chunk_size), partial=True)
+            if pending and not _is_done(future):
+                # About to wait for the network: hand over what is decoded first.
+                data = b"".join(pending)
+                pending.clear()
+                pending_bytes = 0
+                await self._deliver_body(delegate, data)
+            received = await future
+            chunks = decoder.chunks
+            try:
+                pieces = decoder.feed(received)
+            except iostream.UnsatisfiableReadError as e:
+                # As IOStream.read_until does for a line over its max_bytes.
+                gen_log.info("Unsatisfiable read, closing connection: %s", e)
+                stream.close(exc_info=e)
+                raise iostream.StreamClosedError(real_error=stream.error) from None
+            for piece in pieces:
+                pending.append(piece)
+                pending_bytes += len(piece)
+            while pending_bytes >= chunk_size:
+                data = b"".join(pending)
+                pending.clear()
+                rest = data[chunk_size:]
+                if rest:
+                    pending.append(rest)
+                pending_bytes = len(rest)
+                await self._deliver_body(delegate, data[:chunk_size])
+            work += len(received) + (decoder.chunks - chunks) * _CHUNK_YIELD_COST
+            if work >= _YIELD_THRESHOLD:
+                work = 0
+                await asyncio.sleep(0)
+        if pending:
+            await self._deliver_body(delegate, b"".join(pending))
