@@ -100,9 +100,5 @@ class HotBlocks:
             oldest = next(iter(self._entries))
             self._drop(oldest)
 
-    def clear(self) -> None:
-        self._entries.clear()
-        self.bytes = 0
-
     def _drop(self, observation_id: int) -> None:
         self.bytes -= self._entries.pop(observation_id).size
