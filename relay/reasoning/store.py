@@ -64,6 +64,8 @@ from relay.reasoning.store_schema import (
 from relay.reasoning.store_strict import StrictEntries
 
 SECRET_BYTES: Final = 32
+# Markers or open intents of one scope read whole rather than matched through IN lists.
+_FEW: Final = 64
 
 
 # SQL built with f-strings interpolates only these constants and "?" placeholder lists.
@@ -623,9 +625,18 @@ class ReasoningStore:
             )
 
     def _marked(self, scope_id: int, kind: MarkerKind, digests: Iterable[str]) -> set[str]:
+        wanted = dict.fromkeys(digests)
         found: set[str] = set()
         with self._sqlite("read markers") as conn:
-            for batch in in_batches(dict.fromkeys(digests)):
+            # A scope has few markers: all of them in one read is cheaper than matching
+            # a plan's digests against them in IN lists; many fall back to the lists.
+            every = conn.execute(
+                "SELECT digest FROM markers WHERE scope_id = ? AND kind = ? LIMIT ?",
+                (scope_id, kind.value, _FEW + 1),
+            ).fetchall()
+            if len(every) <= _FEW:
+                return {row[0] for row in every if row[0] in wanted}
+            for batch in in_batches(wanted):
                 rows = conn.execute(
                     "SELECT digest FROM markers WHERE scope_id = ? AND kind = ? "  # noqa: S608
                     f"AND digest IN ({placeholders(len(batch))})",
@@ -694,9 +705,20 @@ class ReasoningStore:
         self, scope_id: int, start_digests: Iterable[str]
     ) -> dict[str, set[str]]:
         """The ids of the intents still open at each of ``start_digests`` that has any."""
+        wanted = dict.fromkeys(start_digests)
         found: dict[str, set[str]] = {}
         with self._sqlite("read intents") as conn:
-            for batch in in_batches(dict.fromkeys(start_digests)):
+            # As for markers: a scope has few open intents, read at once unless many.
+            every = conn.execute(
+                "SELECT start_digest, id FROM intents WHERE scope_id = ? LIMIT ?",
+                (scope_id, _FEW + 1),
+            ).fetchall()
+            if len(every) <= _FEW:
+                for start, intent_id in every:
+                    if start in wanted:
+                        found.setdefault(start, set()).add(intent_id)
+                return found
+            for batch in in_batches(wanted):
                 rows = conn.execute(
                     "SELECT start_digest, id FROM intents WHERE scope_id = ? "  # noqa: S608
                     f"AND start_digest IN ({placeholders(len(batch))})",

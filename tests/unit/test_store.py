@@ -28,6 +28,7 @@ from relay.reasoning.records import (
     StoredSizeExceeded,
 )
 from relay.reasoning.store import (
+    _FEW,
     _REF_COLUMNS,
     MAX_STORED_PLAN,
     IntentPhase,
@@ -833,6 +834,29 @@ def test_marker_queries_are_batched(store: ReasoningStore) -> None:
         for digest in marked:
             store.add_marker(sid, MarkerKind.END_CONFLICT, digest, 3, 1.0)
     assert store.conflicted_ends(sid, (h(n) for n in range(1300))) == marked
+
+
+@pytest.mark.parametrize("count", [0, 1, _FEW, _FEW + 1, 2 * _FEW])
+def test_markers_and_intents_read_whole_or_matched_agree(store: ReasoningStore, count: int) -> None:
+    """A scope with at most _FEW markers (open intents) is read whole, one with more is
+    matched in IN lists: the answers are the same either way, and scoped."""
+    sid, other = scope_id(store), scope_id(store, h("b"))
+    present = [h(n) for n in range(count)]
+    with store.transaction():
+        for digest in present:
+            store.add_marker(sid, MarkerKind.START_POISON, digest, 1, 1.0)
+            store.create_intent(
+                f"intent-{digest[-4:]}", scope_id=sid, position=1, start_digest=digest,
+                prior_plan=EMPTY_PLAN, now=1.0, deadline_at=None,
+            )  # fmt: skip
+        store.add_marker(other, MarkerKind.START_POISON, h(10_000), 1, 1.0)
+        store.add_marker(sid, MarkerKind.END_CONFLICT, h(10_001), 1, 1.0)
+    asked = [*present[::2], h(10_000), h(10_001), h(10_002)]
+    assert store.poisoned_starts(sid, asked) == set(present[::2])
+    assert store.unresolved_intents_at(sid, asked) == {
+        digest: {f"intent-{digest[-4:]}"} for digest in present[::2]
+    }
+    assert store.unresolved_intents_at(other, asked) == {}
 
 
 def test_markers_survive_generation_changes(store: ReasoningStore) -> None:
