@@ -399,37 +399,12 @@ def _render_assistant(
     keys = message.keys()
     if keys == _ONE_CALL_KEYS:
         content, calls, role = message["content"], message["tool_calls"], message["role"]
-        if (
-            type(content) is not str
-            or type(role) is not str
-            or type(calls) is not list
-            or len(calls) != 1
-            or type(call := calls[0]) is not dict
-        ):
+        plain = type(content) is str and type(role) is str and type(calls) is list
+        call = _only_call(calls) if plain else None
+        if call is None:
             return _append(out, _render_envelope(message, exclude_reasoning_content, budget))
-        call_keys = call.keys()
-        if call_keys == _INDEXED_CALL_KEYS:
-            index = call["index"]  # dropped when it is its position, else built
-            if type(index) is not int or index != 0:
-                return _append(out, _render_envelope(message, exclude_reasoning_content, budget))
-            indexed = True
-        elif call_keys == _CALL_KEYS:
-            indexed = False
-        else:
-            return _append(out, _render_envelope(message, exclude_reasoning_content, budget))
-        function = call["function"]
-        if type(function) is not dict or function.keys() != _FUNCTION_KEYS:
-            return _append(out, _render_envelope(message, exclude_reasoning_content, budget))
-        arguments, name, call_id, kind = (
-            function["arguments"], function["name"], call["id"], call["type"]
-        )  # fmt: skip
-        if (
-            type(arguments) is not str
-            or type(name) is not str
-            or type(call_id) is not str
-            or type(kind) is not str
-            or len(content) + len(arguments) + len(name) + len(call_id) + len(kind) > _SMALL_CHARS
-        ):
+        arguments, name, call_id, kind, indexed = call
+        if len(content) + len(arguments) + len(name) + len(call_id) + len(kind) > _SMALL_CHARS:
             return _append(out, _render_envelope(message, exclude_reasoning_content, budget))
         try:
             text = render_sorted(message)
@@ -502,33 +477,10 @@ def _render_envelope(
         return _render(envelope, 4, 2, budget)
     if len(calls) != 1:
         return _render_assistant_general(message, exclude_reasoning_content, budget)
-    call = calls[0]
-    if type(call) is not dict:
+    call = _only_call(calls)
+    if call is None or not _ONLY_STR.issuperset(map(type, (*calls[0], *calls[0]["function"]))):
         return None
-    call_keys = call.keys()
-    if call_keys != _CALL_KEYS:
-        if call_keys != _INDEXED_CALL_KEYS:
-            return None
-        index = call["index"]  # dropped when it is its position, else general path
-        if type(index) is not int or index != 0:
-            return None
-    function = call["function"]
-    if type(function) is not dict or function.keys() != _FUNCTION_KEYS:
-        return None
-    arguments, name, call_id, kind = (
-        function["arguments"],
-        function["name"],
-        call["id"],
-        call["type"],
-    )
-    if (
-        type(arguments) is not str
-        or type(name) is not str
-        or type(call_id) is not str
-        or type(kind) is not str
-        or not _ONLY_STR.issuperset(map(type, (*call_keys, *function)))
-    ):
-        return None
+    arguments, name, call_id, kind, _ = call
     if len(content) + len(arguments) + len(name) + len(call_id) + len(kind) > _SMALL_CHARS:
         return _render_assistant_general(message, exclude_reasoning_content, budget)
     normalized_call = {
@@ -536,6 +488,43 @@ def _render_envelope(
     }  # fmt: skip
     envelope = {"content": content, "role": "assistant", "tool_calls": [normalized_call]}
     return _render(envelope, 10, 4, budget)  # 4 values of the envelope and 6 of the call
+
+
+def _only_call(calls: list[Any]) -> tuple[str, str, str, str, bool] | None:
+    """``(arguments, name, id, type, indexed)`` of the call of a one-call list when it is
+    plain: exactly the call's keys (plus an ``index`` of 0, its position, which
+    normalization drops), a function of exactly name and arguments, those four values
+    exactly a str; else None. (Keys equal to those but of a str subclass pass: callers
+    refuse them, see render_sorted.)"""
+    if len(calls) != 1:
+        return None
+    call = calls[0]
+    if type(call) is not dict:
+        return None
+    call_keys = call.keys()
+    if call_keys == _CALL_KEYS:
+        indexed = False
+    elif call_keys == _INDEXED_CALL_KEYS:
+        index = call["index"]
+        if type(index) is not int or index != 0:
+            return None
+        indexed = True
+    else:
+        return None
+    function = call["function"]
+    if type(function) is not dict or function.keys() != _FUNCTION_KEYS:
+        return None
+    arguments, name, call_id, kind = (
+        function["arguments"], function["name"], call["id"], call["type"]
+    )  # fmt: skip
+    if (
+        type(arguments) is not str
+        or type(name) is not str
+        or type(call_id) is not str
+        or type(kind) is not str
+    ):
+        return None
+    return arguments, name, call_id, kind, indexed
 
 
 def _render_assistant_general(
