@@ -1,4 +1,5 @@
-"""An independent encoder of the canonical JSON format, for tests to compare against.
+"""An independent encoder of the canonical JSON format, for tests to compare against,
+and the history digests it implies.
 
 Structure, key order, string escaping and integers come from the stdlib
 (``json.dumps(ensure_ascii=False)``, which the format's string rule equals). Float texts
@@ -7,10 +8,54 @@ are defined by orjson (see the canonical module docstring), so floats alone come
 
 from __future__ import annotations
 
+import hashlib
 import json
+import struct
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
+
+from relay.reasoning.envelope import normalize_message
+from relay.reasoning.identity import ENVELOPE_TAGS, HISTORY_TAGS, Scope, build_scope
+from relay.reasoning.limits import CanonicalLimits
+
+U64 = struct.Struct(">Q")
+
+
+def identity_scope(**limits: int) -> Scope:
+    """A fixed scope for identity tests, with ``limits`` over the default canonical ones."""
+    return build_scope(
+        secret=b"k" * 32,
+        upstream_origin="https://api.openai.com",
+        endpoint="/v1/responses",
+        credential="sk",
+        relay_token="rr",
+        caller=None,
+        upstream_body={"model": "gpt-5"},
+        openai_beta=None,
+        limits=CanonicalLimits(**limits),
+    )
+
+
+def reference_digests(
+    scope: Scope, history: Sequence[Any], exclude: bool = False
+) -> tuple[list[str], list[int], list[str]]:
+    """``(boundaries, message sizes, envelope fingerprints)`` of ``history`` as documented:
+    the reference encoding of each normalized message, framed with its u64 big-endian
+    length, into one SHA-256 state started from the framed scope."""
+    text = reference(scope.value)
+    state = hashlib.sha256(HISTORY_TAGS[exclude] + U64.pack(len(text)) + text)
+    boundaries, sizes, fingerprints = [state.hexdigest()], [], []
+    for message in history:
+        text = reference(normalize_message(message, exclude_reasoning_content=exclude))
+        document = U64.pack(len(text)) + text
+        state.update(document)
+        boundaries.append(state.hexdigest())
+        sizes.append(len(text))
+        if type(message) is dict and message.get("role") == "assistant":
+            fingerprints.append(hashlib.sha256(ENVELOPE_TAGS[exclude] + document).hexdigest())
+    return boundaries, sizes, fingerprints
 
 
 def reference(value: Any) -> bytes:

@@ -11,8 +11,6 @@ anything is hashed.
 from __future__ import annotations
 
 import enum
-import hashlib
-import struct
 from typing import Any
 
 import pytest
@@ -30,33 +28,13 @@ from relay.reasoning.canonical import (
 )
 from relay.reasoning.envelope import normalize_message
 from relay.reasoning.identity import (
-    ENVELOPE_TAGS,
-    HISTORY_TAGS,
     Scope,
-    build_scope,
     history_digests,
 )
 from relay.reasoning.limits import CanonicalLimits
-from tests.support.canonical_reference import reference
+from tests.support.canonical_reference import identity_scope, reference_digests
 
-U64 = struct.Struct(">Q")
-
-
-def make_scope(**limits: int) -> Scope:
-    return build_scope(
-        secret=b"k" * 32,
-        upstream_origin="https://api.openai.com",
-        endpoint="/v1/responses",
-        credential="sk",
-        relay_token="rr",
-        caller=None,
-        upstream_body={"model": "gpt-5"},
-        openai_beta=None,
-        limits=CanonicalLimits(**limits),
-    )
-
-
-SCOPE = make_scope()
+SCOPE = identity_scope()
 
 
 def text_message(content: str = "done") -> dict[str, Any]:
@@ -87,17 +65,9 @@ def assert_reference_digests(history: list[Any], exclude: bool = False) -> None:
     """Every boundary, size and envelope fingerprint is the documented framing of the
     reference encoding of the normalized message."""
     digests = history_digests(SCOPE, history, exclude_reasoning_content=exclude)
-    scope = reference(SCOPE.value)
-    state = hashlib.sha256(HISTORY_TAGS[exclude] + U64.pack(len(scope)) + scope)
-    fingerprints = []
-    for k, message in enumerate(history):
-        text = reference(normalize_message(message, exclude_reasoning_content=exclude))
-        document = U64.pack(len(text)) + text
-        state.update(document)
-        assert digests.boundaries[k + 1] == state.hexdigest(), k
-        assert digests.message_sizes[k] == len(text)
-        if type(message) is dict and message.get("role") == "assistant":
-            fingerprints.append(hashlib.sha256(ENVELOPE_TAGS[exclude] + document).hexdigest())
+    boundaries, sizes, fingerprints = reference_digests(SCOPE, history, exclude)
+    assert list(digests.boundaries) == boundaries
+    assert list(digests.message_sizes) == sizes
     assert [block.envelope_fingerprint for block in digests.assistant_blocks] == fingerprints
 
 
@@ -269,17 +239,17 @@ def test_limits_are_exact_on_the_one_pass_paths(
     history = [tool_message(), message]
     size, nodes = charges(message)
     # The limits are framed into the scope: equal-width values keep its size.
-    scope = make_scope(**{limit: placeholder})
+    scope = identity_scope(**{limit: placeholder})
     used = history_digests(scope, history)
     assert used.message_sizes[-1] == size
     assert used.bytes_used == scope.canonical_size + sum(used.message_sizes)
     assert used.nodes_used == history_digests(SCOPE, history[:1]).nodes_used + nodes
     exact = used.bytes_used if limit == "max_bytes" else used.nodes_used
     assert len(str(exact - 1)) == len(str(placeholder))
-    history_digests(make_scope(**{limit: exact}), history)  # exactly at the limit: fits
+    history_digests(identity_scope(**{limit: exact}), history)  # exactly at the limit: fits
     hashed.clear()
     with pytest.raises(CanonicalLimitExceeded) as refused:
-        history_digests(make_scope(**{limit: exact - 1}), history)
+        history_digests(identity_scope(**{limit: exact - 1}), history)
     assert refused.value.reason == limit.removeprefix("max_")
     assert hashed == []
 

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
-import struct
 from typing import Any
 
 from hypothesis import given, settings
@@ -14,22 +12,11 @@ from hypothesis import strategies as st
 from relay.reasoning import canonical
 from relay.reasoning.canonical import Budget, canonical_bytes
 from relay.reasoning.envelope import normalize_message
-from relay.reasoning.identity import HISTORY_TAGS, build_scope, history_digests
+from relay.reasoning.identity import history_digests
 from relay.reasoning.predict import reserialize_arguments
-from tests.support.canonical_reference import reference
+from tests.support.canonical_reference import identity_scope, reference, reference_digests
 
-SCOPE = build_scope(
-    secret=b"k" * 32,
-    upstream_origin="https://api.openai.com",
-    endpoint="/v1/responses",
-    credential="sk",
-    relay_token="rr",
-    caller=None,
-    upstream_body={"model": "gpt-5"},
-    openai_beta=None,
-)
-
-U64 = struct.Struct(">Q")
+SCOPE = identity_scope()
 
 # Any code point but lone surrogates, which json.loads never produces from a valid body.
 text = st.text(st.characters(exclude_categories=["Cs"]), max_size=30)
@@ -135,14 +122,10 @@ def test_digests_are_the_documented_framing_of_the_reference_encoding(
     """Whichever renderer a message takes (flat, one-pass assistant, measured, streamed),
     its bytes are the reference encoding of its normalized form, framed as documented."""
     digests = history_digests(SCOPE, history, exclude_reasoning_content=exclude)
-    scope = reference(SCOPE.value)
-    state = hashlib.sha256(HISTORY_TAGS[exclude] + U64.pack(len(scope)) + scope)
-    assert digests.boundaries[0] == state.hexdigest()
-    for k, message in enumerate(history):
-        document = reference(normalize_message(message, exclude_reasoning_content=exclude))
-        state.update(U64.pack(len(document)) + document)
-        assert digests.boundaries[k + 1] == state.hexdigest()
-        assert digests.message_sizes[k] == len(document)
+    boundaries, sizes, fingerprints = reference_digests(SCOPE, history, exclude)
+    assert list(digests.boundaries) == boundaries
+    assert list(digests.message_sizes) == sizes
+    assert [block.envelope_fingerprint for block in digests.assistant_blocks] == fingerprints
 
 
 @given(messages, assistant)
