@@ -13,7 +13,7 @@ import pytest
 
 from relay.reasoning import planner
 from relay.reasoning.hot_blocks import HotBlocks
-from relay.reasoning.identity import HistoryDigests, build_scope, history_digests
+from relay.reasoning.identity import HistoryDigests, history_digests
 from relay.reasoning.planner import Plan, PlanLimits, plan_replay
 from relay.reasoning.receipts import Reason
 from relay.reasoning.records import (
@@ -24,18 +24,10 @@ from relay.reasoning.records import (
     StoredPayload,
     StoredSizeExceeded,
 )
+from tests.support.canonical_reference import identity_scope
 
 NOW = 1_800_000_000.0
-SCOPE = build_scope(
-    secret=b"k" * 32,
-    upstream_origin="http://fake",
-    endpoint="/v1/responses",
-    credential="sk",
-    relay_token="token",
-    caller=None,
-    upstream_body={"model": "gpt-5"},
-    openai_beta=None,
-)
+SCOPE = identity_scope()
 
 
 @dataclass
