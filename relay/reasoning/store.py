@@ -141,6 +141,24 @@ def _store_error(exc: sqlite3.Error, path: Path, action: str) -> StoreError:
     return StoreError(f"reasoning cache {path}: {action} failed ({label})", sqlite_error=name)
 
 
+def _matching(
+    conn: sqlite3.Connection, select: str, params: tuple[Any, ...], column: str,
+    values: Iterable[str],
+) -> list[Any]:  # fmt: skip
+    """The rows of ``select`` (one scope's markers or intents) whose ``column``, their first,
+    is in ``values``. A scope has few of them: reading them all at once is cheaper than
+    matching a plan's digests in IN lists; more than ``_FEW`` fall back to the lists."""
+    wanted = dict.fromkeys(values)
+    every = conn.execute(f"{select} LIMIT ?", (*params, _FEW + 1)).fetchall()
+    if len(every) <= _FEW:
+        return [row for row in every if row[0] in wanted]
+    rows: list[Any] = []
+    for batch in in_batches(wanted):
+        sql = f"{select} AND {column} IN ({placeholders(len(batch))})"
+        rows += conn.execute(sql, (*params, *batch))
+    return rows
+
+
 def _observation_by_ref(row: Sequence[Any]) -> Observation:
     """A row of ``_REF_COLUMNS``: its plan is the stamp recorded with it. A damaged stamp
     equals no valid plan's, so it can only withhold replay."""
@@ -625,25 +643,12 @@ class ReasoningStore:
             )
 
     def _marked(self, scope_id: int, kind: MarkerKind, digests: Iterable[str]) -> set[str]:
-        wanted = dict.fromkeys(digests)
-        found: set[str] = set()
         with self._sqlite("read markers") as conn:
-            # A scope has few markers: all of them in one read is cheaper than matching
-            # a plan's digests against them in IN lists; many fall back to the lists.
-            every = conn.execute(
-                "SELECT digest FROM markers WHERE scope_id = ? AND kind = ? LIMIT ?",
-                (scope_id, kind.value, _FEW + 1),
-            ).fetchall()
-            if len(every) <= _FEW:
-                return {row[0] for row in every if row[0] in wanted}
-            for batch in in_batches(wanted):
-                rows = conn.execute(
-                    "SELECT digest FROM markers WHERE scope_id = ? AND kind = ? "  # noqa: S608
-                    f"AND digest IN ({placeholders(len(batch))})",
-                    (scope_id, kind.value, *batch),
-                )
-                found.update(row[0] for row in rows)
-        return found
+            rows = _matching(
+                conn, "SELECT digest FROM markers WHERE scope_id = ? AND kind = ?",
+                (scope_id, kind.value), "digest", digests,
+            )  # fmt: skip
+        return {row[0] for row in rows}
 
     def poisoned_starts(self, scope_id: int, start_digests: Iterable[str]) -> set[str]:
         return self._marked(scope_id, MarkerKind.START_POISON, start_digests)
@@ -705,27 +710,14 @@ class ReasoningStore:
         self, scope_id: int, start_digests: Iterable[str]
     ) -> dict[str, set[str]]:
         """The ids of the intents still open at each of ``start_digests`` that has any."""
-        wanted = dict.fromkeys(start_digests)
         found: dict[str, set[str]] = {}
         with self._sqlite("read intents") as conn:
-            # As for markers: a scope has few open intents, read at once unless many.
-            every = conn.execute(
-                "SELECT start_digest, id FROM intents WHERE scope_id = ? LIMIT ?",
-                (scope_id, _FEW + 1),
-            ).fetchall()
-            if len(every) <= _FEW:
-                for start, intent_id in every:
-                    if start in wanted:
-                        found.setdefault(start, set()).add(intent_id)
-                return found
-            for batch in in_batches(wanted):
-                rows = conn.execute(
-                    "SELECT start_digest, id FROM intents WHERE scope_id = ? "  # noqa: S608
-                    f"AND start_digest IN ({placeholders(len(batch))})",
-                    (scope_id, *batch),
-                )
-                for start, intent_id in rows:
-                    found.setdefault(start, set()).add(intent_id)
+            rows = _matching(
+                conn, "SELECT start_digest, id FROM intents WHERE scope_id = ?",
+                (scope_id,), "start_digest", start_digests,
+            )  # fmt: skip
+        for start, intent_id in rows:
+            found.setdefault(start, set()).add(intent_id)
         return found
 
     def unresolved_intents(self) -> list[IntentRow]:
