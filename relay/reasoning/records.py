@@ -176,9 +176,6 @@ class PlanText:
         """Whether ``other`` is this plan's first ``other.count`` records."""
         return self.count >= other.count and self.prefix(other.count).text == other.text
 
-    def __len__(self) -> int:
-        return self.count
-
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, PlanText):
             return NotImplemented
