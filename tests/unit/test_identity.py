@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from relay.reasoning import canonical, identity
 from relay.reasoning.canonical import CanonicalLimitExceeded, NotCanonicalizable
 from relay.reasoning.identity import (
     ENCRYPTED_REASONING_INCLUDE,
@@ -316,20 +315,7 @@ def test_input_messages_are_not_modified() -> None:
     assert history == HISTORY
 
 
-# --- limits are decided before anything is emitted ----------------------------------------
-
-
-@pytest.fixture
-def emitted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts documents the identity module emits (scopes are built before patching)."""
-    sizes: list[int] = []
-
-    def counting(sink: Any, value: object, size: int) -> None:
-        sizes.append(size)
-        canonical.frame(sink, value, size)
-
-    monkeypatch.setattr(identity, "frame", counting)
-    return sizes
+# --- limits are decided before anything is hashed -------------------------------------------
 
 
 def small_scope(**limits: int) -> Scope:
@@ -359,15 +345,15 @@ def padded_history(count: int, last: Any) -> list[Any]:
     ],
 )
 def test_a_history_over_a_limit_is_refused_before_emission(
-    emitted: list[int], limits: dict[str, int], history: list[Any], reason: str
+    hashed: list[bool], limits: dict[str, int], history: list[Any], reason: str
 ) -> None:
     scope = small_scope(**limits)
     history_digests(scope, history[:-1])  # everything but the last message fits
-    emitted.clear()
+    hashed.clear()
     with pytest.raises(CanonicalLimitExceeded) as refused:
         history_digests(scope, history)
     assert refused.value.reason == reason
-    assert emitted == []
+    assert hashed == []
 
 
 LONE = "\ud800"  # no UTF-8 form; json.loads makes it from "\\ud800"
@@ -392,12 +378,12 @@ LONE = "\ud800"  # no UTF-8 form; json.loads makes it from "\\ud800"
     ],
 )  # fmt: skip
 def test_a_value_the_format_cannot_carry_is_refused_before_emission(
-    emitted: list[int], last: dict[str, Any], reason: str
+    hashed: list[bool], last: dict[str, Any], reason: str
 ) -> None:
     with pytest.raises(NotCanonicalizable) as refused:
         history_digests(SCOPE, [*HISTORY, last])
     assert refused.value.reason == reason
-    assert emitted == []
+    assert hashed == []
 
 
 def test_scope_and_history_share_the_byte_budget() -> None:

@@ -28,7 +28,6 @@ from relay.reasoning.canonical import (
 )
 from relay.reasoning.envelope import normalize_message
 from relay.reasoning.identity import (
-    Scope,
     history_digests,
 )
 from relay.reasoning.limits import CanonicalLimits
@@ -179,20 +178,6 @@ INEXACT: list[tuple[str, dict[str, Any], str]] = [
     ("flat: enum value", {**tool_message(), "role": Role.TOOL}, "type"),
     ("flat: value subclass", tool_message(Text("x")), "type"),
 ]
-
-
-@pytest.fixture
-def hashed(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Records whether history_digests started hashing (scopes are built before)."""
-    started: list[bool] = []
-    original = Scope.history_start
-
-    def recording(self: Scope, *, exclude_reasoning_content: bool = False) -> Any:
-        started.append(True)
-        return original(self, exclude_reasoning_content=exclude_reasoning_content)
-
-    monkeypatch.setattr(Scope, "history_start", recording)
-    return started
 
 
 @pytest.mark.parametrize(("name", "message", "reason"), INEXACT, ids=[n for n, _, _ in INEXACT])
