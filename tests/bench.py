@@ -252,7 +252,7 @@ def report(result: dict[str, Any]) -> str:
         [["floor: json.dumps(sort_keys) + sha256", ms(canonical["floor_seconds"]), "1.00x"],
          ["history_digests (the relay's path: + a digest per boundary, envelopes)",
           ms(canonical["identity_seconds"]), x(canonical["ratio_identity_to_floor"])],
-         ["generic: normalize + Budget.render + frame, one sha256",
+         ["generic: normalize + Budget.render_text + framing, one sha256",
           ms(canonical["canonical_seconds"]), x(canonical["ratio_canonical_to_floor"])]],
     ))  # fmt: skip
     out.append("Target: ≥ 0.50x of the floor's throughput.")

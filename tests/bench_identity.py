@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import struct
 import time
 from collections.abc import Callable, Sequence
 from functools import cache
@@ -19,6 +20,8 @@ from typing import Any
 from relay.reasoning.canonical import Budget, frame
 from relay.reasoning.envelope import normalize_message
 from relay.reasoning.identity import Scope, build_scope, history_digests
+
+U64 = struct.Struct(">Q")
 
 RECORDINGS = Path(__file__).resolve().parents[1].parent / "shared/fixtures/cursor-recordings"
 RECORDING = RECORDINGS / "context_single_tool_calls/cursor_request.json"
@@ -134,7 +137,7 @@ def bench_canonical_vs_stdlib(history: Sequence[Any], *, repeat: int = 9) -> dic
     """Canonicalize+hash throughput against the stdlib floor on the same history.
 
     Floor: ``json.dumps(m, sort_keys=True)`` per message into one SHA-256. Ours:
-    normalization, one-pass measuring and rendering (:meth:`Budget.render`) and framing
+    normalization, one-pass measuring and rendering (:meth:`Budget.render_text`) and framing
     into one SHA-256 (``canonical``), and the full ``history_digests`` (plus a digest per
     boundary and an envelope fingerprint per assistant message). Ratios are floor time /
     our time, i.e. our throughput as a fraction of the floor's (target ≥ 0.5).
@@ -151,9 +154,13 @@ def bench_canonical_vs_stdlib(history: Sequence[Any], *, repeat: int = 9) -> dic
     def canonical() -> str:
         digest = hashlib.sha256()
         budget = Budget()
-        documents = [budget.render(normalize_message(message)) for message in history]
-        for size, document in documents:
-            frame(digest, document, size)
+        values = [normalize_message(message) for message in history]
+        documents = [budget.render_text(value) for value in values]  # measured before any
+        for value, (size, text) in zip(values, documents, strict=True):
+            if text is None:
+                frame(digest, value, size)
+            else:
+                digest.update(U64.pack(size) + text)
         return digest.hexdigest()
 
     def identity() -> object:

@@ -24,10 +24,10 @@ Bounded: :meth:`Budget.measure` walks a value first (exact byte size, node count
 and refuses before a byte is emitted; :func:`chunks` then emits the measured value in
 pieces of at most ``CHUNK_BYTES``, so no canonical text longer than one chunk ever exists.
 
-:meth:`Budget.render` is the one-pass form for documents that fit in one chunk: it
-measures *by rendering* (the text's length is its size) and keeps the bytes, as a
-:func:`framed` bytes, for :func:`frame` to emit later, so a document is encoded once, not
-measured and then encoded again. It renders only what is provably at most one chunk
+:meth:`Budget.render_text` is the one-pass form for documents that fit in one chunk: it
+measures *by rendering* (the text's length is its size) and keeps the bytes for the
+caller to emit later, so a document is encoded once, not measured and then encoded
+again. It renders only what is provably at most one chunk
 (every code point encodes to at most 6 bytes) and charges the budget with the same sizes,
 node counts and depths as :meth:`Budget.measure`; whatever it cannot decide that way (a
 limit reached, a value outside the fast shapes) goes through :meth:`Budget.measure`, so
@@ -253,16 +253,10 @@ class Budget:
         self.bytes += size
         return True
 
-    def render(self, value: object) -> tuple[int, object]:
-        """Measure ``value`` like :meth:`measure` (same size, charges and refusals) and
-        return ``(size, document)`` for :func:`frame`: the value rendered once and
-        :func:`framed` when it fits in one chunk, else the value itself (streamed)."""
-        size, text = self.render_text(value)
-        return size, value if text is None else framed(text)
-
     def render_text(self, value: object) -> tuple[int, bytes | None]:
-        """:meth:`render` without the framing: ``(size, text)``, the canonical text when
-        it fits in one chunk, else ``None`` (the value is to be streamed)."""
+        """Measure ``value`` like :meth:`measure` (same size, charges and refusals) and
+        return ``(size, text)``: the canonical text, rendered once, when it fits in one
+        chunk, else ``None`` (the value is to be streamed with :func:`frame`)."""
         if type(value) is dict:
             text = self.render_flat(value)
             if text is not None:
@@ -298,16 +292,6 @@ class Budget:
             return None
         # Depth 1: the object and its values.
         return text if self.admit(len(text), len(values) + 1, 1) else None
-
-
-def framed(text: bytes) -> bytes:
-    """A document rendered while it was measured, as :func:`frame` emits it: the u64
-    big-endian length, then the canonical text (at most ``CHUNK_BYTES``), in one piece.
-
-    Plain ``bytes`` on purpose: one object per message is all a history's rendering may
-    cost, and no canonical value is ``bytes`` (measuring refuses the type), so
-    :func:`frame` tells a framed rendering from a value to stream by its type alone."""
-    return _U64.pack(len(text)) + text
 
 
 def fits_one_chunk(chars: int, fixed: int) -> bool:
@@ -394,12 +378,7 @@ def chunks(value: object, size: int) -> Iterator[bytes]:
 
 
 def frame(sink: Sink, value: object, size: int) -> None:
-    """Append one measured document to ``sink``: its u64 big-endian length, then its bytes.
-
-    ``value`` is the measured value, or its :func:`framed` rendering (of ``size`` bytes)."""
-    if type(value) is bytes:
-        sink.update(value)
-        return
+    """Append one measured document to ``sink``: its u64 big-endian length, then its bytes."""
     sink.update(_U64.pack(size))
     if size <= CHUNK_BYTES:  # the common case of chunks(), without a generator
         sink.update(_dumps(value, option=_SORTED))
