@@ -9,23 +9,22 @@ unique. If the fence cannot be written the call is refused with 503, never forwa
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from typing import Any, Final
 
 from relay import log
 from relay.errors import InvalidRequest, RelayError, UpstreamFailed, UpstreamProtocolError
 from relay.handlers.relaying import RelayingHandler
 from relay.providers import Provider
 from relay.routing import resolve_model
-from relay.translate.chat_sse import KEEPALIVE
+from relay.translate.chat_sse import KEEPALIVE, compact_json
 from relay.transport.upstream import TERMINAL_EVENTS, ClientGone
 
-# Built once, as for Chat frames: json.dumps with options builds an encoder per call.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+# As for Chat frames (and NaN passed on as json.dumps always passed it here).
+_to_json: Final = compact_json(allow_nan=True)
 
 
 def encode_event(event_type: str, data: dict[str, Any]) -> bytes:
-    text = _ENCODER.encode(data)
+    text = _to_json(data)
     return f"event: {event_type}\ndata: {text}\n\n".encode()
 
 

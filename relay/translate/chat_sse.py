@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from json.encoder import encode_basestring
-from typing import Any
+from typing import Any, Final
 
 try:
     from _json import make_encoder
@@ -25,19 +25,19 @@ except ImportError:  # pragma: no cover - CPython has it
 DONE: bytes = b"data: [DONE]\n\n"
 # A comment line: EventSource parsers and the openai SDK skip it; proxies see traffic.
 KEEPALIVE: bytes = b": keepalive\n\n"
-# Built once: json.dumps with any non-default option builds an encoder per call, and a
-# stream encodes one frame per delta.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def _c_encoder() -> Callable[[Any], str] | None:
-    """_ENCODER.encode without the C encoder it builds on every call: the same encoder,
-    built once. Without circular-reference markers, which only matter for an object that
-    contains itself (chunks are trees: parsed JSON and fresh containers)."""
+def compact_json(*, allow_nan: bool) -> Callable[[Any], str]:
+    """``JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=...).encode``,
+    with its C encoder built once: ``json.dumps`` with any non-default option, and
+    ``JSONEncoder.encode`` itself, build one per call, and a stream encodes one frame
+    per event. Without circular-reference markers, which only matter for an object that
+    contains itself (frames are trees: parsed JSON and fresh containers)."""
+    encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=allow_nan)
     if make_encoder is None:  # pragma: no cover - CPython has it
-        return None
+        return encoder.encode
     encode = make_encoder(
-        None, _ENCODER.default, encode_basestring, None, ":", ",", False, False, False
+        None, encoder.default, encode_basestring, None, ":", ",", False, False, allow_nan
     )
 
     def to_json(payload: Any) -> str:
@@ -46,7 +46,7 @@ def _c_encoder() -> Callable[[Any], str] | None:
     return to_json
 
 
-_to_json: Callable[[Any], str] = _c_encoder() or _ENCODER.encode
+_to_json: Final = compact_json(allow_nan=False)
 
 
 def _frame(payload: Mapping[str, Any]) -> bytes:

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionChunk
 
 from relay.errors import UpstreamFailed, UpstreamProtocolError
-from relay.translate.chat_sse import DONE, KEEPALIVE, encode_chunk, encode_error
+from relay.handlers.responses import encode_event
+from relay.translate.chat_sse import DONE, KEEPALIVE, compact_json, encode_chunk, encode_error
 from relay.translate.stream_converter import ChatStreamConverter
 from relay.transport.sse import SSEParser, decode_event
 
@@ -452,6 +453,27 @@ def test_encode_error_done_and_keepalive() -> None:
     assert KEEPALIVE.endswith(b"\n\n")
     with pytest.raises(TypeError):
         encode_error({"message": "not an envelope"})
+
+
+@pytest.mark.parametrize("allow_nan", [False, True])
+def test_compact_json_is_the_compact_stdlib_encoding(allow_nan: bool) -> None:
+    value = {"b": [1, 2.5, None, True, "é\n\u2028"], "a": {"x": -0.0}}
+    expected = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    assert compact_json(allow_nan=allow_nan)(value) == expected
+    nan = {"n": float("nan")}
+    if allow_nan:
+        assert compact_json(allow_nan=True)(nan) == '{"n":NaN}'
+    else:
+        with pytest.raises(ValueError, match="not JSON compliant"):
+            compact_json(allow_nan=False)(nan)
+
+
+def test_responses_events_are_compact_and_pass_nan_on_as_before() -> None:
+    data = {"type": "response.output_text.delta", "delta": "é", "n": float("nan")}
+    expected = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    assert encode_event(data["type"], data) == (
+        f"event: response.output_text.delta\ndata: {expected}\n\n".encode()
+    )
 
 
 # A text delta's frame comes from a per-stream template (see chat_sse); every frame must be
