@@ -240,6 +240,8 @@ def parse_toxics(raw: Any) -> Toxics:
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise ScriptError("'toxics.latency_ms' must be a number >= 0")
             values[name] = float(value)
+        elif name == "latency_after_events":
+            values[name] = _count(raw, name, minimum=0, where="toxics.") or 0
         else:
             minimum = 1 if name in ("slice_bytes", "oversized_event_bytes") else 0
             values[name] = _count(raw, name, minimum=minimum, where="toxics.")

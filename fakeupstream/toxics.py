@@ -4,7 +4,8 @@
 a :class:`Toxics` into a list of operations; the server only carries them out:
 
 - :class:`Send` write these bytes and flush them (one read's worth for the client),
-- :class:`Pause` wait (latency),
+- :class:`Pause` wait (latency; from frame ``latency_after_events`` on, so a script can
+  answer its first token at once and then stream at a model's pace),
 - :class:`End` how the body ends: ``finish`` (proper end of the HTTP body), ``close``
   (FIN without ending the chunked body), ``reset`` (RST), ``hang`` (send nothing more and
   keep the connection open until the client leaves or the fake stops).
@@ -26,6 +27,7 @@ EndKind = Literal["finish", "close", "reset", "hang"]
 @dataclass(frozen=True)
 class Toxics:
     latency_ms: float = 0.0  # before each frame
+    latency_after_events: int = 0  # the first N frames go out without it (a paced stream)
     slice_bytes: int | None = None  # write in pieces of this size, each flushed
     slice_random: bool = False  # pieces of random size 1..slice_bytes (64 if unset), seeded
     cut_after_events: int | None = None  # end the body after N frames, no terminal event
@@ -65,7 +67,7 @@ def plan(frames: list[bytes], toxics: Toxics, rng: random.Random) -> list[Op]:
     ops: list[Op] = []
     budget = toxics.cut_after_bytes
     for index, frame in enumerate(frames[:stop_at]):
-        if toxics.latency_ms > 0:
+        if toxics.latency_ms > 0 and index >= toxics.latency_after_events:
             ops.append(Pause(toxics.latency_ms / 1000))
         if budget is not None and len(frame) >= budget:
             whole = len(frame) == budget

@@ -18,30 +18,17 @@ import fcntl
 import struct
 import termios
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from fakeupstream.toxics import Toxics
 from scenarios.answer import ChatAnswer
 from scenarios.client import RelayConnection
 from scenarios.wait import wait_until
 
-TOXIC_KEYS = frozenset(
-    {
-        "latency_ms",
-        "slice_bytes",
-        "slice_random",
-        "cut_after_events",
-        "cut_after_bytes",
-        "cut_mode",
-        "reset_after_events",
-        "hang_after_events",
-        "malformed_at_event",
-        "oversized_event_bytes",
-        "oversized_at_event",
-        "omit_final_blank_line",
-    }
-)
+# The fake validates a script too; checking here names the step that is wrong.
+TOXIC_KEYS = frozenset(f.name for f in fields(Toxics))
 
 
 def toxics(**values: Any) -> dict[str, Any]:

@@ -50,6 +50,7 @@ def test_full_script_parses_every_key(tmp_path):
             "validate": False,
             "toxics": {
                 "latency_ms": 5,
+                "latency_after_events": 6,
                 "slice_bytes": 3,
                 "cut_after_events": 4,
                 "cut_mode": "close",
@@ -72,7 +73,7 @@ def test_full_script_parses_every_key(tmp_path):
     assert script.usage == {"input_tokens": 5, "cached_tokens": 2}
     assert script.raw_sse == b"event: x\ndata: {}\n\n"
     assert script.toxics == Toxics(
-        latency_ms=5.0, slice_bytes=3, cut_after_events=4, cut_mode="close"
+        latency_ms=5.0, latency_after_events=6, slice_bytes=3, cut_after_events=4, cut_mode="close"
     )
 
 
@@ -102,6 +103,7 @@ def test_http_error_type_defaults_by_status():
         ({"raw_sse_file": "/nonexistent/x.sse"}, "'raw_sse_file' '/nonexistent/x.sse' cannot be read"),
         ({"toxics": {"slow": 1}}, "unknown toxics key(s) 'slow'"),
         ({"toxics": {"latency_ms": -1}}, "'toxics.latency_ms' must be a number >= 0"),
+        ({"toxics": {"latency_after_events": -1}}, "'toxics.latency_after_events' must be an integer >= 0"),
         ({"toxics": {"slice_bytes": 0}}, "'toxics.slice_bytes' must be an integer >= 1"),
         ({"toxics": {"cut_after_events": True}}, "'toxics.cut_after_events' must be an integer"),
         ({"validate": "no"}, "'validate' must be true or false"),

@@ -36,6 +36,17 @@ def test_latency_pauses_before_every_frame():
     assert isinstance(ops[0], Pause)
 
 
+def test_latency_after_events_spares_the_first_frames():
+    ops = run(latency_ms=1, latency_after_events=2)
+    assert ops == [
+        Send(FRAMES[0], 0),
+        Send(FRAMES[1], 1),
+        Pause(0.001),
+        Send(FRAMES[2], 2),
+        End("finish"),
+    ]
+
+
 def test_slices_split_frames_and_only_the_last_piece_completes_an_event():
     ops = run(slice_bytes=5)
     sends = [op for op in ops if isinstance(op, Send)]
