@@ -17,6 +17,7 @@ from relay.errors import PayloadTooLarge, RelayError
 from relay.handlers.base import BaseHandler
 from relay.providers import Provider
 from relay.request_body import parse_json_object
+from relay.translate.body_encoding import encode_body
 from relay.transport.downstream import Downstream
 from relay.transport.upstream import (
     BatchDone,
@@ -148,7 +149,7 @@ class RelayingHandler(BaseHandler):
         upstream_body["stream"] = True
         return self.open_exchange(
             provider or self.runtime.builtin_provider,
-            json.dumps(upstream_body, ensure_ascii=False).encode("utf-8"),
+            encode_body(upstream_body),
             sink,
             buffered=buffered,
             batch_done=batch_done,

@@ -1,9 +1,10 @@
 """The bounded hot cache of verified replay blocks (spec §6).
 
 Cursor sends the whole conversation again every turn, so a plan is mostly the previous
-request's plan again. What checking a stored payload finds (its parsed items, its calls,
-its item ids) depends only on its bytes; it is kept here by observation id (never reused:
-the ids are AUTOINCREMENT), so the next plan skips hashing and parsing those bytes again.
+request's plan again. What checking a stored payload finds (that its bytes match the
+record's hash and hold a well-formed block, its calls, its item ids) depends only on its
+bytes; it is kept here by observation id (never reused: the ids are AUTOINCREMENT), so
+the next plan skips hashing and parsing those bytes again.
 
 The planner still reads every payload row it replays, in every plan: an entry is used
 only when the record read in that plan names the same output hash and the row's text is
@@ -11,7 +12,8 @@ still exactly the text the entry was verified from (one string comparison), so a
 damaged on disk is refused as before, and retention is checked on the row as for any
 payload. Everything that depends on the request (positions, call pairing, markers,
 intents, generation, snapshot) is checked every time, hot or not. Entries hold immutable
-objects only (the text, :class:`FrozenDict` and tuples), so no request can change what
+objects only (strings and tuples of them), and what is replayed is the verified text
+itself (:class:`relay.translate.body_encoding.RawItems`), so no request can change what
 the next one replays. The cache is bounded by serialized payload bytes
 (``CacheBudget.hot_cache_bytes``) and evicts the least recently used; eviction changes no
 durable knowledge: a miss verifies the row again.
@@ -21,45 +23,16 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Final, NoReturn
-
-
-class FrozenDict(dict[str, Any]):
-    """A JSON object no one can change: shared by every plan that replays it. ``dict``
-    underneath, so JSON encoders write it as they write any object."""
-
-    __slots__ = ()
-
-    def _immutable(self, *args: Any, **kwargs: Any) -> NoReturn:
-        raise TypeError("a verified replay item is immutable; copy it to change it")
-
-    __setitem__ = __delitem__ = __ior__ = _immutable
-    clear = pop = popitem = setdefault = update = _immutable
-
-
-_CONTAINERS: Final = (dict, list)
-
-
-def freeze(value: Any) -> Any:
-    """``value`` (parsed JSON) with every object a :class:`FrozenDict` and every array a
-    tuple: equal in JSON, immutable in Python. (Scalars are not passed down: most members
-    are strings, and a call per member would cost more than the copy.)"""
-    kind = type(value)
-    if kind is dict:
-        return FrozenDict({k: freeze(v) if type(v) in _CONTAINERS else v for k, v in value.items()})
-    if kind is list:
-        return tuple([freeze(v) if type(v) in _CONTAINERS else v for v in value])
-    return value
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
 class VerifiedPayload:
     """A stored payload that passed every check that depends only on its bytes."""
 
-    text: str  # the stored payload it was verified from
+    text: str  # the stored payload it was verified from: what is replayed, verbatim
     output_hash: str  # SHA-256 of that text's UTF-8 bytes
     size: int  # those bytes
-    items: tuple[FrozenDict, ...]  # the original output items
     calls: tuple[tuple[Any, Any], ...]  # (call_id, name) of each function call, in order
     item_keys: tuple[tuple[str, str], ...]  # ("id" | "call_id", value) of every item
 

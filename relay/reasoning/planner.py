@@ -13,13 +13,14 @@ record that was generated without it. Anything doubtful means no replay plus a r
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Final, Protocol
 
-from relay.reasoning.hot_blocks import HotBlocks, VerifiedPayload, freeze
+import orjson
+
+from relay.reasoning.hot_blocks import HotBlocks, VerifiedPayload
 from relay.reasoning.identity import AssistantBlockKey, HistoryDigests
 from relay.reasoning.receipts import Reason
 from relay.reasoning.records import (
@@ -79,9 +80,9 @@ class SelectedBlock:
     payload: VerifiedPayload
 
     @property
-    def items(self) -> tuple[Mapping[str, Any], ...]:
-        """The original output items, exactly as stored (immutable: shared by plans)."""
-        return self.payload.items
+    def text(self) -> str:
+        """The original output items as stored: the JSON array text that is replayed."""
+        return self.payload.text
 
     @property
     def size(self) -> int:
@@ -321,36 +322,42 @@ def _verify_payload(row: StoredPayload, record: Observation) -> VerifiedPayload:
     raw = row.output_json.encode("utf-8", "surrogatepass")
     if hashlib.sha256(raw).hexdigest() != record.output_hash:
         raise _Rejected(Reason.PAYLOAD_DIGEST_MISMATCH, record)
-    items = _parse_block(row.output_json, record)
-    calls = tuple((i.get("call_id"), i.get("name")) for i in items if i["type"] == "function_call")
-    keys = tuple(
-        (key, value)
-        for item in items
-        for key in ("id", "call_id")
-        if isinstance(value := item.get(key), str)
-    )
-    return VerifiedPayload(row.output_json, record.output_hash, len(raw), items, calls, keys)
+    calls, keys = _check_block(row.output_json, record)
+    return VerifiedPayload(row.output_json, record.output_hash, len(raw), calls, keys)
 
 
-def _parse_block(output_json: str, record: Observation) -> tuple[Any, ...]:
+def _check_block(
+    output_json: str, record: Observation
+) -> tuple[tuple[tuple[Any, Any], ...], tuple[tuple[str, str], ...]]:
+    """A well-formed block's calls ((call_id, name), in order) and item keys (("id" |
+    "call_id", value)). Parsed only to be checked: the text itself is what is replayed, so
+    orjson's reading of numbers (it turns integers beyond 64 bits into floats) never
+    reaches the upstream, and what it refuses (NaN, lone surrogates) was never stored."""
     try:
-        items = json.loads(output_json)
-    except ValueError:
+        items = orjson.loads(output_json)
+    except orjson.JSONDecodeError:
         raise _Rejected(Reason.PAYLOAD_MALFORMED, record) from None
     if not isinstance(items, list) or not items:
         raise _Rejected(Reason.PAYLOAD_MALFORMED, record)
     has_reasoning = False
+    calls: list[tuple[Any, Any]] = []
+    keys: list[tuple[str, str]] = []
     for item in items:
-        if not isinstance(item, dict) or item.get("type") not in REPLAYABLE_ITEM_TYPES:
+        if not isinstance(item, dict) or (kind := item.get("type")) not in REPLAYABLE_ITEM_TYPES:
             raise _Rejected(Reason.PAYLOAD_MALFORMED, record)
-        if item["type"] == "reasoning":
+        if kind == "reasoning":
             ciphertext = item.get("encrypted_content")
             if not isinstance(ciphertext, str) or not ciphertext:
                 raise _Rejected(Reason.PAYLOAD_MALFORMED, record)
             has_reasoning = True
+        elif kind == "function_call":
+            calls.append((item.get("call_id"), item.get("name")))
+        for key in ("id", "call_id"):
+            if isinstance(value := item.get(key), str):
+                keys.append((key, value))
     if not has_reasoning:
         raise _Rejected(Reason.PAYLOAD_MALFORMED, record)
-    return freeze(items)  # type: ignore[no-any-return]
+    return tuple(calls), tuple(keys)
 
 
 def _check_call_pairing(

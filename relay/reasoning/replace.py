@@ -2,8 +2,9 @@
 
 ``spans[k]`` is the half-open range of upstream ``input`` items that visible message ``k``
 translated to (``None`` when it became ``instructions``). Each selected assistant message
-is replaced exactly once by its block's items; every other item (user messages, tool
-results, unselected assistant messages) stays exactly as translated.
+is replaced exactly once by its block's items (a :class:`RawItems`: their stored text,
+spliced in when the body is encoded); every other item (user messages, tool results,
+unselected assistant messages) stays exactly as translated.
 """
 
 from __future__ import annotations
@@ -11,13 +12,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from relay.translate.body_encoding import RawItems
+
 Span = tuple[int, int]
 
 
 def replace_blocks(
     items: Sequence[Any],
     spans: Sequence[Span | None],
-    blocks: Mapping[int, Sequence[Mapping[str, Any]]],
+    blocks: Mapping[int, RawItems],
 ) -> list[Any]:
     """A new input list with ``blocks[position]`` in place of that message's items."""
     cuts: list[tuple[int, int, int]] = []  # (start, end, position), in input order
@@ -35,7 +38,7 @@ def replace_blocks(
         if start < index:
             raise ValueError("replacement spans overlap")
         out.extend(items[index:start])
-        out.extend(dict(item) for item in blocks[position])
+        out.append(blocks[position])
         index = end
     out.extend(items[index:])
     return out

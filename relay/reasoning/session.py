@@ -34,6 +34,7 @@ from relay.reasoning.records import (
 from relay.reasoning.replace import replace_blocks
 from relay.reasoning.resources import CapacityLedger, Lease
 from relay.reasoning.store import ReasoningStore
+from relay.translate.body_encoding import RawItems
 from relay.translate.chat_to_responses import TranslatedRequest
 
 if TYPE_CHECKING:
@@ -166,7 +167,10 @@ class CacheSession:
         body["store"] = False
         body["include"] = merged_include(body.get("include"))
         if self.plan.blocks:
-            blocks = {block.observation.position: block.items for block in self.plan.blocks}
+            blocks = {
+                block.observation.position: RawItems(block.payload.text)
+                for block in self.plan.blocks
+            }
             body["input"] = replace_blocks(body["input"], self._spans, blocks)
         return body
 

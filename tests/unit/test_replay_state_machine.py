@@ -65,6 +65,7 @@ from relay.reasoning.receipts import Reason
 from relay.reasoning.records import BlockRef
 from relay.reasoning.session import CacheSession, ScopedSource
 from relay.reasoning.store import ReasoningStore
+from relay.translate.body_encoding import encode_body
 from relay.translate.chat_to_responses import translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion
 from tests.support.replay_model import DAY, History, Model, Record
@@ -315,10 +316,7 @@ def check_plan(
         record = model.by_key(observation.id)
         assert record is not None, f"replayed a block the model never recorded: {context}"
         assert record.end == history[: position + 1], context
-        assert json.loads(json.dumps(block.items)) == json.loads(record.payload), (
-            f"items differ: {context}"
-        )
-        assert payload_text(block.items) == record.payload, f"bytes differ: {context}"
+        assert block.text == record.payload, f"bytes differ: {context}"
     if keys:
         last = model.by_key(keys[-1])
         assert last is not None
@@ -431,11 +429,13 @@ class ReplayMachine(RuleBasedStateMachine):
         chain = [r for r in records if r is not None]
         # The upstream body carries each selected block once, in place, with store:false.
         assert body["store"] is False and "reasoning.encrypted_content" in body["include"]
-        inputs = body["input"]
+        encoded = encode_body(body)
+        inputs = json.loads(encoded)["input"]
         for block in plan.blocks:
-            items = list(block.items)
+            items = json.loads(block.text)
             at = [i for i in range(len(inputs)) if inputs[i : i + len(items)] == items]
             assert len(at) == 1, f"a selected block is in the upstream input {len(at)} times"
+            assert block.text[1:-1].encode() in encoded, "a block was not sent as stored"
         pending = Pending(session, request, self.relay.last_intent, self.model.generation,
                           tuple(r.ref for r in chain), plan.refs)  # fmt: skip
         self.model.dispatch(pending.intent, request, chain)
@@ -838,7 +838,7 @@ def answer(
 def replayed(relay: Relay, history: History) -> tuple[list[str], list[Reason]]:
     """The reasoning item ids the plan would replay, and its rejection reasons."""
     plan, _ = relay.plan(history)
-    return [b.items[0]["id"] for b in plan.blocks], [r.reason for r in plan.rejections]
+    return [json.loads(b.text)[0]["id"] for b in plan.blocks], [r.reason for r in plan.rejections]
 
 
 @pytest.mark.parametrize("ancestor_first", [True, False], ids=["ancestor-first", "child-first"])
@@ -908,7 +908,7 @@ def test_dispatch_renews_a_payload_past_its_admission_age(relay: Relay) -> None:
     answer(relay, (v0,), "other", 2)
     relay.clock.advance(16 * DAY)
     session, _ = answer(relay, (u0, said("one"), user("more")), "two", 3)
-    assert [b.items[0]["id"] for b in session.plan.blocks] == ["rs_1"]  # touched now
+    assert [json.loads(b.text)[0]["id"] for b in session.plan.blocks] == ["rs_1"]  # touched now
     relay.clock.advance(16 * DAY)
     assert replayed(relay, (u0, said("one"), user("more"))) == (["rs_1"], [])
     assert replayed(relay, (v0, said("other"), user("more"))) == ([], [Reason.RECORD_EXPIRED])

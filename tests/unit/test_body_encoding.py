@@ -1,0 +1,92 @@
+"""The upstream body's encoding: replayed blocks go out as their stored text, verbatim."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from relay.translate.body_encoding import RawItems, encode_body
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+def expanded(body: dict[str, Any]) -> dict[str, Any]:
+    """What the encoded body must parse to: every RawItems replaced by its parsed items."""
+    items: list[Any] = []
+    for item in body["input"]:
+        if isinstance(item, RawItems):
+            items.extend(json.loads(f"[{item.elements}]"))
+        else:
+            items.append(item)
+    return {**body, "input": items}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"model": "gpt-5", "input": [{"role": "user", "content": "hé"}], "store": False},
+        {"model": "gpt-5", "input": "just text"},
+        {"model": "gpt-5"},
+        {},
+    ],
+)
+def test_without_raw_items_it_is_json_dumps(body: dict[str, Any]) -> None:
+    assert encode_body(body) == json.dumps(body, ensure_ascii=False).encode("utf-8")
+
+
+def test_the_stored_text_is_sent_verbatim() -> None:
+    # What a parse and an encode would change: number spelling, escapes, spacing.
+    stored = '[{"type":"reasoning","n":1e5,"s":"\\u00e9","z":-0.0},{"type":"message"}]'
+    body = {"model": "m", "input": [{"role": "user"}, RawItems(stored), "t"], "store": False}
+    encoded = encode_body(body)
+    assert stored[1:-1].encode() in encoded
+    assert json.loads(encoded) == expanded(body)
+
+
+def test_a_body_of_only_input() -> None:
+    body = {"input": [RawItems('[{"a":1}]'), RawItems(' [ {"b":2} ] ')]}
+    assert json.loads(encode_body(body)) == {"input": [{"a": 1}, {"b": 2}]}
+
+
+@pytest.mark.parametrize("text", ["[]", "[ ]", "{}", '"x"', "", "[1", "1]"])
+def test_raw_items_need_a_non_empty_array_text(text: str) -> None:
+    with pytest.raises(ValueError, match="non-empty JSON array"):
+        RawItems(text)
+
+
+def test_raw_items_never_show_their_content() -> None:
+    assert "secret" not in repr(RawItems('[{"encrypted_content":"secret"}]'))
+
+
+@given(
+    st.lists(
+        st.one_of(
+            json_values.map(lambda value: ("plain", value)),
+            st.lists(json_values, min_size=1, max_size=3).map(lambda items: ("raw", items)),
+        ),
+        max_size=8,
+    ),
+    st.dictionaries(st.text().filter(lambda key: key != "input"), json_values, max_size=3),
+    st.sampled_from([(",", ":"), (", ", ": ")]),
+)
+def test_any_mix_parses_as_the_expanded_body(
+    parts: list[tuple[str, Any]], rest: dict[str, Any], separators: tuple[str, str]
+) -> None:
+    items = [
+        RawItems(json.dumps(value, separators=separators)) if kind == "raw" else value
+        for kind, value in parts
+    ]
+    body = {**rest, "input": items}
+    encoded = encode_body(body)
+    assert json.loads(encoded) == expanded(body)
+    for item in items:
+        if isinstance(item, RawItems):
+            assert item.elements.encode() in encoded
