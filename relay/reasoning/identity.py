@@ -262,6 +262,9 @@ class HistoryDigests:
     bytes_used: int  # canonical bytes of scope + history
     nodes_used: int
     final_state: HistoryState = field(repr=False, compare=False)
+    # tool_call_id -> position of the first tool message answering it (for the planner's
+    # call pairing: gathered here because this is the one pass over every message)
+    first_answers: Mapping[str, int] = field(default_factory=dict, repr=False)
 
 
 def history_digests(
@@ -285,8 +288,12 @@ def history_digests(
     ends: list[int] = []  # end offset of each message's framing in rendered_history
     streamed: dict[int, object] = {}  # position -> normalized value too long to render
     assistants: list[bool] = []
+    first_answers: dict[str, int] = {}
     for position, message in enumerate(messages):
-        assistant = type(message) is dict and message.get("role") == "assistant"  # is_assistant
+        role = message.get("role") if type(message) is dict else None
+        assistant = role == "assistant"  # is_assistant
+        if role == "tool" and isinstance(call_id := message.get("tool_call_id"), str):
+            first_answers.setdefault(call_id, position)
         size: int | None
         if assistant:
             size = _render_assistant(message, flag, budget, rendered_history)
@@ -336,7 +343,7 @@ def history_digests(
     )
     return HistoryDigests(
         scope.digest, tuple(boundaries), tuple(sizes), tuple(blocks), budget.bytes,
-        budget.nodes, final,
+        budget.nodes, final, first_answers,
     )  # fmt: skip
 
 

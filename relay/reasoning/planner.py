@@ -136,8 +136,6 @@ class _Planning:
     verified: dict[int, SelectedBlock] = field(default_factory=dict)
     by_ref: dict[BlockRef, Observation | None] = field(default_factory=dict)
     payloads: dict[int, StoredPayload | StoredSizeExceeded | None] = field(default_factory=dict)
-    # call id -> positions of the tool messages answering it, computed once per plan
-    results: dict[Any, list[int]] = field(default_factory=dict)
 
     def observations(self, refs: Sequence[BlockRef]) -> list[Observation | None]:
         """The newest record of each ref, read in one batch; a ref this planning already
@@ -178,11 +176,6 @@ def plan_replay(
     ``hot`` is the hot cache to use and fill (none: every payload is read and verified)."""
     state = _Planning(history, messages, source, generation, now, limits, hot)
     state.blocks_by_position = {block.position: block for block in history.assistant_blocks}
-    for position, message in enumerate(messages):
-        if isinstance(message, dict) and message.get("role") == "tool":
-            call_id = message.get("tool_call_id")
-            if isinstance(call_id, str):
-                state.results.setdefault(call_id, []).append(position)
     rejections: list[Rejection] = []
     try:
         for block in reversed(history.assistant_blocks):
@@ -311,7 +304,7 @@ def _verified_block(state: _Planning, record: Observation) -> SelectedBlock:
         payload = _verify_payload(row, record)
         if state.hot is not None:
             state.hot.put(record.id, payload)
-    _check_call_pairing(payload.calls, state.messages, state.results, record)
+    _check_call_pairing(payload.calls, state.messages, state.history.first_answers, record)
     selected = SelectedBlock(record, payload)
     state.verified[record.id] = selected
     return selected
@@ -363,7 +356,7 @@ def _check_block(
 def _check_call_pairing(
     calls: Sequence[tuple[Any, Any]],
     messages: Sequence[Any],
-    results: Mapping[Any, Sequence[int]],
+    first_answers: Mapping[str, int],
     record: Observation,
 ) -> None:
     """The block's calls (ids and names, in order) must be exactly the visible message's
@@ -377,8 +370,8 @@ def _check_call_pairing(
     if list(calls) != visible:
         raise _Rejected(Reason.CALL_PAIRING_BROKEN, record)
     for call_id, _ in calls:
-        answered_at = results.get(call_id, ())
-        if not answered_at or min(answered_at) < record.position:
+        answered_at = first_answers.get(call_id) if isinstance(call_id, str) else None
+        if answered_at is None or answered_at < record.position:
             raise _Rejected(Reason.CALL_PAIRING_BROKEN, record)
 
 

@@ -794,3 +794,17 @@ def test_responses_input_spans_cover_each_visible_message() -> None:
         [{"role": "user", "content": "hi"}],
         (None,),
     )
+
+
+def test_first_answers_name_the_first_tool_message_of_each_call() -> None:
+    tool = {"role": "tool", "content": "x"}
+    messages = [
+        USER,
+        {**tool, "tool_call_id": "b"},
+        {**tool, "tool_call_id": "a"},
+        {**tool, "tool_call_id": "b"},  # a later answer to b: the first one counts
+        {**tool, "tool_call_id": 7},  # not a call id
+        {"role": "user", "tool_call_id": "c", "content": "x"},  # not a tool message
+        tool,
+    ]
+    assert history_digests(SCOPE, messages).first_answers == {"b": 1, "a": 2}

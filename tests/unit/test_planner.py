@@ -400,6 +400,28 @@ def test_a_missing_tool_result_breaks_the_pairing() -> None:
 
 
 @pytest.mark.parametrize(
+    ("first_answers", "replayed"),
+    [
+        pytest.param({"call_1": 4}, [1, 3, 5], id="answered-after-the-call"),
+        pytest.param({}, [1], id="unanswered"),
+        pytest.param({"call_1": 2}, [1], id="answered-before-the-call"),
+        pytest.param({"call_9": 4}, [1], id="another-call-answered"),
+    ],
+)
+def test_each_replayed_call_is_answered_after_it(
+    first_answers: dict[str, int], replayed: list[int]
+) -> None:
+    b = Builder()
+    b.chain()
+    assert b.history.first_answers == {"call_1": 4}  # from the visible tool message
+    b.history = dataclasses.replace(b.history, first_answers=first_answers)
+    plan = b.plan()
+    assert positions(plan) == replayed
+    if replayed == [1]:
+        assert Reason.CALL_PAIRING_BROKEN in reasons(plan)
+
+
+@pytest.mark.parametrize(
     ("limits", "reason"),
     [
         pytest.param({"max_plan_records": 2}, Reason.PLAN_TOO_LONG, id="plan-records"),
