@@ -289,7 +289,7 @@ def report(result: dict[str, Any]) -> str:
         )
     canonical = result["canonical"]
     out.append(f"### Canonicalize + hash vs stdlib floor ({canonical['messages']} messages, "
-               f"{canonical['canonical_bytes'] / 1e6:.1f} MB canonical; best of runs)")  # fmt: skip
+               f"{canonical['canonical_bytes'] / 1e6:.1f} MB canonical; times: best of runs, ratios: median of paired runs)")  # fmt: skip
     out.append(table(
         ["contender", "ms", "throughput vs floor"],
         [["floor: json.dumps(sort_keys) + sha256", ms(canonical["floor_seconds"]), "1.00x"],
@@ -300,7 +300,10 @@ def report(result: dict[str, Any]) -> str:
     ))  # fmt: skip
     out.append("Target: ≥ 0.50x of the floor's throughput.")
     identity = result["identity"]
-    out.append("### Identity only (scope + history_digests) vs json.loads of the body")
+    out.append(
+        "### Identity only (scope + history_digests) vs json.loads of the body "
+        "(times: best of runs, ratios: median of paired runs)"
+    )
     out.append(table(
         ["messages", "body MB", "json.loads ms", "identity ms", "identity/loads",
          "µs/message"],
@@ -312,7 +315,7 @@ def report(result: dict[str, Any]) -> str:
                "Target: identity/loads ≤ 2x at 6,400 messages.")  # fmt: skip
     path = result["cache_path"]
     out.append("### Cache path: ReplayCache.begin + CacheSession.dispatch vs json.loads "
-               "(populated store, synchronous=FULL; best of runs)")  # fmt: skip
+               "(populated store, synchronous=FULL; times: best of runs, ratios: median of paired runs)")  # fmt: skip
     out.append(table(
         ["messages", "records", "replayed", "json.loads ms", "begin ms", "plan ms",
          "plan cold ms", "dispatch ms", "total ms", "begin/loads", "(begin+plan)/loads",

@@ -36,7 +36,14 @@ from relay.routing import resolve_model
 from relay.runtime import Runtime
 from relay.translate.chat_to_responses import TranslatedRequest, translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion
-from tests.bench_identity import SIZES, best_times, cursor_history, recorded_request
+from tests.bench_identity import (
+    SIZES,
+    best_of,
+    cursor_history,
+    paired_ratio,
+    recorded_request,
+    sampled_times,
+)
 
 KEY = "sk-bench"
 TOKEN = "bench-relay-token-0123456789"
@@ -170,8 +177,9 @@ def bench_cache_scaling(sizes: Sequence[int] = SIZES, *, repeat: int = 7) -> dic
     the identity bench, each session aborted before dispatch), and best and median of
     ``dispatch`` (planning, the intent transaction with its fsync, the upstream body; one
     request per sample, resolved with ``delivered`` outside the timing). ``total`` is
-    best ``begin`` + best ``dispatch``; ``ratio`` = total / loads (target ≤ 2 at the
-    largest size); cost per message; the blocks the plan replays.
+    best ``begin`` + best ``dispatch``; ``ratio`` = total / loads; the ratios of ``begin``
+    and ``plan`` to loads are medians of paired rounds (:func:`paired_ratio`); cost per
+    message; the blocks the plan replays.
     """
     request_template = recorded_request()
     rows = []
@@ -212,11 +220,12 @@ def bench_cache_scaling(sizes: Sequence[int] = SIZES, *, repeat: int = 7) -> dic
                         hot=HotBlocks(hot.capacity_bytes) if cold else hot,
                     )  # fmt: skip
 
-                best = best_times(
+                samples = sampled_times(
                     {"loads": loads, "begin": begin, "plan": planning,
                      "plan_cold": functools.partial(planning, cold=True)},
                     repeat,
                 )  # fmt: skip
+                best = best_of(samples)
                 dispatches: list[float] = []
                 for _ in range(repeat + 1):  # the first round warms up
                     session = session_for(cache, request, body)
@@ -235,12 +244,12 @@ def bench_cache_scaling(sizes: Sequence[int] = SIZES, *, repeat: int = 7) -> dic
             "loads_seconds": best["loads"], "begin_seconds": best["begin"],
             "dispatch_seconds": dispatch, "plan_seconds": best["plan"],
             "plan_cold_seconds": best["plan_cold"],
-            "ratio_identity_plan": (best["begin"] + best["plan"]) / best["loads"],
-            "ratio_identity_plan_cold": (best["begin"] + best["plan_cold"]) / best["loads"],
+            "ratio_identity_plan": paired_ratio(samples, ["begin", "plan"], "loads"),
+            "ratio_identity_plan_cold": paired_ratio(samples, ["begin", "plan_cold"], "loads"),
             "dispatch_median_seconds": statistics.median(dispatches[1:]),
             "total_seconds": total,
             "ratio": total / best["loads"],
-            "ratio_identity": best["begin"] / best["loads"],
+            "ratio_identity": paired_ratio(samples, ["begin"], "loads"),
             "us_per_message": total / size * 1e6,
             "identity_us_per_message": best["begin"] / size * 1e6,
             "dispatch_us_per_message": dispatch / size * 1e6,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import statistics
 import struct
 import time
 from collections.abc import Callable, Sequence
@@ -115,22 +116,41 @@ def bench_scope(body: dict[str, Any] | None = None) -> Scope:
     )
 
 
-def best_times(contenders: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
-    """Best seconds per call for each contender, sampled round-robin."""
+def sampled_times(
+    contenders: dict[str, Callable[[], object]], repeat: int
+) -> dict[str, list[float]]:
+    """Seconds per call of each contender in each of ``repeat`` rounds, sampled
+    round-robin (so round ``i`` of every contender ran within moments of the others)."""
     loops = {}
     for name, run in contenders.items():
         start = time.perf_counter()
         run()
         once = max(time.perf_counter() - start, 1e-7)
         loops[name] = max(1, int(MIN_SAMPLE_SECONDS / once))
-    best = dict.fromkeys(contenders, float("inf"))
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(repeat):
         for name, run in contenders.items():
             start = time.perf_counter()
             for _ in range(loops[name]):
                 run()
-            best[name] = min(best[name], (time.perf_counter() - start) / loops[name])
-    return best
+            samples[name].append((time.perf_counter() - start) / loops[name])
+    return samples
+
+
+def best_of(samples: dict[str, list[float]]) -> dict[str, float]:
+    return {name: min(values) for name, values in samples.items()}
+
+
+def paired_ratio(
+    samples: dict[str, list[float]], numerator: Sequence[str], denominator: str
+) -> float:
+    """The median over rounds of sum(numerator) / denominator, each round's contenders
+    taken together: this VM's speed drifts by half over seconds, and a ratio of bests
+    taken from different moments would measure the drift."""
+    rounds = range(len(samples[denominator]))
+    return statistics.median(
+        sum(samples[name][i] for name in numerator) / samples[denominator][i] for i in rounds
+    )
 
 
 def bench_canonical_vs_stdlib(history: Sequence[Any], *, repeat: int = 9) -> dict[str, Any]:
@@ -140,7 +160,8 @@ def bench_canonical_vs_stdlib(history: Sequence[Any], *, repeat: int = 9) -> dic
     normalization, one-pass measuring and rendering (:meth:`Budget.render_text`) and framing
     into one SHA-256 (``canonical``), and the full ``history_digests`` (plus a digest per
     boundary and an envelope fingerprint per assistant message). Ratios are floor time /
-    our time, i.e. our throughput as a fraction of the floor's (target ≥ 0.5).
+    our time, i.e. our throughput as a fraction of the floor's (target ≥ 0.5), as the
+    median of the rounds' ratios (:func:`paired_ratio`).
     """
     history = json.loads(json.dumps(list(history)))  # fresh objects, as a request has
     scope = bench_scope()
@@ -166,7 +187,8 @@ def bench_canonical_vs_stdlib(history: Sequence[Any], *, repeat: int = 9) -> dic
     def identity() -> object:
         return history_digests(scope, history)
 
-    best = best_times({"floor": floor, "canonical": canonical, "identity": identity}, repeat)
+    samples = sampled_times({"floor": floor, "canonical": canonical, "identity": identity}, repeat)
+    best = best_of(samples)
     canonical_bytes = sum(Budget().measure(normalize_message(message)) for message in history)
     return {
         "messages": len(history),
@@ -175,8 +197,8 @@ def bench_canonical_vs_stdlib(history: Sequence[Any], *, repeat: int = 9) -> dic
         "canonical_seconds": best["canonical"],
         "identity_seconds": best["identity"],
         "canonical_mb_per_s": canonical_bytes / best["canonical"] / 1e6,
-        "ratio_canonical_to_floor": best["floor"] / best["canonical"],
-        "ratio_identity_to_floor": best["floor"] / best["identity"],
+        "ratio_canonical_to_floor": paired_ratio(samples, ["floor"], "canonical"),
+        "ratio_identity_to_floor": paired_ratio(samples, ["floor"], "identity"),
         "target": 0.5,
     }
 
@@ -189,7 +211,8 @@ def bench_identity_scaling(
 ) -> dict[str, Any]:
     """Identity (scope + all prefix digests) against ``json.loads`` of the request body.
 
-    Per size: best seconds of each, ``ratio`` = identity / loads (target ≤ 2), and the
+    Per size: best seconds of each, ``ratio`` = identity / loads (target ≤ 2; the median
+    of the rounds' ratios, see :func:`paired_ratio`), and the
     identity cost per message; ``linearity`` compares the per-message cost of the largest
     size with that of the second largest (≈ 1 when cost is linear in history length).
     """
@@ -206,14 +229,15 @@ def bench_identity_scaling(
         def identity_only(parsed: dict[str, Any] = parsed) -> object:
             return history_digests(bench_scope(parsed), parsed["messages"])
 
-        best = best_times({"loads": loads, "identity": identity_only}, repeat)
+        samples = sampled_times({"loads": loads, "identity": identity_only}, repeat)
+        best = best_of(samples)
         rows.append(
             {
                 "messages": size,
                 "body_bytes": len(body.encode("utf-8")),
                 "loads_seconds": best["loads"],
                 "identity_seconds": best["identity"],
-                "ratio": best["identity"] / best["loads"],
+                "ratio": paired_ratio(samples, ["identity"], "loads"),
                 "identity_us_per_message": best["identity"] / size * 1e6,
             }
         )
