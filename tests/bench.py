@@ -37,6 +37,7 @@ from tests.bench_identity import (
     bench_canonical_vs_stdlib,
     bench_identity_scaling,
     cursor_history,
+    paired_ratio,
 )
 
 TOKEN = "bench-relay-token-0123456789"
@@ -211,17 +212,25 @@ def events_to_first_delta(
 
 
 def summarize(samples: dict[str, dict[str, list[Sample]]], leading: int) -> dict[str, Any]:
-    def row(stream: str, index: int) -> dict[str, float]:
-        values = {mode: statistics.median(s[index] for s in samples[stream][mode])
-                  for mode in MODES}  # fmt: skip
-        return {**values, "ratio": values["relay"] / values["direct"],
-                "ratio_cache": values["relay_cache"] / values["direct"]}  # fmt: skip
+    """Medians per mode; each ratio is the median of the rounds' ratios (the modes of a
+    round ran back to back, see :func:`tests.bench_identity.paired_ratio`)."""
 
-    rows = {"ttft_s": row("paced", 0), "ttft_burst_s": row("burst", 0),
-            "total_burst_s": row("burst", 1)}  # fmt: skip
-    eps = {mode: DELTAS / rows["total_burst_s"][mode] for mode in MODES}
-    rows["events_per_s"] = {**eps, "ratio": eps["relay"] / eps["direct"],
-                            "ratio_cache": eps["relay_cache"] / eps["direct"]}  # fmt: skip
+    def seconds(stream: str, index: int) -> dict[str, list[float]]:
+        return {mode: [s[index] for s in samples[stream][mode]] for mode in MODES}
+
+    def row(times: dict[str, list[float]]) -> dict[str, float]:
+        return {**{mode: statistics.median(times[mode]) for mode in MODES},
+                "ratio": paired_ratio(times, ["relay"], "direct"),
+                "ratio_cache": paired_ratio(times, ["relay_cache"], "direct")}  # fmt: skip
+
+    total = seconds("burst", 1)
+    rows = {"ttft_s": row(seconds("paced", 0)), "ttft_burst_s": row(seconds("burst", 0)),
+            "total_burst_s": row(total)}  # fmt: skip
+    rows["events_per_s"] = {
+        **{mode: DELTAS / rows["total_burst_s"][mode] for mode in MODES},
+        "ratio": paired_ratio(total, ["direct"], "relay"),
+        "ratio_cache": paired_ratio(total, ["direct"], "relay_cache"),
+    }
     frames = {s[2] for stream in samples.values() for mode in stream.values() for s in mode}
     return {
         "deltas": DELTAS, "pace_ms": PACE_MS, "unpaced_leading_events": leading,
