@@ -388,7 +388,8 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as scratch:
                 stats = Path(scratch) / "relay.prof"
                 run_servers(rounds, profile=stats)
-                result["relay_profile"] = relay_profile(stats, rounds + 2)
+                # Each round sends every stream once to the profiled relay, warm-ups included.
+                result["relay_profile"] = relay_profile(stats, len(STREAMS) * (rounds + 2))
         result["cache_profile"] = [
             {"function": name, "own_ms": own * 1000, "cumulative_ms": cumulative * 1000}
             for name, own, cumulative in profile_cache_path(sizes[-1])
