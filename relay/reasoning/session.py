@@ -168,8 +168,7 @@ class CacheSession:
         body["include"] = merged_include(body.get("include"))
         if self.plan.blocks:
             blocks = {
-                block.observation.position: RawItems(block.payload.text)
-                for block in self.plan.blocks
+                block.observation.position: RawItems(block.text) for block in self.plan.blocks
             }
             body["input"] = replace_blocks(body["input"], self._spans, blocks)
         return body
