@@ -233,6 +233,11 @@ class ResetHandler(_Base):
         self.send_json(200, {"reset": True})
 
 
+class RotateKeyHandler(_Base):
+    def post(self) -> None:
+        self.send_json(200, {"rotations": self.fake.rotate_key()})
+
+
 class HealthHandler(_Base):
     def get(self) -> None:
         fake = self.fake

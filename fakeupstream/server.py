@@ -8,7 +8,8 @@ out). The handlers (:mod:`handlers`) record, call those, and carry out the plann
 Routes: ``POST /v1/responses``; ``POST /v1/chat/completions`` (a strict thinking-mode Chat
 provider, :mod:`chat_provider`); test controls under the reserved prefix ``/__fake/``
 (``POST scripts``, ``GET requests[?wait_for=N&timeout=S]``, ``POST reset``, ``GET health``,
-``GET|POST strict`` -- the Chat strictness, ``{"rule": ..., "prefix": ...}``); anything else
+``GET|POST strict`` -- the Chat strictness, ``{"rule": ..., "prefix": ...}``, ``POST
+rotate_key`` -- seal with a new key, so every earlier token is refused); anything else
 gets OpenAI's ``Invalid URL`` 404. Both model endpoints share the auth, the script queue,
 the records and the toxics.
 """
@@ -16,6 +17,7 @@ the records and the toxics.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import random
@@ -42,6 +44,7 @@ from fakeupstream.handlers import (
     RequestsHandler,
     ResetHandler,
     ResponsesHandler,
+    RotateKeyHandler,
     ScriptsHandler,
     StrictHandler,
 )
@@ -76,7 +79,9 @@ class FakeUpstream:
         self.api_keys = frozenset(api_keys) if api_keys is not None else None
         # The HMAC key is the one value not drawn from the seeded generator.
         key = secret if secret is not None else secrets.token_bytes(32)
+        self._cipher_key = key
         self.cipher = Cipher(key)
+        self.key_rotations = 0
         # Chat: reasoning_content signed under the same key; ``strict`` is the default rule.
         self.chat = ChatProvider(key, strict)
         self.ledger = Ledger()
@@ -105,6 +110,7 @@ class FakeUpstream:
                 (r"/__fake/scripts", ScriptsHandler, args),
                 (r"/__fake/requests", RequestsHandler, args),
                 (r"/__fake/reset", ResetHandler, args),
+                (r"/__fake/rotate_key", RotateKeyHandler, args),
                 (r"/__fake/health", HealthHandler, args),
             ],
             default_handler_class=InvalidUrlHandler,
@@ -165,6 +171,16 @@ class FakeUpstream:
         self.ledger.clear()
         self.chat.reset()
         self._notify()
+
+    def rotate_key(self) -> int:
+        """Seal with a new key from now on, as when OpenAI rotates its encryption key:
+        every token minted before is refused (400 ``invalid_encrypted_content``). The new
+        key derives from the old one, so a seeded run stays reproducible; the Chat seal
+        keeps its key. Returns the number of rotations so far."""
+        self._cipher_key = hashlib.sha256(b"fake-key-rotation\0" + self._cipher_key).digest()
+        self.cipher = Cipher(self._cipher_key)
+        self.key_rotations += 1
+        return self.key_rotations
 
     async def wait_for_requests(
         self, count: int, *, ended: bool = True, within_s: float = 10

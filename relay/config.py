@@ -60,6 +60,7 @@ class Config:
     reasoning_cache_strict_ttl_seconds: int = 2 * 3600
     reasoning_cache_strict_memory_entries: int = 2000
     reasoning_summaries_as_content: bool = False
+    replay_rejection_resend: bool = True  # RELAY_REPLAY_REJECTION_RESEND
     max_request_bytes: int = 64 * 1024 * 1024
     max_response_bytes: int = 64 * 1024 * 1024
     max_sse_event_bytes: int = 8 * 1024 * 1024
@@ -254,6 +255,7 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
             env, "REASONING_CACHE_STRICT_MEMORY_ENTRIES", 2000, minimum=0
         ),
         reasoning_summaries_as_content=_bool(env, "RELAY_REASONING_SUMMARIES", False),
+        replay_rejection_resend=_bool(env, "RELAY_REPLAY_REJECTION_RESEND", True),
         max_request_bytes=_int(env, "RELAY_MAX_REQUEST_BYTES", 64 * 1024 * 1024, minimum=1024),
         max_response_bytes=_int(env, "RELAY_MAX_RESPONSE_BYTES", 64 * 1024 * 1024, minimum=1024),
         max_sse_event_bytes=_int(env, "RELAY_MAX_SSE_EVENT_BYTES", 8 * 1024 * 1024, minimum=1024),

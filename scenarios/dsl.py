@@ -74,6 +74,7 @@ from scenarios.steps import (
     ReadSlowly,
     Regenerate,
     Resume,
+    RotateUpstreamKey,
     Stall,
     Upstream,
 )
@@ -154,6 +155,7 @@ __all__ = [
     "ReplayOf",
     "RestartRelay",
     "Resume",
+    "RotateUpstreamKey",
     "Scenario",
     "Stall",
     "Step",

@@ -91,6 +91,14 @@ class FakeControl:
             self.history.record("note", note="fake_strict", rule=rule, prefix=prefix)
         return dict(body or {})
 
+    def rotate_key(self) -> int:
+        """The fake seals with a new key from now on (``POST /__fake/rotate_key``): every
+        token it minted before is refused as OpenAI refuses content it cannot verify."""
+        _, body = request_json("POST", f"{self.base_url}/__fake/rotate_key", {})
+        if self.history is not None:
+            self.history.record("note", note="fake_key_rotated")
+        return int(dict(body or {})["rotations"])
+
     def health(self) -> dict[str, Any]:
         _, body = request_json("GET", f"{self.base_url}/__fake/health")
         return dict(body or {})

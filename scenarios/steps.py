@@ -363,6 +363,16 @@ class FakeStrict(Action):
 
 
 @dataclass
+class RotateUpstreamKey(Action):
+    """The fake upstream seals with a new key: every earlier token is refused, as OpenAI
+    refuses replayed content after its encryption key rotated."""
+
+    def run(self, ctx: Ctx) -> None:
+        assert ctx.harness.fake is not None
+        ctx.harness.fake.rotate_key()
+
+
+@dataclass
 class PostRaw(Action):
     """Send raw bytes to the relay (bad input, oversized or chunked uploads)."""
 

@@ -145,6 +145,8 @@ class CacheApiHandler(BaseHandler):
             "byModel": by_model,
             "oldestEntry": iso(None if store is None else store.oldest_created_at),
             "newestEntry": iso(None if store is None else store.newest_created_at),
+            # The encrypted replay cache's outcomes since startup (relay.reasoning.replay_stats).
+            "replay": self.runtime.cache.metrics.replay.to_json(),
         }
 
     def _encrypted(self, model: str | None) -> dict[str, Any] | None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from relay import log
 from relay.crashpoints import crash_point
-from relay.errors import UpstreamProtocolError
+from relay.errors import UpstreamHTTPError, UpstreamProtocolError
 from relay.handlers.chat_provider import relay_chat_provider
 from relay.handlers.relaying import RelayingHandler
 from relay.providers import Provider
@@ -17,7 +17,7 @@ from relay.translate.chat_sse import DONE, KEEPALIVE, encode_chunk, encode_error
 from relay.translate.chat_to_responses import TranslatedRequest, translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion
 from relay.translate.stream_converter import ChatStreamConverter
-from relay.transport.upstream import BatchDone, ClientGone, EventSink, UpstreamExchange
+from relay.transport.upstream import BatchDone, ClientGone, EventSink
 
 
 class ChatCompletionsHandler(RelayingHandler):
@@ -68,21 +68,37 @@ class ChatCompletionsHandler(RelayingHandler):
                 session.abort("unfinished")  # a no-op once delivered
                 self.runtime.sessions.discard(session)
 
-    def _exchange_for(
+    async def _run_upstream(
         self,
-        request: TranslatedRequest,
         session: CacheSession | None,
+        request: TranslatedRequest,
         sink: EventSink,
         *,
         buffered: bool,
         batch_done: BatchDone | None = None,
-    ) -> UpstreamExchange:
-        # The cache plans and records its dispatch intent here, synchronously; _run_exchange
-        # starts sending with no await in between.
-        upstream_body = session.dispatch() if session else dict(request.upstream_body)
-        return self.exchange_for(
-            upstream_body, sink, buffered=buffered, batch_done=batch_done, provider=self._provider
-        )
+    ) -> None:
+        """One generation upstream. A refusal of the replayed state is its own outcome
+        (the session decides it and retires the blocks): the request is resent once
+        without replay, in the same client request -- nothing was generated, nothing has
+        reached the client -- or, with resending off, the refusal is the answer."""
+
+        async def send(body: dict[str, Any]) -> None:
+            exchange = self.exchange_for(
+                body, sink, buffered=buffered, batch_done=batch_done, provider=self._provider
+            )
+            await self.run_exchange(exchange)
+
+        # The cache plans and records its dispatch intent here, synchronously; the send
+        # starts with no await in between.
+        try:
+            await send(session.dispatch() if session else dict(request.upstream_body))
+        except UpstreamHTTPError as err:
+            refusal = session.refused(err) if session is not None else None
+            if refusal is None:
+                raise
+            if refusal.resend is None:
+                raise refusal.error from None
+            await send(refusal.resend)
 
     async def _relay_json(
         self,
@@ -96,7 +112,7 @@ class ChatCompletionsHandler(RelayingHandler):
             converter.feed(event_type, data)
 
         try:
-            await self.run_exchange(self._exchange_for(request, session, sink, buffered=True))
+            await self._run_upstream(session, request, sink, buffered=True)
         except ClientGone:
             log.event("client_disconnected", request_id=self.request_id, frames=0)
             return
@@ -160,10 +176,7 @@ class ChatCompletionsHandler(RelayingHandler):
                 await down.drain()
 
         async with self.streaming(down, lambda err: encode_error(err.envelope())):
-            exchange = self._exchange_for(
-                request, session, sink, buffered=False, batch_done=down.drain
-            )
-            await self.run_exchange(exchange)
+            await self._run_upstream(session, request, sink, buffered=False, batch_done=down.drain)
             self.start_sse(down)
             await down.send(DONE)
             crash_point("after_done_frame")

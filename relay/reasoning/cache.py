@@ -29,6 +29,7 @@ from relay.reasoning.planner import PlanLimits
 from relay.reasoning.receipts import Reason
 from relay.reasoning.records import MarkerKind
 from relay.reasoning.recovery import fence, open_disabled, open_enabled
+from relay.reasoning.replay_stats import ReplayStats
 from relay.reasoning.resources import CapacityLedger
 from relay.reasoning.responses_history import visible_history_from_responses_input
 from relay.reasoning.session import CacheSession, SessionContext
@@ -61,6 +62,7 @@ class CacheMetrics:
     rejections: Counter[str] = field(default_factory=Counter)
     observations: Counter[str] = field(default_factory=Counter)
     fenced: int = 0
+    replay: ReplayStats = field(default_factory=ReplayStats)
 
 
 class ReplayCache:
@@ -103,6 +105,7 @@ class ReplayCache:
             hot_blocks=self.hot_blocks,
             deadline_every_s=min(5.0, config.idle_timeout_ms / 4000),
             idle_timeout_s=config.idle_timeout_ms / 1000,
+            resend_rejected=config.replay_rejection_resend,
         )
         self._relay_token = relay_token
 

@@ -46,6 +46,7 @@ class RecordSource(Protocol):
 
     def poisoned_starts(self, start_digests: Iterable[str]) -> set[str]: ...
     def conflicted_ends(self, end_digests: Iterable[str]) -> set[str]: ...
+    def rejected_ends(self, end_digests: Iterable[str]) -> set[str]: ...
     def unresolved_intents_at(self, start_digests: Iterable[str]) -> Mapping[str, set[str]]:
         """The open intents at each start digest that has any."""
 
@@ -260,11 +261,14 @@ def _check_identity(state: _Planning, record: Observation, open_intents: set[str
 def _check_markers(state: _Planning, chain: Sequence[Observation]) -> None:
     poisoned = state.source.poisoned_starts(member.start_digest for member in chain)
     conflicted = state.source.conflicted_ends(member.end_digest for member in chain)
+    rejected = state.source.rejected_ends(member.end_digest for member in chain)
     for member in chain:
         if member.start_digest in poisoned:
             raise _Rejected(Reason.START_POISONED, member)
         if member.end_digest in conflicted:
             raise _Rejected(Reason.END_CONFLICT, member)
+        if member.end_digest in rejected:
+            raise _Rejected(Reason.UPSTREAM_REJECTED, member)
 
 
 def _check_descendants(state: _Planning, head: Observation, chain_plan: PlanText) -> None:

@@ -29,6 +29,7 @@ class Reason(StrEnum):
     COMPETING_INTENT = "competing_intent"  # another generation is in flight at that position
     SNAPSHOT_NOT_ACCEPTED = "snapshot_not_accepted"  # model snapshot neither latest nor recent
     DESCENDANT_WITHOUT_BLOCK = "descendant_without_block"  # a later record was made without it
+    UPSTREAM_REJECTED = "upstream_rejected"  # the upstream refused it when it was replayed
     # --- budgets (cache-state dependent: observation continues, replay does not)
     PLAN_TOO_LONG = "plan_too_long"  # more than the plan record limit
     REPLAY_TOO_LARGE = "replay_too_large"  # distinct payload bytes over the replay ceiling

@@ -23,6 +23,7 @@ class MarkerKind(StrEnum):
 
     START_POISON = "start_poison"  # unknown output at a position: no envelope there replays
     END_CONFLICT = "end_conflict"  # two payloads for one visible identity: neither replays
+    END_REJECTED = "end_rejected"  # the upstream refused the block replayed there: never again
 
 
 class BlockRef(NamedTuple):  # a named tuple: plans build and hash hundreds per request

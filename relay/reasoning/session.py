@@ -3,8 +3,10 @@
 The handler calls, in order: ``dispatch`` (plan, intent and the upstream body, in one
 synchronous transaction right before sending), ``feed`` for every upstream event,
 ``complete`` before any terminal output (commits the observation), then ``delivered``;
-or ``abort`` when the generation ends any other way. Each step is synchronous: nothing
-can interleave between a commit and the byte it guards.
+or ``abort`` when the generation ends any other way. An upstream error answer goes to
+``refused`` first: when it is a refusal of the replayed state (:mod:`rejection`), the
+replayed blocks are retired and the request may be resent once without replay. Each step
+is synchronous: nothing can interleave between a commit and the byte it guards.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from relay import log
 from relay.clock import Clock
 from relay.crashpoints import crash_point
-from relay.errors import StoreError
+from relay.errors import StoreError, UpstreamHTTPError
 from relay.reasoning.canonical import CanonicalRefused
 from relay.reasoning.capture import CaptureResult, ClientProjection, OutputCapture, finish_capture
 from relay.reasoning.hot_blocks import HotBlocks
@@ -24,6 +26,7 @@ from relay.reasoning.identity import HistoryDigests, Scope, merged_include
 from relay.reasoning.planner import Plan, PlanLimits, Rejection, plan_replay
 from relay.reasoning.receipts import Reason
 from relay.reasoning.records import (
+    EMPTY_PLAN,
     BlockRef,
     MarkerKind,
     Observation,
@@ -31,7 +34,9 @@ from relay.reasoning.records import (
     StoredPayload,
     StoredSizeExceeded,
 )
+from relay.reasoning.rejection import RejectionKind, classify_rejection, redact_ciphertext
 from relay.reasoning.replace import replace_blocks
+from relay.reasoning.replay_stats import Outcome
 from relay.reasoning.resources import CapacityLedger, Lease
 from relay.reasoning.store import ReasoningStore
 from relay.translate.body_encoding import RawItems
@@ -52,6 +57,19 @@ class SessionContext:
     hot_blocks: HotBlocks  # verified payloads shared by every plan (spec §6 hot cache)
     deadline_every_s: float  # persist intent deadline metadata at most this often
     idle_timeout_s: float
+    resend_rejected: bool  # RELAY_REPLAY_REJECTION_RESEND: resend once without replay
+
+
+@dataclass(frozen=True)
+class ReplayRefusal:
+    """The upstream refused the replayed state of a request: its blocks are retired.
+
+    ``resend`` is the same request without any replay, to send once (``None``: resending
+    is off, and ``error`` -- the upstream's answer -- is what the client gets)."""
+
+    kind: RejectionKind
+    error: UpstreamHTTPError
+    resend: dict[str, Any] | None
 
 
 class ScopedSource:
@@ -72,6 +90,9 @@ class ScopedSource:
 
     def conflicted_ends(self, end_digests: Iterable[str]) -> set[str]:
         return self._store.conflicted_ends(self._scope_id, end_digests)
+
+    def rejected_ends(self, end_digests: Iterable[str]) -> set[str]:
+        return self._store.rejected_ends(self._scope_id, end_digests)
 
     def unresolved_intents_at(self, start_digests: Iterable[str]) -> Mapping[str, set[str]]:
         return self._store.unresolved_intents_at(self._scope_id, start_digests)
@@ -118,6 +139,7 @@ class CacheSession:
         self._intent: str | None = None
         self._open = True
         self._completed = False  # the observation is committed
+        self._answered = False  # the upstream has sent an event for this generation
 
     @property
     def position(self) -> int:
@@ -163,6 +185,12 @@ class CacheSession:
         # sent nothing, so closing it must not poison the position.
         self._intent = intent
         self._report_plan()
+        if self.plan.blocks:
+            self._count("dispatched")
+        return self._upstream_body()
+
+    def _upstream_body(self) -> dict[str, Any]:
+        """The translated request with this plan's blocks in place of their messages."""
         body = dict(self._request.upstream_body)
         body["store"] = False
         body["include"] = merged_include(body.get("include"))
@@ -174,8 +202,71 @@ class CacheSession:
         return body
 
     def feed(self, event_type: str, data: Any) -> None:
+        if not self._answered:  # the first event: the upstream took this request (2xx)
+            self._answered = True
+            if self.plan.blocks:
+                self._count("accepted")
         self.capture.feed(event_type, data)
         self._save_deadline()
+
+    def refused(self, error: UpstreamHTTPError) -> ReplayRefusal | None:
+        """The upstream answered ``error`` before any output. ``None``: an ordinary failure
+        (the caller fails the request, then ``abort``). Otherwise it refused the replayed
+        state: every replayed block is marked ``end_rejected`` (no plan selects it again,
+        across restarts) and, since nothing was generated, the intent is moved to a plan
+        without replay -- the request to resend -- or, with resending off, resolved
+        without poisoning the position. Raises ``StoreError`` (503) when that cannot be
+        recorded; the intent then stays for startup recovery."""
+        if not self._open or not self.plan.blocks or self._answered:
+            return None
+        assert self._row is not None, "dispatch() first"
+        assert self._intent is not None
+        replayed = {value for block in self.plan.blocks
+                    for key, value in block.payload.item_keys if key == "id"}  # fmt: skip
+        kind = classify_rejection(error.status, error.envelope(), replayed)
+        if kind is None:
+            return None
+        resend = self._ctx.resend_rejected
+        now = self._ctx.clock.wall()
+        intent = self._ctx.new_id("intent_") if resend else None
+        with self._store.transaction():
+            for block in self.plan.blocks:
+                record = block.observation
+                self._store.add_marker(
+                    self._row.id, MarkerKind.END_REJECTED, record.end_digest, record.position, now
+                )
+            self._store.delete_intent(self._intent)
+            if intent is not None:
+                self._store.create_intent(
+                    intent,
+                    scope_id=self._row.id,
+                    position=self.position,
+                    start_digest=self._history.final_state.digest,
+                    prior_plan=EMPTY_PLAN,
+                    now=now,
+                    deadline_at=now + self._ctx.idle_timeout_s,
+                )
+        retired = tuple(
+            Rejection(Reason.UPSTREAM_REJECTED, block.observation.position, block.observation.id)
+            for block in self.plan.blocks
+        )
+        self._ctx.metrics.replay.count_rejected(self._kind, self._model, kind)
+        log.event(
+            "replay_rejected",
+            request_id=self.request_id,
+            reason=kind.value,
+            status=error.status,
+            retired=len(self.plan.blocks),
+            resend=resend,
+        )
+        self.plan = Plan((), (*self.plan.rejections, *retired))
+        if intent is None:
+            self._intent = None  # resolved above: nothing was generated, nothing to poison
+            self._close(poison=False, reason="replay_rejected")
+            return ReplayRefusal(kind, _redacted(error), None)
+        self._intent = intent  # the plan is empty now: a second refusal is an ordinary one
+        self._count("resent")
+        return ReplayRefusal(kind, _redacted(error), self._upstream_body())
 
     def _save_deadline(self) -> None:
         """Upstream progress renews the generation; the persisted deadline is diagnostic
@@ -305,6 +396,17 @@ class CacheSession:
         if poison:
             log.event("cache_poisoned", request_id=self.request_id, reason=reason)
 
+    @property
+    def _kind(self) -> str:
+        return self._request.shape
+
+    @property
+    def _model(self) -> str:
+        return str(self._request.upstream_body.get("model"))
+
+    def _count(self, outcome: Outcome) -> None:
+        self._ctx.metrics.replay.count(self._kind, self._model, outcome)
+
     def _report_plan(self) -> None:
         metrics = self._ctx.metrics
         metrics.replayed_blocks += len(self.plan.blocks)
@@ -318,3 +420,15 @@ class CacheSession:
             replay_bytes=self.plan.replay_bytes,
             rejected=sorted({r.reason.value for r in self.plan.rejections}),
         )
+
+
+def _redacted(error: UpstreamHTTPError) -> UpstreamHTTPError:
+    """The upstream's error answer with any ciphertext prefix it quotes taken out."""
+    envelope = error.envelope()
+    inner = envelope.get("error")
+    if not isinstance(inner, dict) or not isinstance(inner.get("message"), str):
+        return error
+    return UpstreamHTTPError(
+        error.status,
+        {**envelope, "error": {**inner, "message": redact_ciphertext(inner["message"])}},
+    )

@@ -656,6 +656,9 @@ class ReasoningStore:
     def conflicted_ends(self, scope_id: int, end_digests: Iterable[str]) -> set[str]:
         return self._marked(scope_id, MarkerKind.END_CONFLICT, end_digests)
 
+    def rejected_ends(self, scope_id: int, end_digests: Iterable[str]) -> set[str]:
+        return self._marked(scope_id, MarkerKind.END_REJECTED, end_digests)
+
     # --- intents -----------------------------------------------------------------------
 
     def create_intent(

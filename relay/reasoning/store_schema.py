@@ -147,7 +147,25 @@ _VERSION_3: Final = (
         prior_plan_count, intent_id, snapshot, replayable, observed_at)""",
 )
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_VERSION_1, _VERSION_2, _VERSION_3)
+# A third marker kind, end_rejected: the upstream refused the block replayed for that visible
+# message (relay.reasoning.rejection). SQLite cannot alter a CHECK, so the table is rebuilt
+# with its rows; markers have no dependants.
+_VERSION_4: Final = (
+    """CREATE TABLE markers_v4 (
+        scope_id INTEGER NOT NULL REFERENCES scopes (id),
+        kind TEXT NOT NULL CHECK (kind IN ('start_poison', 'end_conflict', 'end_rejected')),
+        digest TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (scope_id, kind, digest)
+    ) STRICT, WITHOUT ROWID""",
+    """INSERT INTO markers_v4 (scope_id, kind, digest, position, created_at)
+        SELECT scope_id, kind, digest, position, created_at FROM markers""",
+    "DROP TABLE markers",
+    "ALTER TABLE markers_v4 RENAME TO markers",
+)
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_VERSION_1, _VERSION_2, _VERSION_3, _VERSION_4)
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 TABLES: Final = ("scopes", "observations", "payloads", "markers", "dependencies", "intents")

@@ -141,3 +141,34 @@ def test_a_fence_explains_the_loss_only_for_its_caller(
                 event["body"]["user"] = "somebody-else"
         report = check_history(load_mutated(result, events), ("nothing_lost",))
         assert report.count("nothing_lost") >= 2, (name, report.describe())
+
+
+@pytest.mark.parametrize(
+    "name", ["replay_rejected_after_key_rotation", "replay_rejected_without_resend"]
+)
+def test_a_rejected_replay_is_recovered_with_no_wrong_replay(
+    kept: Callable[[str, Seed], PlayResult], seed: Seed, name: str
+) -> None:
+    """The rejection scenarios' figures: model calls, refusals, resends, wrong replays."""
+    result = kept(name, seed)
+    assert result.report.ok, result.report.describe()
+    events = recorded_events(result)
+    calls = [e for e in events if e["kind"] == "upstream_exchange"]
+    refused = [c for c in calls if c.get("status") == 400]
+    resent = sum(
+        1
+        for e in events
+        if e["kind"] == "relay_event"
+        and e["event"] == "replay_rejected"
+        and e["fields"].get("resend") == "True"
+    )
+    answers = [e for e in events if e["kind"] == "client_answer"]
+    print(
+        f"{name}: client turns={len(answers)} upstream calls={len(calls)} "
+        f"refused={len(refused)} resends={resent} "
+        f"wrong_replays={result.report.stats['wrong_replays']} "
+        f"relay_starts={result.report.stats['relay_starts']}"
+    )
+    assert len(refused) == 1  # offered once, never again
+    assert resent == (1 if name == "replay_rejected_after_key_rotation" else 0)
+    assert result.report.stats["wrong_replays"] == 0

@@ -21,6 +21,8 @@ def test_defaults() -> None:
     assert config.delivery_timeout_ms == 30_000
     assert config.sse_keepalive_ms == 15_000
     assert config.reasoning_cache_enabled is False
+    assert config.replay_rejection_resend is True
+    assert load_config({"RELAY_REPLAY_REJECTION_RESEND": "0"}).replay_rejection_resend is False
 
 
 def test_base_url_follows_sdk_convention() -> None:
@@ -50,6 +52,7 @@ def test_base_url_follows_sdk_convention() -> None:
             "cannot read /nonexistent/aliases.json",
         ),
         ({"RELAY_LOG_LEVEL": "loud"}, "RELAY_LOG_LEVEL='loud'"),
+        ({"RELAY_REPLAY_REJECTION_RESEND": "2"}, "RELAY_REPLAY_REJECTION_RESEND='2': expected 1"),
     ],
 )
 def test_invalid_values_name_the_variable(env: dict[str, str], needle: str) -> None:

@@ -38,6 +38,7 @@ class MemorySource:
     payloads: dict[int, StoredPayload] = field(default_factory=dict)
     poisoned: set[str] = field(default_factory=set)
     conflicted: set[str] = field(default_factory=set)
+    rejected: set[str] = field(default_factory=set)
     intents: dict[str, set[str]] = field(default_factory=dict)
     latest: str | None = "snap-1"
     seen: dict[str, float] = field(default_factory=dict)
@@ -67,6 +68,9 @@ class MemorySource:
 
     def conflicted_ends(self, end_digests: Iterable[str]) -> set[str]:
         return self.conflicted & set(end_digests)
+
+    def rejected_ends(self, end_digests: Iterable[str]) -> set[str]:
+        return self.rejected & set(end_digests)
 
     def unresolved_intents_at(self, start_digests: Iterable[str]) -> dict[str, set[str]]:
         return {start: set(self.intents[start]) for start in start_digests if start in self.intents}
@@ -311,6 +315,11 @@ MUTATIONS: list[tuple[str, Callable[[Builder, Observation], None], Reason]] = [
     ("stale-generation", lambda b, o: _replace(b, o, generation=0), Reason.STALE_GENERATION),
     ("start-poisoned", lambda b, o: b.source.poisoned.add(o.start_digest), Reason.START_POISONED),
     ("end-conflict", lambda b, o: b.source.conflicted.add(o.end_digest), Reason.END_CONFLICT),
+    (
+        "upstream-rejected",
+        lambda b, o: b.source.rejected.add(o.end_digest),
+        Reason.UPSTREAM_REJECTED,
+    ),
     ("not-replayable", lambda b, o: _replace(b, o, replayable=False), Reason.NOT_REPLAYABLE),
     (
         "envelope-differs",

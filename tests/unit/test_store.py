@@ -26,6 +26,7 @@ from relay.reasoning.records import (
     PlanText,
     StoredPayload,
     StoredSizeExceeded,
+    plan_digest,
 )
 from relay.reasoning.store import (
     _FEW,
@@ -244,16 +245,19 @@ def test_reopen_after_close_keeps_data(db_path: Path, clock: ManualClock) -> Non
 
 def test_fresh_file_gets_current_schema(store: ReasoningStore) -> None:
     conn = conn_of(store)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
 
 
-def test_a_version_2_file_gets_plan_digests_and_the_covering_index(db_path: Path) -> None:
+def _file_at_version(db_path: Path, version: int) -> sqlite3.Connection:
+    """A store file as schema ``version`` left it, with a secret and one scope (id 1)."""
     db_path.parent.mkdir(mode=0o700)
     conn = sqlite3.connect(db_path, isolation_level=None)
-    for statement in (*MIGRATIONS[0], *MIGRATIONS[1]):
-        conn.execute(statement)
-    conn.execute("PRAGMA user_version = 2")
+    conn.create_function("relay_plan_digest", 1, plan_digest, deterministic=True)
+    for statements in MIGRATIONS[:version]:
+        for statement in statements:
+            conn.execute(statement)
+    conn.execute(f"PRAGMA user_version = {version:d}")
     conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     conn.execute("INSERT INTO meta (key, value) VALUES ('secret', ?)", (b"s" * 32,))
     conn.execute(
@@ -261,6 +265,11 @@ def test_a_version_2_file_gets_plan_digests_and_the_covering_index(db_path: Path
         "VALUES (?, 'c', 'gpt-5', NULL, 1.0)",
         (h("a"),),
     )
+    return conn
+
+
+def test_a_version_2_file_gets_plan_digests_and_the_covering_index(db_path: Path) -> None:
+    conn = _file_at_version(db_path, 2)
     plans = [PlanText.of([BlockRef(h(i), h(i + 1)) for i in range(n)]) for n in (0, 1, 3)]
     for number, plan in enumerate(plans):
         conn.execute(
@@ -277,6 +286,30 @@ def test_a_version_2_file_gets_plan_digests_and_the_covering_index(db_path: Path
         assert [found[ref].plan_stamp for ref in refs] == [plan.stamp for plan in plans]
         indexes = {row[0] for row in conn_of(store).execute("SELECT name FROM sqlite_master")}
         assert "observations_by_ref" in indexes and "observations_by_end" not in indexes
+        assert store.integrity_check() == ["ok"]
+
+
+def test_a_version_3_file_keeps_its_markers_and_accepts_rejections(db_path: Path) -> None:
+    conn = _file_at_version(db_path, 3)
+    for kind, digest in (("start_poison", h(1)), ("end_conflict", h(2))):
+        conn.execute(
+            "INSERT INTO markers (scope_id, kind, digest, position, created_at) "
+            "VALUES (1, ?, ?, 1, 1.0)",
+            (kind, digest),
+        )
+    with pytest.raises(sqlite3.IntegrityError):  # version 3 knows no end_rejected
+        conn.execute(
+            "INSERT INTO markers (scope_id, kind, digest, position, created_at) "
+            "VALUES (1, 'end_rejected', ?, 1, 1.0)",
+            (h(3),),
+        )
+    conn.close()
+    with ReasoningStore.open(db_path, clock=ManualClock()) as store:
+        assert store.poisoned_starts(1, [h(1), h(2)]) == {h(1)}
+        assert store.conflicted_ends(1, [h(1), h(2)]) == {h(2)}
+        with store.transaction():
+            assert store.add_marker(1, MarkerKind.END_REJECTED, h(3), 1, 1.0)
+        assert store.rejected_ends(1, [h(2), h(3)]) == {h(3)}
         assert store.integrity_check() == ["ok"]
 
 
