@@ -73,6 +73,7 @@ class Model:
     records: list[Record] = field(default_factory=list)  # oldest first
     conflicted: set[History] = field(default_factory=set)  # end histories
     poisoned: set[History] = field(default_factory=set)  # start histories
+    rejected: set[History] = field(default_factory=set)  # end histories the upstream refused
     tampered: set[int] = field(default_factory=set)  # record keys with damaged bytes
     intents: dict[str, History] = field(default_factory=dict)  # unresolved: id → start
     touched: dict[int, float] = field(default_factory=dict)  # admitted key → touched_at
@@ -108,6 +109,7 @@ class Model:
             and record.generation == self.generation
             and record.key not in self.tampered
             and record.end not in self.conflicted
+            and record.end not in self.rejected
             and record.start not in self.poisoned
             and not any(
                 start == record.start and intent != record.intent
@@ -205,6 +207,14 @@ class Model:
         if record.admitted:
             self.touched[record.key] = self.now
         return Observed(record, conflict)
+
+    def reject(self, plan: list[Record], intent: str, resend: str | None, start: History) -> None:
+        """The upstream refused the replayed ``plan``: each block's end is retired, and the
+        intent moves to the resend (no replay), or is resolved when there is none."""
+        self.rejected.update(record.end for record in plan)
+        self.resolve(intent)
+        if resend is not None:
+            self.dispatch(resend, start, [])
 
     def poison(self, start: History) -> None:
         self.poisoned.add(start)

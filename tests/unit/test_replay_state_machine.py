@@ -5,7 +5,8 @@ Every generation goes through the code the chat handler uses: ``ReplayCache.begi
 translated Chat request, ``CacheSession.dispatch`` (plan + intent in one transaction),
 synthetic upstream Responses events fed to the capture, ``complete`` (which runs
 ``_observe``: repeat / end-conflict / start-poison / admission) and ``delivered`` or
-``abort``. The store is a real SQLite file in a temporary directory, closed and reopened
+``abort``; or an upstream refusal of the replayed state (``refused``: the blocks are
+retired and the request resent without replay). The store is a real SQLite file in a temporary directory, closed and reopened
 (gracefully, after a crash, or around a caching-off period) by the restart rule and
 damaged by hand by the tamper rule; fencing and capacity bypass go through ``ReplayCache``.
 
@@ -57,6 +58,7 @@ from hypothesis.stateful import (
 
 from relay.clock import ManualClock
 from relay.config import Config, ModelAlias
+from relay.errors import UpstreamHTTPError
 from relay.reasoning.cache import ReplayCache
 from relay.reasoning.capture import ClientProjection
 from relay.reasoning.identity import HistoryDigests, Scope, history_digests
@@ -640,6 +642,44 @@ class ReplayMachine(RuleBasedStateMachine):
         follow = self.follow_for(record.start, visible)
         self.finish(pending, visible, follow, outcome="admit", hold=False, same_output=True)
 
+    @rule(pick=picks, back=st.integers(0, 2), outcome=outcomes, resend_fails=st.booleans())
+    def upstream_refuses_replay(
+        self, pick: int, back: int, outcome: str, resend_fails: bool
+    ) -> None:
+        """The upstream refuses a request's replayed blocks (its key rotated, say) before
+        generating: they are retired for good, and the request is resent without replay;
+        that resend then ends like any generation, or fails in its turn."""
+        request = self.request_for(pick, back)
+        pending = self.start(request)
+        if pending is None:
+            return
+        refusal = pending.session.refused(REFUSED)
+        if not pending.prior:  # nothing was replayed: an ordinary upstream failure
+            assert refusal is None
+            pending.session.abort("upstream_failed")
+            self.model.poison(request)
+            self.model.resolve(pending.intent)
+            self.check_poisoned(request)
+            return
+        assert refusal is not None and refusal.resend is not None
+        assert refusal.error.envelope()["error"]["message"] == (
+            "The encrypted content <redacted> could not be verified."
+        )
+        plan = [r for r in map(self.model.by_ref, pending.prior) if r is not None]
+        self.model.reject(plan, pending.intent, self.relay.last_intent, request)
+        assert session_plan_is_empty(pending.session)
+        assert "reasoning" not in json.dumps(refusal.resend["input"])
+        assert pending.session.refused(REFUSED) is None, "a resend is refused like any request"
+        resent = Pending(pending.session, request, self.relay.last_intent, pending.generation,
+                         (), ())  # fmt: skip
+        if resend_fails:
+            resent.session.abort("upstream_failed")
+            self.model.poison(request)
+            self.model.resolve(resent.intent)
+            return
+        visible, follow = self.new_visible("text")
+        self.finish(resent, visible, follow, outcome=outcome, hold=False)
+
     @precondition(lambda self: len(self.pending) < MAX_PENDING)
     @rule(pick=picks, back=st.integers(0, 2))
     def dispatch_concurrent(self, pick: int, back: int) -> None:
@@ -777,9 +817,12 @@ class ReplayMachine(RuleBasedStateMachine):
             return
         poisoned = {digest(start).boundaries[-1] for start in self.model.poisoned}
         conflicted = {digest(end).boundaries[-1] for end in self.model.conflicted}
+        rejected = {digest(end).boundaries[-1] for end in self.model.rejected}
         assert store.poisoned_starts(scope_id, poisoned) == poisoned
         assert store.conflicted_ends(scope_id, conflicted) == conflicted
-        assert store.stats()["markers"] == len(poisoned) + len(conflicted), "a marker too many"
+        assert store.rejected_ends(scope_id, rejected) == rejected
+        markers = len(poisoned) + len(conflicted) + len(rejected)
+        assert store.stats()["markers"] == markers, "a marker too many"
 
     @invariant()
     def every_plan_agrees_with_the_model(self) -> None:
@@ -800,6 +843,20 @@ TestReplayStateMachine = ReplayMachine.TestCase
 
 
 # --- examples: the trickiest transitions, step by step -------------------------------------
+
+
+REFUSED = UpstreamHTTPError(
+    400,
+    {"error": {"message": "The encrypted content gAAAAABpZ0x1... could not be verified.",
+               "type": "invalid_request_error", "param": None,
+               "code": "invalid_encrypted_content"}},
+)  # fmt: skip
+
+
+def session_plan_is_empty(session: CacheSession) -> bool:
+    """After a refusal the session's plan replays nothing and names why."""
+    plan = session.plan
+    return not plan.blocks and any(r.reason is Reason.UPSTREAM_REJECTED for r in plan.rejections)
 
 
 def user(text: str) -> str:
