@@ -6,9 +6,10 @@ translated Chat request, ``CacheSession.dispatch`` (plan + intent in one transac
 synthetic upstream Responses events fed to the capture, ``complete`` (which runs
 ``_observe``: repeat / end-conflict / start-poison / admission) and ``delivered`` or
 ``abort``; or an upstream refusal of the replayed state (``refused``: the blocks are
-retired and the request resent without replay). The store is a real SQLite file in a temporary directory, closed and reopened
-(gracefully, after a crash, or around a caching-off period) by the restart rule and
-damaged by hand by the tamper rule; fencing and capacity bypass go through ``ReplayCache``.
+retired and the request resent without replay). The store is a real SQLite file in a
+temporary directory, closed and reopened (gracefully, after a crash, or around a
+caching-off period) by the restart rule and damaged by hand by the tamper rule; fencing
+and capacity bypass go through ``ReplayCache``.
 
 After every step, for each of the (newest 24) visible histories the machine knows, the
 planner's plan is checked against the model:
