@@ -18,13 +18,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def crash_points_missing(points: tuple[str, ...] = KNOWN_POINTS) -> str | None:
-    """The relay must actually call the named crash points (the lead inserts the calls)."""
+    """The relay must actually reach the named crash points: a ``crash_point("name")``
+    call, or a pipeline action that names it (``crash_point="name"``)."""
     source = "\n".join(
         path.read_text(encoding="utf-8", errors="replace")
         for path in (ROOT / "relay").rglob("*.py")
         if path.name != "crashpoints.py"
     )
-    absent = [p for p in points if not re.search(rf"crash_point\(\s*['\"]{p}['\"]", source)]
+    absent = [
+        p for p in points if not re.search(rf"crash_point(\(\s*|\s*=\s*)['\"]{p}['\"]", source)
+    ]
     if absent:
         return f"the relay does not call crash_point() for {', '.join(absent)} yet"
     return None

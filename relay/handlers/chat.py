@@ -1,185 +1,205 @@
-"""POST /v1/chat/completions: read the body within limits, translate, relay, convert back."""
+"""POST /v1/chat/completions: read the body within limits, translate, and drive the
+request's pipeline (relay.pipeline.chat), performing the actions it returns.
+
+The handler decides nothing about ordering: it moves bytes, calls the cache session the
+pipeline asks it to call, and feeds each outcome back.
+"""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from relay import log
 from relay.crashpoints import crash_point
-from relay.errors import UpstreamHTTPError, UpstreamProtocolError
+from relay.errors import RelayError
 from relay.handlers.chat_provider import relay_chat_provider
 from relay.handlers.relaying import RelayingHandler
+from relay.pipeline.actions import (
+    Abort,
+    Action,
+    Capture,
+    CheckRefusal,
+    Commit,
+    Dispatch,
+    Fail,
+    Finish,
+    Flush,
+    Log,
+    Queue,
+    Resolve,
+    Respond,
+    SendUpstream,
+    StartDelivery,
+    StartStream,
+)
+from relay.pipeline.chat import ChatPipeline
 from relay.providers import Provider
-from relay.reasoning.capture import ClientProjection
 from relay.reasoning.session import CacheSession
 from relay.routing import resolve_model
-from relay.translate.chat_sse import DONE, KEEPALIVE, encode_chunk, encode_error
-from relay.translate.chat_to_responses import TranslatedRequest, translate_request
-from relay.translate.responses_to_chat import response_to_chat_completion
-from relay.translate.stream_converter import ChatStreamConverter
-from relay.transport.upstream import BatchDone, ClientGone, EventSink
+from relay.translate.chat_sse import KEEPALIVE
+from relay.translate.chat_to_responses import translate_request
+from relay.transport.upstream import ClientGone
 
 
 class ChatCompletionsHandler(RelayingHandler):
-    _provider: Provider | None = None  # the Responses provider of this request
-
     async def post(self) -> None:
         if self._finished:
             return
-        config = self.runtime.config
+        runtime = self.runtime
+        config = runtime.config
         body = self.json_body()
-        target = resolve_model(body.get("model"), config.model_aliases, self.runtime.providers)
-        provider = self.runtime.providers[target.provider]
+        target = resolve_model(body.get("model"), config.model_aliases, runtime.providers)
+        provider = runtime.providers[target.provider]
         if provider.kind == "chat":
             await relay_chat_provider(self, body, target, provider)
             return
-        self._provider = provider
         request = translate_request(
             body, target, reasoning_summaries=config.reasoning_summaries_as_content
         )
-        log.event(
-            "chat_request",
+        session = runtime.cache.begin(
+            request, body, self.request_id, upstream=runtime.cache_identity(provider)
+        )
+        pipeline = ChatPipeline(
+            request,
             request_id=self.request_id,
             model=target.model,
-            stream=request.stream,
-            shape=request.shape,
-        )
-        session = self.runtime.cache.begin(
-            request, body, self.request_id, upstream=self.runtime.cache_identity(provider)
-        )
-        self._completion_id = self.runtime.new_id("chatcmpl-")
-        self._created = int(self.runtime.clock.wall())
-        converter = ChatStreamConverter(
-            completion_id=self._completion_id,
-            created=self._created,
-            model=request.client_model,
-            include_usage=request.include_usage,
+            cached=session is not None,
+            completion_id=runtime.new_id("chatcmpl-"),
+            created=int(runtime.clock.wall()),
             reasoning_summaries=config.reasoning_summaries_as_content,
         )
         if session is not None:
-            self.runtime.sessions.add(session)
+            runtime.sessions.add(session)
         try:
-            if request.stream:
-                await self._relay_stream(request, converter, session)
-            else:
-                await self._relay_json(request, converter, session)
+            await _ChatShell(self, pipeline, session, provider).run()
         finally:
             if session is not None:
-                session.abort("unfinished")  # a no-op once delivered
-                self.runtime.sessions.discard(session)
+                session.abort("unfinished")  # a no-op once delivered or aborted
+                runtime.sessions.discard(session)
 
-    async def _run_upstream(
+
+class _ChatShell:
+    """Performs one pipeline's actions on the handler, the upstream and the cache."""
+
+    def __init__(
         self,
+        handler: ChatCompletionsHandler,
+        pipeline: ChatPipeline,
         session: CacheSession | None,
-        request: TranslatedRequest,
-        sink: EventSink,
-        *,
-        buffered: bool,
-        batch_done: BatchDone | None = None,
+        provider: Provider,
     ) -> None:
-        """One generation upstream. A refusal of the replayed state is its own outcome
-        (the session decides it and retires the blocks): the request is resent once
-        without replay, in the same client request -- nothing was generated, nothing has
-        reached the client -- or, with resending off, the refusal is the answer."""
+        self.handler = handler
+        self.pipeline = pipeline
+        self.session = session
+        self.provider = provider
+        stream = pipeline.request.stream
+        self.down = handler.downstream(keepalive_frame=KEEPALIVE if stream else None)
 
-        async def send(body: dict[str, Any]) -> None:
-            exchange = self.exchange_for(
-                body, sink, buffered=buffered, batch_done=batch_done, provider=self._provider
-            )
-            await self.run_exchange(exchange)
-
-        # The cache plans and records its dispatch intent here, synchronously; the send
-        # starts with no await in between.
+    async def run(self) -> None:
         try:
-            await send(session.dispatch() if session else dict(request.upstream_body))
-        except UpstreamHTTPError as err:
-            refusal = session.refused(err) if session is not None else None
+            await self._perform(self.pipeline.start())
+        finally:
+            self.down.stop_keepalive()
+
+    async def _perform(self, actions: list[Action]) -> None:
+        """Perform ``actions`` in order; a failure or a client that left is the pipeline's
+        next input, and what it returns is performed in turn."""
+        for action in actions:
+            if isinstance(action, Fail):
+                await self._fail(action)
+                return
+            try:
+                follow = await self._one(action)
+            except ClientGone:
+                follow = self.pipeline.client_gone(self.down.frames_sent)
+            except RelayError as err:
+                follow = self.pipeline.failed(err)
+            await self._perform(follow)
+
+    async def _streamed(self, actions: list[Action]) -> None:
+        """Perform the actions of one upstream event (or read). Failures propagate: they
+        end the exchange, whose outcome is then the pipeline's input."""
+        for action in actions:
+            follow = await self._one(action)
+            await self._streamed(follow)
+
+    async def _one(self, action: Action) -> list[Action]:
+        """Perform one action; the pipeline's answer to its outcome (often nothing)."""
+        handler, pipeline, down = self.handler, self.pipeline, self.down
+        if isinstance(action, Queue):
+            if action.crash_point:
+                crash_point(action.crash_point)
+            down.queue(action.frame)
+        elif isinstance(action, Capture):
+            self._cache().feed(action.event_type, action.data)
+        elif isinstance(action, Flush):
+            await down.drain()
+            if action.crash_point:
+                crash_point(action.crash_point)
+        elif isinstance(action, StartStream):
+            handler.start_sse(down)
+        elif isinstance(action, StartDelivery):
+            down.start_delivery(handler.runtime.config.delivery_timeout_ms / 1000)
+        elif isinstance(action, Log):
+            log.event(action.event, **action.fields)
+        elif isinstance(action, Dispatch):
+            # Planned and recorded synchronously; the send follows with no await between.
+            return pipeline.dispatched(self._cache().dispatch())
+        elif isinstance(action, SendUpstream):
+            await self._send(action)
+            return pipeline.upstream_done()
+        elif isinstance(action, Commit):
+            self._cache().complete(action.sent)
+            return pipeline.committed()
+        elif isinstance(action, CheckRefusal):
+            refusal = self._cache().refused(action.error)
             if refusal is None:
-                raise
-            if refusal.resend is None:
-                raise refusal.error from None
-            await send(refusal.resend)
+                return pipeline.refusal(None, action.error)
+            return pipeline.refusal(refusal.resend, refusal.error)
+        elif isinstance(action, Respond):
+            crash_point("before_terminal_frame")
+            await handler.send_json(action.answer)
+            crash_point("after_terminal_frame")
+            return pipeline.responded()
+        elif isinstance(action, Resolve):
+            self._cache().delivered()
+        elif isinstance(action, Abort):
+            self._cache().abort(action.reason)
+        elif isinstance(action, Finish):
+            if not handler._finished and not down.closed:
+                handler.finish()
+        else:
+            raise TypeError(f"{type(action).__name__} is not performed here (Fail: _fail)")
+        return []
 
-    async def _relay_json(
-        self,
-        request: TranslatedRequest,
-        converter: ChatStreamConverter,
-        session: CacheSession | None,
-    ) -> None:
+    async def _fail(self, action: Fail) -> None:
+        handler = self.handler
+        if not handler._headers_written:
+            raise action.error  # nothing reached the client: the handler answers with it
+        log.event("stream_failed", request_id=handler.request_id, code=action.error.code)
+        if action.frame is not None:
+            with contextlib.suppress(ClientGone):
+                await self.down.send(action.frame)
+        if not handler._finished and not self.down.closed:
+            handler.finish()
+
+    async def _send(self, action: SendUpstream) -> None:
         async def sink(event_type: str, data: dict[str, Any]) -> None:
-            if session is not None:
-                session.feed(event_type, data)
-            converter.feed(event_type, data)
+            await self._streamed(self.pipeline.upstream_event(event_type, data))
 
-        try:
-            await self._run_upstream(session, request, sink, buffered=True)
-        except ClientGone:
-            log.event("client_disconnected", request_id=self.request_id, frames=0)
-            return
-        if converter.final_response is None:
-            raise UpstreamProtocolError("the upstream stream ended without a final response")
-        completion = response_to_chat_completion(
-            converter.final_response,
-            completion_id=self._completion_id,
-            created=self._created,
-            model=request.client_model,
-            reasoning_summaries=self.runtime.config.reasoning_summaries_as_content,
+        async def batch_done() -> None:
+            await self._streamed(self.pipeline.batch_done())
+
+        exchange = self.handler.exchange_for(
+            action.body,
+            sink,
+            buffered=action.buffered,
+            batch_done=None if action.buffered else batch_done,
+            provider=self.provider,
         )
-        if session is not None:
-            session.complete(ClientProjection.from_completion(completion))
-        crash_point("before_terminal_frame")
-        if not await self.deliver_json(completion):
-            return
-        crash_point("after_terminal_frame")
-        self.finish()
-        if session is not None:
-            session.delivered()
-        log.event("chat_done", request_id=self.request_id, finish=converter.finish_reason)
+        await self.handler.run_exchange(exchange)
 
-    async def _relay_stream(
-        self,
-        request: TranslatedRequest,
-        converter: ChatStreamConverter,
-        session: CacheSession | None,
-    ) -> None:
-        config = self.runtime.config
-        down = self.downstream(keepalive_frame=KEEPALIVE)
-
-        sent = ClientProjection()
-        output_flushed = False  # the first output chunk has been flushed
-
-        async def sink(event_type: str, data: dict[str, Any]) -> None:
-            nonlocal output_flushed
-            if session is not None:
-                session.feed(event_type, data)
-            chunks = converter.feed(event_type, data)
-            if session is not None:  # what the client got matters to the cache alone
-                for chunk in chunks:
-                    sent.feed_chunk(chunk)
-            if converter.finished:
-                if session is not None:
-                    session.complete(sent)  # committed before any terminal frame is queued
-                down.start_delivery(config.delivery_timeout_ms / 1000)
-            if chunks:
-                self.start_sse(down)
-            for chunk in chunks:
-                if converter.finished and chunk is chunks[-1]:
-                    crash_point("before_terminal_frame")
-                down.queue(encode_chunk(chunk))
-            if converter.finished:
-                await down.drain()  # the terminal frames go out before anything else happens
-                crash_point("after_terminal_frame")
-            elif not output_flushed and converter.output_started:
-                # The first output is what the client is waiting for: it goes out now, not
-                # after the rest of this read's events (up to READ_CHUNK_BYTES) are converted.
-                output_flushed = True
-                await down.drain()
-
-        async with self.streaming(down, lambda err: encode_error(err.envelope())):
-            await self._run_upstream(session, request, sink, buffered=False, batch_done=down.drain)
-            self.start_sse(down)
-            await down.send(DONE)
-            crash_point("after_done_frame")
-            if session is not None:
-                session.delivered()
-            log.event("chat_done", request_id=self.request_id, finish=converter.finish_reason)
+    def _cache(self) -> CacheSession:
+        assert self.session is not None, "a cache action without a cache session"
+        return self.session

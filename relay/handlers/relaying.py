@@ -73,18 +73,22 @@ class RelayingHandler(BaseHandler):
     async def deliver_json(self, answer: dict[str, Any]) -> bool:
         """Send one whole JSON answer within the delivery deadline. ``False`` (logged)
         when the client left before taking it; the caller finishes otherwise."""
+        try:
+            await self.send_json(answer)
+        except ClientGone:
+            log.event("client_disconnected", request_id=self.request_id, frames=0)
+            return False
+        return True
+
+    async def send_json(self, answer: dict[str, Any]) -> None:
+        """Send one whole JSON answer within the delivery deadline; raises ``ClientGone``."""
         payload = json.dumps(answer, ensure_ascii=False).encode("utf-8")
         down = self.downstream()
         self.set_header("Content-Type", "application/json")
         self.set_header("Content-Length", str(len(payload)))
         down.start_delivery(self.runtime.config.delivery_timeout_ms / 1000)
         down.queue(payload)
-        try:
-            await down.drain()
-        except ClientGone:
-            log.event("client_disconnected", request_id=self.request_id, frames=0)
-            return False
-        return True
+        await down.drain()
 
     def start_sse(self, down: Downstream) -> None:
         """Make this response an event stream. Callers call it before queuing frames;

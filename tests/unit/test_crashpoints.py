@@ -14,6 +14,7 @@ import pytest
 
 from relay import crashpoints
 from relay.crashpoints import KNOWN_POINTS, CrashPointSpecError, parse_spec
+from scenarios.requirements import crash_points_missing
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -143,3 +144,9 @@ def test_cost_when_unset_is_negligible() -> None:
         lambda: crashpoints.crash_point("before_terminal_frame"), number=100_000
     )
     assert seconds < 0.5  # ~50 ns a call; generous for loaded CI machines
+
+
+def test_the_relay_reaches_every_known_point() -> None:
+    """Scenarios needing crash points skip when the relay names none: every known point
+    must be reached (a call, or a pipeline action naming it), so none skips silently."""
+    assert crash_points_missing() is None

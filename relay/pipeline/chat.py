@@ -1,0 +1,263 @@
+"""A Chat Completions request relayed to a Responses upstream, JSON or SSE (sans-I/O).
+
+The lifecycle, one transition per input::
+
+    start ──> Dispatch ──dispatched──> SendUpstream          (cached: plan + intent first)
+    upstream_event ──> Capture, frames to queue and flush    (SSE; JSON buffers)
+      the final event ──> Commit ──committed──> the terminal frames, flushed
+    upstream_done ──> [DONE] (SSE) / Commit then Respond (JSON) ──> Resolve, Finish
+    failed(UpstreamHTTPError) before any event ──> CheckRefusal
+      ──refusal(resend)──> SendUpstream once more, without replay
+    failed / client_gone ──> Abort, then Fail (a status, or an error frame once streaming)
+
+The rules it encodes: the dispatch intent is committed before anything is sent; the
+observation is committed before the client can see the end (terminal chunk, JSON body);
+the intent is resolved only after the client took the whole answer; an answer that ends
+any other way aborts (the cache poisons its position unless it was committed); a refusal
+of replayed state is resent once, and only before the upstream produced anything.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from relay.errors import RelayError, UpstreamHTTPError, UpstreamProtocolError
+from relay.pipeline.actions import (
+    Abort,
+    Action,
+    Capture,
+    CheckRefusal,
+    Commit,
+    Dispatch,
+    Fail,
+    Finish,
+    Flush,
+    Log,
+    Queue,
+    Resolve,
+    Respond,
+    SendUpstream,
+    StartDelivery,
+    StartStream,
+)
+from relay.reasoning.capture import ClientProjection
+from relay.translate.chat_sse import DONE, encode_chunk, encode_error
+from relay.translate.chat_to_responses import TranslatedRequest
+from relay.translate.responses_to_chat import response_to_chat_completion
+from relay.translate.stream_converter import ChatStreamConverter, Chunk
+
+
+class Phase(StrEnum):
+    NEW = "new"
+    DISPATCHING = "dispatching"  # the cache plans and records the intent
+    UPSTREAM = "upstream"  # the generation is being received
+    CHECKING_REFUSAL = "checking_refusal"  # an error answer: was it a refusal of replay?
+    COMMITTING = "committing"  # the observation is being committed
+    DELIVERING = "delivering"  # the terminal frames or answer go to the client
+    DONE = "done"  # finished, failed or abandoned: every later input is ignored
+
+
+class PipelineStateError(RuntimeError):
+    """An input the pipeline's state does not accept: a bug in the shell driving it."""
+
+
+class ChatPipeline:
+    def __init__(
+        self,
+        request: TranslatedRequest,
+        *,
+        request_id: str,
+        model: str,
+        cached: bool,
+        completion_id: str,
+        created: int,
+        reasoning_summaries: bool,
+    ) -> None:
+        self.request = request
+        self.request_id = request_id
+        self._model = model  # the upstream model name, for the log
+        self.cached = cached
+        self._completion_id = completion_id
+        self._created = created
+        self._summaries = reasoning_summaries
+        self.converter = ChatStreamConverter(
+            completion_id=completion_id,
+            created=created,
+            model=request.client_model,
+            include_usage=request.include_usage,
+            reasoning_summaries=reasoning_summaries,
+        )
+        self.phase = Phase.NEW
+        self.stream_started = False  # StartStream was returned
+        self._answered = False  # an upstream event arrived for the current send
+        self._resent = False  # the one resend after a refusal was made
+        self._output_flushed = False  # the first output chunk was flushed
+        self._sent = ClientProjection()  # what the client is sent (cached streams)
+        self._terminal: list[Chunk] = []  # the final event's chunks, held for the commit
+        self._completion: dict[str, Any] | None = None  # the JSON answer
+
+    # --- inputs -------------------------------------------------------------------------
+
+    def start(self) -> list[Action]:
+        self._expect(Phase.NEW)
+        request = self.request
+        log = Log("chat_request", {"request_id": self.request_id, "model": self._model,
+                                   "stream": request.stream, "shape": request.shape})  # fmt: skip
+        if self.cached:
+            self.phase = Phase.DISPATCHING
+            return [log, Dispatch()]
+        return [log, *self._send(dict(request.upstream_body))]
+
+    def dispatched(self, body: dict[str, Any]) -> list[Action]:
+        """The cache committed the intent; ``body`` is the upstream body with the replay."""
+        self._expect(Phase.DISPATCHING)
+        return self._send(body)
+
+    def upstream_event(self, event_type: str, data: dict[str, Any]) -> list[Action]:
+        self._expect(Phase.UPSTREAM)
+        self._answered = True
+        actions: list[Action] = [Capture(event_type, data)] if self.cached else []
+        chunks = self.converter.feed(event_type, data)
+        if not self.request.stream:
+            return actions  # JSON: the answer is built once the stream has ended
+        if self.cached:  # what the client got matters to the cache alone
+            for chunk in chunks:
+                self._sent.feed_chunk(chunk)
+        if self.converter.finished:
+            self._terminal = chunks
+            if self.cached:  # committed before any terminal frame is queued
+                self.phase = Phase.COMMITTING
+                return [*actions, Commit(self._sent)]
+            return [*actions, *self._terminal_frames()]
+        if chunks:
+            actions += self._stream_started_once()
+            actions += [Queue(encode_chunk(chunk)) for chunk in chunks]
+        if not self._output_flushed and self.converter.output_started:
+            # The first output is what the client waits for: out now, not after the rest
+            # of this read's events are converted.
+            self._output_flushed = True
+            actions.append(Flush())
+        return actions
+
+    def batch_done(self) -> list[Action]:
+        """The shell converted every event of one upstream read: what is queued goes out."""
+        return [Flush()] if self.phase is Phase.UPSTREAM and self.request.stream else []
+
+    def upstream_done(self) -> list[Action]:
+        """The upstream's stream ended (after its terminal event)."""
+        if self.phase is Phase.DONE:
+            return []
+        final = self.converter.final_response
+        if final is None:  # the exchange checks for a terminal event; this cannot be trusted
+            self._expect(Phase.UPSTREAM)
+            return self.failed(
+                UpstreamProtocolError("the upstream stream ended without a final response")
+            )
+        if self.request.stream:
+            self._expect(Phase.DELIVERING)
+            return [
+                *self._stream_started_once(),
+                Queue(DONE),
+                Flush(crash_point="after_done_frame"),
+                *self._delivered(),
+                Finish(),
+            ]
+        self._expect(Phase.UPSTREAM)
+        self._completion = response_to_chat_completion(
+            final,
+            completion_id=self._completion_id,
+            created=self._created,
+            model=self.request.client_model,
+            reasoning_summaries=self._summaries,
+        )
+        if self.cached:
+            self.phase = Phase.COMMITTING
+            return [Commit(ClientProjection.from_completion(self._completion))]
+        self.phase = Phase.DELIVERING
+        return [Respond(self._completion)]
+
+    def committed(self) -> list[Action]:
+        self._expect(Phase.COMMITTING)
+        self.phase = Phase.DELIVERING
+        if not self.request.stream:
+            assert self._completion is not None
+            return [Respond(self._completion)]
+        return self._terminal_frames()
+
+    def responded(self) -> list[Action]:
+        """The JSON answer reached the client."""
+        self._expect(Phase.DELIVERING)
+        return [Finish(), *self._delivered()]
+
+    def refusal(self, resend: dict[str, Any] | None, error: RelayError) -> list[Action]:
+        """The cache's verdict on an error answer: ``resend`` is the request without
+        replay to send once more, else ``error`` is what the client gets."""
+        self._expect(Phase.CHECKING_REFUSAL)
+        if resend is not None:
+            self._resent = True
+            return self._send(resend)
+        self.phase = Phase.UPSTREAM
+        return self.failed(error, checked=True)
+
+    def failed(self, error: RelayError, *, checked: bool = False) -> list[Action]:
+        """The generation failed (upstream error, broken stream, timeout, a commit)."""
+        if self.phase is Phase.DONE:
+            return []
+        if (
+            self.cached
+            and isinstance(error, UpstreamHTTPError)
+            and self.phase is Phase.UPSTREAM
+            and not (self._answered or self._resent or checked)
+        ):
+            self.phase = Phase.CHECKING_REFUSAL
+            return [CheckRefusal(error)]
+        self.phase = Phase.DONE
+        actions: list[Action] = [Abort(error.code or "failed")] if self.cached else []
+        frame = encode_error(error.envelope()) if self.request.stream else None
+        return [*actions, Fail(error, frame)]
+
+    def client_gone(self, frames: int) -> list[Action]:
+        """The client left (``frames`` it had taken); nothing more goes out."""
+        if self.phase is Phase.DONE:
+            return []
+        self.phase = Phase.DONE
+        log = Log("client_disconnected", {"request_id": self.request_id, "frames": frames})
+        return [log, Abort("client_disconnected")] if self.cached else [log]
+
+    # --- transitions --------------------------------------------------------------------
+
+    def _send(self, body: dict[str, Any]) -> list[Action]:
+        self.phase = Phase.UPSTREAM
+        self._answered = False
+        return [SendUpstream(body, buffered=not self.request.stream)]
+
+    def _stream_started_once(self) -> list[Action]:
+        if self.stream_started:
+            return []
+        self.stream_started = True
+        return [StartStream()]
+
+    def _terminal_frames(self) -> list[Action]:
+        self.phase = Phase.DELIVERING
+        chunks = self._terminal
+        actions: list[Action] = [StartDelivery(), *self._stream_started_once()]
+        actions += [Queue(encode_chunk(chunk)) for chunk in chunks[:-1]]
+        if chunks:
+            actions.append(Queue(encode_chunk(chunks[-1]), crash_point="before_terminal_frame"))
+        # The terminal frames go out before anything else happens.
+        actions.append(Flush(crash_point="after_terminal_frame"))
+        return actions
+
+    def _delivered(self) -> list[Action]:
+        self.phase = Phase.DONE
+        done = Log("chat_done", {"request_id": self.request_id,
+                                 "finish": self.converter.finish_reason})  # fmt: skip
+        return [Resolve(), done] if self.cached else [done]
+
+    def _expect(self, *phases: Phase) -> None:
+        if self.phase not in phases:
+            raise PipelineStateError(
+                f"input not accepted in phase {self.phase.value} (expected "
+                f"{' or '.join(p.value for p in phases)})"
+            )
