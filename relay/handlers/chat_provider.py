@@ -6,14 +6,14 @@ alias defaults and messages prepared by the strict cache (``reasoning_content`` 
 for strict thinking-mode providers, stripped for the others). Streaming follows the
 client's ``stream``: chunks are forwarded as the provider sent them (``model`` echoed as
 the client named it) with the relay's keepalives, delivery deadline and error frames; a
-JSON answer is forwarded whole. Upstream HTTP errors keep their status and envelope, so a
-provider's own 400 reaches the client unchanged. The answer's reasoning is recorded
-before the client gets its terminal frame (``data: [DONE]``, or the JSON body).
+JSON answer is forwarded whole (relay.pipeline.provider). Upstream HTTP errors keep their
+status and envelope, so a provider's own 400 reaches the client unchanged. The answer's
+reasoning is recorded before the client gets its terminal frame (``data: [DONE]``, or the
+JSON body).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,13 +21,15 @@ from relay import log
 from relay.config import ModelAlias
 from relay.errors import InvalidRequest
 from relay.handlers.relaying import RelayingHandler
+from relay.handlers.shell import PipelineShell
+from relay.pipeline.provider import ChatProviderPipeline
 from relay.providers import Provider
-from relay.strict.cache import PreparedRequest, StrictTarget
+from relay.strict.cache import StrictTarget
 from relay.strict.restore import has_tools
 from relay.strict.rules import rule_for
-from relay.translate.chat_sse import DONE, KEEPALIVE, encode_chunk, encode_error
+from relay.translate.chat_sse import KEEPALIVE
 from relay.translate.chat_to_responses import stream_flags
-from relay.transport.upstream import ClientGone, Dialect
+from relay.transport.upstream import Dialect
 
 
 def outgoing_body(
@@ -78,86 +80,25 @@ async def relay_chat_provider(
         missed=0 if restored is None else restored.misses,
         stripped=prepared.stripped,
     )
-    upstream_body = outgoing_body(body, target, prepared.messages)
-    payload = json.dumps(upstream_body, ensure_ascii=False).encode("utf-8")
-    call = _ChatProviderCall(handler, target, provider, prepared)
-    await (call.relay_stream(payload) if stream else call.relay_json(payload))
+    pipeline = ChatProviderPipeline(
+        outgoing_body(body, target, prepared.messages),
+        request_id=handler.request_id,
+        client_model=target.name,
+        stream=stream,
+        capture=prepared.capture,
+    )
 
-
-class _ChatProviderCall:
-    """Relaying one prepared request and its answer."""
-
-    def __init__(
-        self,
-        handler: RelayingHandler,
-        target: ModelAlias,
-        provider: Provider,
-        prepared: PreparedRequest,
-    ) -> None:
-        self.handler = handler
-        self.runtime = handler.runtime
-        self.target = target
-        self.provider = provider
-        self.prepared = prepared
-        self.finish_reason: str | None = None
-
-    def _observe(self, data: dict[str, Any], *, whole: bool) -> None:
-        """Capture, remember the finish reason, and echo the client's model name."""
-        capture = self.prepared.capture
-        if capture is not None:
-            (capture.feed_completion if whole else capture.feed_chunk)(data)
-        choices = data.get("choices")
-        for choice in choices if isinstance(choices, list) else []:
-            if isinstance(choice, dict) and isinstance(choice.get("finish_reason"), str):
-                self.finish_reason = choice["finish_reason"]
-        if "model" in data:
-            data["model"] = self.target.name
-
-    def _commit(self) -> None:
-        written = self.runtime.strict.commit(self.prepared, self.handler.request_id)
+    def record() -> None:
+        written = handler.runtime.strict.commit(prepared, handler.request_id)
         if written:
-            log.event("strict_captured", request_id=self.handler.request_id, records=written)
+            log.event("strict_captured", request_id=handler.request_id, records=written)
 
-    async def relay_json(self, payload: bytes) -> None:
-        handler = self.handler
-        completion: dict[str, Any] = {}
-
-        async def sink(event_type: str, data: dict[str, Any]) -> None:
-            completion.update(data)
-
-        exchange = handler.open_exchange(
-            self.provider, payload, sink, buffered=True, batch_done=None,
-            dialect=Dialect.CHAT_JSON,
-        )  # fmt: skip
-        try:
-            await handler.run_exchange(exchange)
-        except ClientGone:
-            log.event("client_disconnected", request_id=handler.request_id, frames=0)
-            return
-        self._observe(completion, whole=True)
-        self._commit()  # before the client has the answer
-        if not await handler.deliver_json(completion):
-            return
-        handler.finish()
-        log.event("chat_done", request_id=handler.request_id, finish=self.finish_reason)
-
-    async def relay_stream(self, payload: bytes) -> None:
-        handler = self.handler
-        down = handler.downstream(keepalive_frame=KEEPALIVE)
-
-        async def sink(event_type: str, chunk: dict[str, Any]) -> None:
-            self._observe(chunk, whole=False)
-            handler.start_sse(down)
-            down.queue(encode_chunk(chunk))
-
-        async with handler.streaming(down, lambda err: encode_error(err.envelope())):
-            exchange = handler.open_exchange(
-                self.provider, payload, sink, buffered=False, batch_done=down.drain,
-                dialect=Dialect.CHAT_STREAM,
-            )  # fmt: skip
-            await handler.run_exchange(exchange)
-            self._commit()  # before the terminal frame
-            down.start_delivery(self.runtime.config.delivery_timeout_ms / 1000)
-            handler.start_sse(down)
-            await down.send(DONE)
-            log.event("chat_done", request_id=handler.request_id, finish=self.finish_reason)
+    shell = PipelineShell(
+        handler,
+        pipeline,
+        provider=provider,
+        dialect=Dialect.CHAT_STREAM,
+        keepalive=KEEPALIVE if stream else None,
+        record=record,
+    )
+    await shell.run()

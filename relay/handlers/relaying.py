@@ -3,17 +3,14 @@ exchange that a client disconnect or a shutdown can abort."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from tornado.iostream import IOStream
 from tornado.web import stream_request_body
 
-from relay import log
 from relay.crashpoints import crash_point
-from relay.errors import PayloadTooLarge, RelayError
+from relay.errors import PayloadTooLarge
 from relay.handlers.base import BaseHandler
 from relay.providers import Provider
 from relay.request_body import parse_json_object
@@ -70,16 +67,6 @@ class RelayingHandler(BaseHandler):
             keepalive_frame=keepalive_frame or b"",
         )
 
-    async def deliver_json(self, answer: dict[str, Any]) -> bool:
-        """Send one whole JSON answer within the delivery deadline. ``False`` (logged)
-        when the client left before taking it; the caller finishes otherwise."""
-        try:
-            await self.send_json(answer)
-        except ClientGone:
-            log.event("client_disconnected", request_id=self.request_id, frames=0)
-            return False
-        return True
-
     async def send_json(self, answer: dict[str, Any]) -> None:
         """Send one whole JSON answer within the delivery deadline; raises ``ClientGone``."""
         payload = json.dumps(answer, ensure_ascii=False).encode("utf-8")
@@ -107,31 +94,6 @@ class RelayingHandler(BaseHandler):
         if isinstance(stream, IOStream):
             stream.set_nodelay(True)
         down.start_keepalive()
-
-    @contextlib.asynccontextmanager
-    async def streaming(
-        self, down: Downstream, error_frame: Callable[[RelayError], bytes | None]
-    ) -> AsyncIterator[None]:
-        """Around an SSE relay: a client that left is logged; a failure before anything
-        was sent propagates (a proper status and envelope), after that it becomes the
-        ``error_frame`` (no ``[DONE]``; ``None``: already forwarded). Then the keepalive
-        stops and the response is finished."""
-        try:
-            yield
-        except ClientGone:
-            log.event("client_disconnected", request_id=self.request_id, frames=down.frames_sent)
-        except RelayError as err:
-            if not self._headers_written:
-                raise
-            log.event("stream_failed", request_id=self.request_id, code=err.code)
-            frame = error_frame(err)
-            if frame is not None:
-                with contextlib.suppress(ClientGone):
-                    await down.send(frame)
-        finally:
-            down.stop_keepalive()
-        if not self._finished and not down.closed:
-            self.finish()
 
     def json_body(self) -> dict[str, Any]:
         """The request body as a JSON object (its buffer is released)."""

@@ -41,6 +41,14 @@ class SendUpstream:
 
 
 @dataclass(frozen=True, slots=True)
+class Stop:
+    """End the running upstream exchange with ``error`` (raised inside it, so nothing
+    more is read); the pipeline's next input is ``failed(error)``."""
+
+    error: RelayError
+
+
+@dataclass(frozen=True, slots=True)
 class Capture:
     """Cache: feed one upstream event to the capture."""
 
@@ -63,6 +71,12 @@ class Commit:
     Answer: ``committed()``, or ``failed(StoreError)``."""
 
     sent: ClientProjection
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """Strict cache: record the answer's reasoning, before the client can see its end.
+    Best effort: a failure is logged by the cache and never fails the request."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +146,6 @@ class Finish:
 
 
 Action = (
-    Log | Dispatch | SendUpstream | Capture | CheckRefusal | Commit | StartStream
-    | StartDelivery | Queue | Flush | Respond | Resolve | Abort | Fail | Finish
+    Log | Dispatch | SendUpstream | Stop | Capture | CheckRefusal | Commit | Record
+    | StartStream | StartDelivery | Queue | Flush | Respond | Resolve | Abort | Fail | Finish
 )  # fmt: skip

@@ -19,7 +19,6 @@ of replayed state is resent once, and only before the upstream produced anything
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Any
 
 from relay.errors import RelayError, UpstreamHTTPError, UpstreamProtocolError
@@ -41,6 +40,7 @@ from relay.pipeline.actions import (
     StartDelivery,
     StartStream,
 )
+from relay.pipeline.base import Phase, Pipeline
 from relay.reasoning.capture import ClientProjection
 from relay.translate.chat_sse import DONE, encode_chunk, encode_error
 from relay.translate.chat_to_responses import TranslatedRequest
@@ -48,21 +48,7 @@ from relay.translate.responses_to_chat import response_to_chat_completion
 from relay.translate.stream_converter import ChatStreamConverter, Chunk
 
 
-class Phase(StrEnum):
-    NEW = "new"
-    DISPATCHING = "dispatching"  # the cache plans and records the intent
-    UPSTREAM = "upstream"  # the generation is being received
-    CHECKING_REFUSAL = "checking_refusal"  # an error answer: was it a refusal of replay?
-    COMMITTING = "committing"  # the observation is being committed
-    DELIVERING = "delivering"  # the terminal frames or answer go to the client
-    DONE = "done"  # finished, failed or abandoned: every later input is ignored
-
-
-class PipelineStateError(RuntimeError):
-    """An input the pipeline's state does not accept: a bug in the shell driving it."""
-
-
-class ChatPipeline:
+class ChatPipeline(Pipeline):
     def __init__(
         self,
         request: TranslatedRequest,
@@ -254,10 +240,3 @@ class ChatPipeline:
         done = Log("chat_done", {"request_id": self.request_id,
                                  "finish": self.converter.finish_reason})  # fmt: skip
         return [Resolve(), done] if self.cached else [done]
-
-    def _expect(self, *phases: Phase) -> None:
-        if self.phase not in phases:
-            raise PipelineStateError(
-                f"input not accepted in phase {self.phase.value} (expected "
-                f"{' or '.join(p.value for p in phases)})"
-            )

@@ -51,12 +51,17 @@ from relay.errors import (
 from relay.transport.chunked import BulkChunkedHTTP1Connection
 from relay.transport.deadline import Deadline
 from relay.transport.pool import ConnectionPool, PooledTCPClient
-from relay.transport.sse import SSEEvent, SSEParser, decode_chat_event, decode_event
+from relay.transport.sse import (
+    TERMINAL_EVENTS,
+    SSEEvent,
+    SSEParser,
+    decode_chat_event,
+    decode_event,
+)
 
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
 BatchDone = Callable[[], Awaitable[None]]
 
-TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 # What a Chat exchange hands its sink: one event type per dialect.
 CHAT_CHUNK = "chat.completion.chunk"
 CHAT_COMPLETION = "chat.completion"

@@ -34,7 +34,8 @@ from relay.pipeline.actions import (
     SendUpstream,
     StartDelivery,
 )
-from relay.pipeline.chat import ChatPipeline, Phase, PipelineStateError
+from relay.pipeline.base import Phase, PipelineStateError
+from relay.pipeline.chat import ChatPipeline
 from relay.translate.chat_sse import DONE, encode_error
 from relay.translate.chat_to_responses import translate_request
 

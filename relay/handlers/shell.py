@@ -1,0 +1,184 @@
+"""The I/O shell of every request pipeline (relay.pipeline): it performs the actions a
+pipeline returns -- on the handler (frames, flushes, the answer), the upstream exchange
+and the caches -- and feeds each outcome back. It decides nothing about ordering."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+from relay import log
+from relay.crashpoints import crash_point
+from relay.errors import RelayError
+from relay.handlers.relaying import RelayingHandler
+from relay.pipeline.actions import (
+    Abort,
+    Action,
+    Capture,
+    CheckRefusal,
+    Commit,
+    Dispatch,
+    Fail,
+    Finish,
+    Flush,
+    Log,
+    Queue,
+    Record,
+    Resolve,
+    Respond,
+    SendUpstream,
+    StartDelivery,
+    StartStream,
+    Stop,
+)
+from relay.pipeline.base import Pipeline
+from relay.providers import Provider
+from relay.reasoning.session import CacheSession
+from relay.transport.upstream import ClientGone, Dialect
+
+
+class PipelineShell:
+    """Performs one pipeline's actions on the handler, the upstream and the caches."""
+
+    def __init__(
+        self,
+        handler: RelayingHandler,
+        pipeline: Pipeline,
+        *,
+        provider: Provider,
+        dialect: Dialect,
+        keepalive: bytes | None,
+        session: CacheSession | None = None,
+        record: Callable[[], None] | None = None,
+    ) -> None:
+        self.handler = handler
+        self.pipeline = pipeline
+        self.provider = provider
+        self.dialect = dialect  # RESPONSES (a JSON body, encoded here) or CHAT_STREAM
+        self.session = session
+        self.record = record
+        self.down = handler.downstream(keepalive_frame=keepalive)
+
+    async def run(self) -> None:
+        try:
+            await self._perform(self.pipeline.start())
+        finally:
+            self.down.stop_keepalive()
+
+    async def _perform(self, actions: list[Action]) -> None:
+        """Perform ``actions`` in order; a failure or a client that left is the pipeline's
+        next input, and what it returns is performed in turn."""
+        for action in actions:
+            if isinstance(action, Fail):
+                await self._fail(action)
+                return
+            try:
+                follow = await self._one(action)
+            except ClientGone:
+                follow = self.pipeline.client_gone(self.down.frames_sent)
+            except RelayError as err:
+                follow = self.pipeline.failed(err)
+            await self._perform(follow)
+
+    async def _streamed(self, actions: list[Action]) -> None:
+        """Perform the actions of one upstream event (or read). Failures propagate: they
+        end the exchange, whose outcome is then the pipeline's input."""
+        for action in actions:
+            follow = await self._one(action)
+            await self._streamed(follow)
+
+    async def _one(self, action: Action) -> list[Action]:
+        """Perform one action; the pipeline's answer to its outcome (often nothing)."""
+        handler, pipeline, down = self.handler, self.pipeline, self.down
+        if isinstance(action, Queue):
+            if action.crash_point:
+                crash_point(action.crash_point)
+            down.queue(action.frame)
+        elif isinstance(action, Capture):
+            self._cache().feed(action.event_type, action.data)
+        elif isinstance(action, Flush):
+            await down.drain()
+            if action.crash_point:
+                crash_point(action.crash_point)
+        elif isinstance(action, StartStream):
+            handler.start_sse(down)
+        elif isinstance(action, StartDelivery):
+            down.start_delivery(handler.runtime.config.delivery_timeout_ms / 1000)
+        elif isinstance(action, Log):
+            log.event(action.event, **action.fields)
+        elif isinstance(action, Dispatch):
+            # Planned and recorded synchronously; the send follows with no await between.
+            return pipeline.dispatched(self._cache().dispatch())
+        elif isinstance(action, SendUpstream):
+            await self._send(action)
+            return pipeline.upstream_done()
+        elif isinstance(action, Commit):
+            self._cache().complete(action.sent)
+            return pipeline.committed()
+        elif isinstance(action, CheckRefusal):
+            refusal = self._cache().refused(action.error)
+            if refusal is None:
+                return pipeline.refusal(None, action.error)
+            return pipeline.refusal(refusal.resend, refusal.error)
+        elif isinstance(action, Respond):
+            crash_point("before_terminal_frame")
+            await handler.send_json(action.answer)
+            crash_point("after_terminal_frame")
+            return pipeline.responded()
+        elif isinstance(action, Resolve):
+            self._cache().delivered()
+        elif isinstance(action, Abort):
+            self._cache().abort(action.reason)
+        elif isinstance(action, Stop):
+            raise action.error  # inside the exchange: it ends with this error
+        elif isinstance(action, Record):
+            assert self.record is not None, "a Record action without a strict capture"
+            self.record()
+        elif isinstance(action, Finish):
+            if not handler._finished and not down.closed:
+                handler.finish()
+        else:
+            raise TypeError(f"{type(action).__name__} is not performed here (Fail: _fail)")
+        return []
+
+    async def _fail(self, action: Fail) -> None:
+        handler = self.handler
+        if not handler._headers_written:
+            raise action.error  # nothing reached the client: the handler answers with it
+        log.event("stream_failed", request_id=handler.request_id, code=action.error.code)
+        if action.frame is not None:
+            with contextlib.suppress(ClientGone):
+                await self.down.send(action.frame)
+        if not handler._finished and not self.down.closed:
+            handler.finish()
+
+    async def _send(self, action: SendUpstream) -> None:
+        async def sink(event_type: str, data: dict[str, Any]) -> None:
+            await self._streamed(self.pipeline.upstream_event(event_type, data))
+
+        async def batch_done() -> None:
+            await self._streamed(self.pipeline.batch_done())
+
+        handler = self.handler
+        batch = None if action.buffered else batch_done
+        if self.dialect is Dialect.RESPONSES:
+            exchange = handler.exchange_for(
+                action.body, sink, buffered=action.buffered, batch_done=batch,
+                provider=self.provider,
+            )  # fmt: skip
+        else:
+            exchange = handler.open_exchange(
+                self.provider,
+                json.dumps(action.body, ensure_ascii=False).encode("utf-8"),
+                sink,
+                buffered=action.buffered,
+                batch_done=batch,
+                dialect=Dialect.CHAT_JSON if action.buffered else Dialect.CHAT_STREAM,
+            )
+        await handler.run_exchange(exchange)
+
+    def _cache(self) -> CacheSession:
+        assert self.session is not None, "a cache action without a cache session"
+        return self.session

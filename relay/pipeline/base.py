@@ -1,0 +1,72 @@
+"""What every pipeline shares: the inputs a shell may feed, refused unless a pipeline
+accepts them in its current phase."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from relay.errors import RelayError
+from relay.pipeline.actions import Action
+
+
+class Phase(StrEnum):
+    NEW = "new"
+    DISPATCHING = "dispatching"  # the cache plans and records the intent
+    UPSTREAM = "upstream"  # the generation is being received
+    CHECKING_REFUSAL = "checking_refusal"  # an error answer: was it a refusal of replay?
+    COMMITTING = "committing"  # the observation is being committed
+    DELIVERING = "delivering"  # the terminal frames or answer go to the client
+    DONE = "done"  # finished, failed or abandoned: every later input is ignored
+
+
+class PipelineStateError(RuntimeError):
+    """An input the pipeline's state does not accept: a bug in the shell driving it."""
+
+
+class Pipeline:
+    """The inputs of a request pipeline. Each returns the actions to perform next; the
+    defaults refuse the input (a pipeline overrides those its requests can see)."""
+
+    phase = Phase.NEW
+
+    def start(self) -> list[Action]:
+        raise NotImplementedError
+
+    def dispatched(self, body: dict[str, Any]) -> list[Action]:
+        return self._refuse("dispatched")
+
+    def upstream_event(self, event_type: str, data: dict[str, Any]) -> list[Action]:
+        return self._refuse("upstream_event")
+
+    def batch_done(self) -> list[Action]:
+        """Every event of one upstream read was handled (default: nothing to do)."""
+        return []
+
+    def upstream_done(self) -> list[Action]:
+        return self._refuse("upstream_done")
+
+    def committed(self) -> list[Action]:
+        return self._refuse("committed")
+
+    def responded(self) -> list[Action]:
+        return self._refuse("responded")
+
+    def refusal(self, resend: dict[str, Any] | None, error: RelayError) -> list[Action]:
+        return self._refuse("refusal")
+
+    def failed(self, error: RelayError) -> list[Action]:
+        raise NotImplementedError
+
+    def client_gone(self, frames: int) -> list[Action]:
+        raise NotImplementedError
+
+    def _expect(self, *phases: Phase) -> None:
+        if self.phase not in phases:
+            raise PipelineStateError(
+                f"input not accepted in phase {self.phase.value} (expected "
+                f"{' or '.join(p.value for p in phases)})"
+            )
+
+    def _refuse(self, name: str) -> list[Action]:
+        raise PipelineStateError(f"{type(self).__name__} takes no {name} input")

@@ -1,0 +1,101 @@
+"""POST /v1/responses relayed as sent (sans-I/O): events forwarded as Responses SSE, or
+the final ``response`` object for a JSON call.
+
+The cache cannot observe these generations; the handler fences their scopes before the
+pipeline starts. An ``error`` event is forwarded, flushed, and then ends the exchange
+(``Stop``): its failure needs no second error frame.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from relay.errors import RelayError, UpstreamFailed, UpstreamProtocolError
+from relay.pipeline.actions import (
+    Action,
+    Fail,
+    Finish,
+    Flush,
+    Log,
+    Queue,
+    Respond,
+    SendUpstream,
+    StartStream,
+    Stop,
+)
+from relay.pipeline.base import Phase, Pipeline
+from relay.translate.responses_sse import encode_event
+from relay.transport.sse import TERMINAL_EVENTS
+
+
+class ResponsesPassthrough(Pipeline):
+    def __init__(self, body: dict[str, Any], *, request_id: str, stream: bool) -> None:
+        self.body = body
+        self.request_id = request_id
+        self.stream = stream
+        self._started = False  # StartStream was returned
+        self._forwarded_error = False  # the upstream's own error event went to the client
+        self._final: dict[str, Any] | None = None  # JSON: the terminal event's response
+
+    def start(self) -> list[Action]:
+        self._expect(Phase.NEW)
+        self.phase = Phase.UPSTREAM
+        log = Log("responses_passthrough", {"request_id": self.request_id,
+                                            "model": self.body.get("model"),
+                                            "stream": self.stream})  # fmt: skip
+        return [log, SendUpstream(self.body, buffered=not self.stream)]
+
+    def upstream_event(self, event_type: str, data: dict[str, Any]) -> list[Action]:
+        self._expect(Phase.UPSTREAM)
+        failure = (
+            UpstreamFailed(str(data.get("message") or "the upstream reported an error"))
+            if event_type == "error"
+            else None
+        )
+        if not self.stream:
+            if failure is not None:
+                return [Stop(failure)]
+            if event_type in TERMINAL_EVENTS and isinstance(data.get("response"), dict):
+                self._final = data["response"]
+            return []
+        actions: list[Action] = [] if self._started else [StartStream()]
+        self._started = True
+        actions.append(Queue(encode_event(event_type, data)))
+        if failure is not None:  # the upstream's own failure: forwarded, then the end
+            self._forwarded_error = True
+            actions += [Flush(), Stop(failure)]
+        return actions
+
+    def batch_done(self) -> list[Action]:
+        return [Flush()] if self.stream and self.phase is Phase.UPSTREAM else []
+
+    def upstream_done(self) -> list[Action]:
+        self._expect(Phase.UPSTREAM)
+        self.phase = Phase.DELIVERING
+        if self.stream:
+            self.phase = Phase.DONE
+            return [Flush(), Finish()]
+        if self._final is None:
+            return self.failed(
+                UpstreamProtocolError("the upstream stream ended without a final response")
+            )
+        return [Respond(self._final)]
+
+    def responded(self) -> list[Action]:
+        self._expect(Phase.DELIVERING)
+        self.phase = Phase.DONE
+        return [Finish()]
+
+    def failed(self, error: RelayError) -> list[Action]:
+        if self.phase is Phase.DONE:
+            return []
+        self.phase = Phase.DONE
+        if not self.stream or self._forwarded_error:
+            return [Fail(error)]
+        return [Fail(error, encode_event("error", error.envelope()["error"]))]
+
+    def client_gone(self, frames: int) -> list[Action]:
+        if self.phase is Phase.DONE:
+            return []
+        self.phase = Phase.DONE
+        return [Log("client_disconnected", {"request_id": self.request_id, "frames": frames})]
