@@ -51,7 +51,7 @@ def tests(session: nox.Session) -> None:
     """The offline suite: unit, integration and the fast scenarios (never a real API)."""
     ensure_system_packages(session)
     install_project(session, "test")
-    session.run("pytest", "-m", "not live and not slow", *session.posargs)
+    session.run("pytest", "-m", "not slow", *session.posargs)
 
 
 @nox.session
@@ -100,7 +100,7 @@ def coverage(session: nox.Session) -> None:
         "-m",
         "pytest",
         "-m",
-        "not live and not slow",
+        "not slow",
         *session.posargs,
         env={"COVERAGE_PROCESS_START": "setup.cfg"},
     )

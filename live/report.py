@@ -72,7 +72,6 @@ class CheckResult:
     seconds: float = 0.0
     requests: list[RequestRecord] = field(default_factory=list)
     replay: ReplayCount = field(default_factory=ReplayCount)
-    pending_contract: bool = False  # failed because the relay lacks the contract's behaviour
 
     @property
     def tokens(self) -> int:
@@ -94,7 +93,6 @@ class CheckResult:
             "tokens_estimated": self.estimated,
             "requests": [r.to_json() for r in self.requests],
             "replay": asdict(self.replay),
-            "pending_contract": self.pending_contract,
         }
 
 
@@ -168,7 +166,7 @@ def render_table(report: RunReport) -> str:
         rows.append(
             (
                 r.name,
-                f"{r.status} (pending relay contract)" if r.pending_contract else r.status,
+                r.status,
                 str(len(r.requests)),
                 tokens,
                 str(r.replay.dispatched_blocks),

@@ -142,7 +142,7 @@ def run_check(check: Check, env: RunEnv) -> CheckResult:
     try:
         verdict = check.run(ctx)
     except CheckFailed as failure:
-        verdict = Verdict("failed", failure.reason, pending_contract=failure.pending_contract)
+        verdict = Verdict("failed", failure.reason)
     except BudgetExhausted as stop:
         verdict = Verdict("failed", f"stopped by the budget: {stop}")
     except StartupError as error:
@@ -161,5 +161,4 @@ def run_check(check: Check, env: RunEnv) -> CheckResult:
         seconds=time.monotonic() - started,
         requests=list(ctx.ledger.records),
         replay=replay_count(ctx.relays),
-        pending_contract=verdict.pending_contract,
     )

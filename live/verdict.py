@@ -8,18 +8,15 @@ from dataclasses import dataclass
 class CheckFailed(AssertionError):
     """An expectation of a check did not hold; the message is the check's reason."""
 
-    def __init__(self, reason: str, *, pending_contract: bool = False) -> None:
+    def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
-        # The relay does not implement the behaviour the check was written against yet.
-        self.pending_contract = pending_contract
 
 
 @dataclass(frozen=True)
 class Verdict:
     status: str  # passed | failed | skipped
     reason: str
-    pending_contract: bool = False
 
 
 def passed(reason: str) -> Verdict:

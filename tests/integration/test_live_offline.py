@@ -2,10 +2,7 @@
 
 The whole suite runs once against the fake upstream (real relay and fake subprocesses),
 with a fake "real" key and an unreachable base URL in the environment: the offline run
-must not use either. Every check must pass. The rejected-replay check is written against
-a relay contract still being built (``stats.replay``, resend without the refused block):
-until the relay has it, that check reports ``pending_contract`` and its test xfails;
-once the relay has ``stats.replay`` it must pass like the others.
+must not use either. Every check must pass, the rejected-replay recovery included.
 """
 
 from __future__ import annotations
@@ -27,8 +24,6 @@ from live.images import COLOURS, WHITE, picture, square_pixels
 from live.report import RunReport, render_table
 from live.settings import Settings
 
-PENDING_CONTRACT = frozenset({"rejected_replay_recovered"})
-
 
 @pytest.fixture(scope="module")
 def offline_run(tmp_path_factory: pytest.TempPathFactory) -> RunReport:
@@ -45,19 +40,13 @@ def offline_run(tmp_path_factory: pytest.TempPathFactory) -> RunReport:
 
 def test_every_check_passes_offline(offline_run: RunReport) -> None:
     assert [r.name for r in offline_run.results] == [c.name for c in all_checks()]
-    failed = [
-        r
-        for r in offline_run.results
-        if r.status != "passed" and not (r.name in PENDING_CONTRACT and r.pending_contract)
-    ]
+    failed = [r for r in offline_run.results if r.status != "passed"]
     assert not failed, render_table(offline_run)
     assert offline_run.budget_stop is None
 
 
 def test_rejected_replay_is_recovered(offline_run: RunReport) -> None:
     result = offline_run.result("rejected_replay_recovered")
-    if result.pending_contract:
-        pytest.xfail(f"the relay lacks the rejected-replay contract: {result.reason}")
     assert result.status == "passed", result.reason
 
 

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionChunk
 
 from relay.errors import UpstreamFailed, UpstreamProtocolError
-from relay.translate.responses_sse import encode_event
 from relay.translate.chat_sse import DONE, KEEPALIVE, compact_json, encode_chunk, encode_error
+from relay.translate.responses_sse import encode_event
 from relay.translate.stream_converter import ChatStreamConverter
 from relay.transport.sse import SSEParser, decode_event
 
