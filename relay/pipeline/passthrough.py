@@ -70,6 +70,8 @@ class ResponsesPassthrough(Pipeline):
         return [Flush()] if self.stream and self.phase is Phase.UPSTREAM else []
 
     def upstream_done(self) -> list[Action]:
+        if self.phase is Phase.DONE:
+            return []
         self._expect(Phase.UPSTREAM)
         self.phase = Phase.DELIVERING
         if self.stream:

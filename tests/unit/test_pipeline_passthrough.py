@@ -1,0 +1,115 @@
+"""relay.pipeline.passthrough as transcripts: POST /v1/responses forwarded as sent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from relay.errors import UpstreamError, UpstreamFailed, UpstreamProtocolError
+from relay.pipeline.actions import (
+    Fail,
+    Finish,
+    Flush,
+    Log,
+    Queue,
+    Respond,
+    SendUpstream,
+    StartStream,
+    Stop,
+)
+from relay.pipeline.base import Phase, PipelineStateError
+from relay.pipeline.passthrough import ResponsesPassthrough
+from relay.translate.responses_sse import encode_event
+
+BODY = {"model": "gpt-5", "input": "hi"}
+RESPONSE = {"id": "resp_1", "object": "response", "status": "completed", "output": []}
+CREATED = ("response.created", {"type": "response.created", "response": RESPONSE})
+DELTA = ("response.output_text.delta", {"type": "response.output_text.delta", "delta": "x"})
+COMPLETED = ("response.completed", {"type": "response.completed", "response": RESPONSE})
+ERROR = ("error", {"type": "error", "message": "overloaded", "code": "server_error"})
+
+
+def passthrough(stream: bool) -> ResponsesPassthrough:
+    return ResponsesPassthrough(dict(BODY), request_id="req_1", stream=stream)
+
+
+def test_a_stream_is_forwarded_event_by_event() -> None:
+    p = passthrough(stream=True)
+    assert p.start() == [
+        Log("responses_passthrough", {"request_id": "req_1", "model": "gpt-5", "stream": True}),
+        SendUpstream(BODY, buffered=False),
+    ]
+    assert p.upstream_event(*CREATED) == [StartStream(), Queue(encode_event(*CREATED))]
+    assert p.upstream_event(*DELTA) == [Queue(encode_event(*DELTA))]
+    assert p.batch_done() == [Flush()]
+    assert p.upstream_event(*COMPLETED) == [Queue(encode_event(*COMPLETED))]
+    assert p.upstream_done() == [Flush(), Finish()]
+    assert p.phase is Phase.DONE
+
+
+def test_an_error_event_is_forwarded_then_ends_the_exchange() -> None:
+    p = passthrough(stream=True)
+    p.start()
+    p.upstream_event(*CREATED)
+    actions = p.upstream_event(*ERROR)
+    assert actions[:2] == [Queue(encode_event(*ERROR)), Flush()]
+    stop = actions[2]
+    assert isinstance(stop, Stop) and isinstance(stop.error, UpstreamFailed)
+    assert stop.error.message == "overloaded"
+    # Its failure is already in the stream: no second error frame.
+    assert p.failed(stop.error) == [Fail(stop.error)]
+
+
+def test_a_broken_stream_gets_one_error_event() -> None:
+    p = passthrough(stream=True)
+    p.start()
+    p.upstream_event(*CREATED)
+    cut = UpstreamError("the upstream connection closed mid-stream")
+    assert p.failed(cut) == [Fail(cut, encode_event("error", cut.envelope()["error"]))]
+    assert p.failed(cut) == [] and p.client_gone(1) == []
+
+
+def test_a_json_call_answers_with_the_final_response() -> None:
+    p = passthrough(stream=False)
+    assert p.start()[-1] == SendUpstream(BODY, buffered=True)
+    assert p.upstream_event(*CREATED) == []
+    assert p.upstream_event(*COMPLETED) == []
+    assert p.batch_done() == []
+    assert p.upstream_done() == [Respond(RESPONSE)]
+    assert p.responded() == [Finish()]
+
+
+def test_a_json_call_without_a_final_response_fails() -> None:
+    p = passthrough(stream=False)
+    p.start()
+    p.upstream_event(*CREATED)
+    [fail] = p.upstream_done()
+    assert isinstance(fail, Fail) and isinstance(fail.error, UpstreamProtocolError)
+    assert fail.frame is None
+
+
+def test_a_json_error_event_stops_the_exchange() -> None:
+    p = passthrough(stream=False)
+    p.start()
+    [stop] = p.upstream_event(*ERROR)
+    assert isinstance(stop, Stop)
+    assert p.failed(stop.error) == [Fail(stop.error)]
+
+
+def test_a_client_that_left() -> None:
+    p = passthrough(stream=True)
+    p.start()
+    assert p.client_gone(3) == [Log("client_disconnected", {"request_id": "req_1", "frames": 3})]
+    assert p.upstream_done() == []  # nothing more goes out
+
+
+@pytest.mark.parametrize(
+    "misuse",
+    [lambda p: p.committed(), lambda p: p.dispatched({}), lambda p: p.refusal(None, None)],
+)
+def test_inputs_it_never_takes(misuse: Any) -> None:
+    p = passthrough(stream=True)
+    p.start()
+    with pytest.raises(PipelineStateError, match="takes no"):
+        misuse(p)
