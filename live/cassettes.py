@@ -40,6 +40,7 @@ from tornado.netutil import bind_sockets
 from tornado.simple_httpclient import HTTPStreamClosedError, SimpleAsyncHTTPClient, _HTTPConnection
 
 from fakeupstream.cassette import Cassette, Chunk, Ended, Interaction, dumps, scrub_cassette
+from fakeupstream.cassette_scrub import scrub_uri
 from relay.clock import Clock, SystemClock
 from relay.transport.chunked import ChunkedDecoder
 
@@ -284,12 +285,13 @@ class _ProxiedRequest(HTTPRequest):
 
 
 class _PassThroughHTTP1Connection(HTTP1Connection):
-    """Tornado's HTTP/1 connection handing over each read's worth of body at once.
+    """Tornado's HTTP/1 connection, handing over every byte that came before a break-off.
 
-    Tornado coalesces consecutive chunks of a chunked body until it would wait for the
-    network, and drops what it held when the connection breaks off there; it reads a body
-    that ends with the connection whole. Here every read is passed on as it came, so the
-    proxy forwards and records each byte that arrived, in the pieces it arrived in.
+    Like Tornado, it hands over the chunked body decoded so far whenever the next read would
+    wait for the network (so a piece is what arrived together); unlike Tornado, also when
+    that read fails, where Tornado drops what it held -- the bytes an upstream sent before
+    breaking off are forwarded and recorded too. A body that ends with the connection is
+    passed on read by read, not read whole first.
     """
 
     async def _read_chunked_body(self, delegate: httputil.HTTPMessageDelegate) -> None:
@@ -382,7 +384,9 @@ class RecordingProxy:
         # Tornado objects belong to the loop that serves: made here, in it.
         self._client = _Client(force_instance=True, max_clients=1000, max_body_size=2**62)
         app = tornado.web.Application(
-            [(r"/.*", _ProxyHandler, {"proxy": self})], compress_response=False
+            [(r"/.*", _ProxyHandler, {"proxy": self})],
+            compress_response=False,
+            log_function=lambda handler: None,  # the relay logs its requests itself
         )
         sockets = bind_sockets(0, host, family=socket.AF_INET)
         self._server = HTTPServer(app, max_body_size=2**62)
@@ -503,7 +507,8 @@ class _ProxyHandler(tornado.web.RequestHandler):
                 error = failure
             if exchange.status is None:
                 exchange.ended = "close"
-                self._fail(502, f"the recording proxy could not reach the upstream ({url})")
+                where = scrub_uri(url)  # never a credential in an error
+                self._fail(502, f"the recording proxy could not reach the upstream ({where})")
             elif error is None:
                 exchange.ended = "finish"
                 if not self._gone:

@@ -208,3 +208,15 @@ def test_the_command_line_says_what_is_wrong_with_a_cassette(
 ) -> None:
     assert fake_main(["--port", "0", "--cassette", str(tmp_path / "none.yaml")]) == 2
     assert "fakeupstream: cannot read the cassette" in capsys.readouterr().err
+
+
+def test_an_unreachable_upstream_is_a_502_and_records_nothing(tmp_path: Path) -> None:
+    # Port 1 on loopback: nothing listens there, the connection is refused at once.
+    with (
+        record_cassettes("http://127.0.0.1:1/v1", tmp_path, shareable=True) as url,
+        post(url) as response,
+    ):
+        assert response.status_code == 502
+        error = response.json()["error"]
+    assert "could not reach the upstream (http://127.0.0.1:1/v1/responses)" in error["message"]
+    assert list(tmp_path.glob("cassette-*")) == []
