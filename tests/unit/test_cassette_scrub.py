@@ -232,7 +232,7 @@ def no_window_of(secrets: list[str], text: bytes, width: int = 16) -> bool:
     )
 
 
-@settings(max_examples=100, deadline=None, print_blob=True)
+@settings(max_examples=60, deadline=None, print_blob=True)
 @given(st.data(), st.integers(0, 2))
 def test_no_ciphertext_survives_a_json_body(data: st.DataObject, style: int) -> None:
     secrets: list[str] = []
@@ -244,7 +244,7 @@ def test_no_ciphertext_survives_a_json_body(data: st.DataObject, style: int) -> 
     assert scrub_body(scrubbed, sse=False) == scrubbed  # idempotent
 
 
-@settings(max_examples=100, deadline=None, print_blob=True)
+@settings(max_examples=60, deadline=None, print_blob=True)
 @given(st.data(), st.integers(0, 2), st.integers(0, 10**6))
 def test_no_ciphertext_survives_an_sse_stream_even_cut_short(
     data: st.DataObject, style: int, cut: int
@@ -263,7 +263,7 @@ def test_no_ciphertext_survives_an_sse_stream_even_cut_short(
     assert no_window_of(secrets, scrub_body(partial, sse=True))
 
 
-@settings(max_examples=60, deadline=None, print_blob=True)
+@settings(max_examples=40, deadline=None, print_blob=True)
 @given(st.data())
 def test_rechunk_keeps_the_bytes_and_the_total_delay(data: st.DataObject) -> None:
     secrets: list[str] = []
