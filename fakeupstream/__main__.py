@@ -2,7 +2,8 @@
 
 Prints one line, ``fakeupstream listening on http://HOST:PORT`` (the bound port when
 ``--port 0``), then serves. Drive it over HTTP under ``/__fake/`` (see
-:mod:`fakeupstream.server`).
+:mod:`fakeupstream.server`). ``--cassette PATH`` plays a recorded cassette back instead of
+generating answers (see :mod:`fakeupstream.cassette_playback`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 import signal
 import sys
 
+from fakeupstream.cassette_playback import Playback
 from fakeupstream.server import FakeUpstream, log, origin
 from fakeupstream.strict_chat import RULES, Strictness
 
@@ -51,11 +53,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--secret-hex", help="HMAC key for encrypted_content, hex (default: random per process)"
     )
+    parser.add_argument(
+        "--cassette", metavar="PATH", help="answer every /v1/ request from this vcrpy cassette"
+    )
+    parser.add_argument(
+        "--cassette-timing",
+        type=float,
+        default=1.0,
+        metavar="FACTOR",
+        help="scale the recorded delays between chunks (default 1; 0: no delays)",
+    )
+    parser.add_argument(
+        "--cassette-any-body",
+        action="store_true",
+        help="match recorded requests by method and path only, not by body",
+    )
     return parser.parse_args(argv)
 
 
 async def serve(args: argparse.Namespace) -> None:
     secret = bytes.fromhex(args.secret_hex) if args.secret_hex else None
+    playback = None
+    if args.cassette is not None:
+        playback = Playback.open(
+            args.cassette, timing=args.cassette_timing, match_body=not args.cassette_any_body
+        )
     fake = FakeUpstream(
         seed=args.seed,
         api_keys=args.api_keys,
@@ -63,6 +85,7 @@ async def serve(args: argparse.Namespace) -> None:
         record_path=args.record_file,
         max_records=args.max_records,
         strict=Strictness(args.strict, args.strict_prefix),
+        cassette=playback,
     )
     port = await fake.start(args.host, args.port)
     print(f"fakeupstream listening on {origin(args.host, port)}", flush=True)

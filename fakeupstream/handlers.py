@@ -19,7 +19,7 @@ from fakeupstream.records import RecordedRequest
 from fakeupstream.rules import ApiError, check_auth, parse_body
 from fakeupstream.scripts import Script, ScriptError, parse_scripts
 from fakeupstream.strict_chat import parse_strictness
-from fakeupstream.toxics import End, Pause, Send, Toxics, plan
+from fakeupstream.toxics import End, Op, Pause, Send, Toxics, plan
 
 if TYPE_CHECKING:
     from fakeupstream.server import FakeUpstream
@@ -118,7 +118,7 @@ class ResponsesHandler(_Base):
                 if isinstance(connection, HTTP1Connection) and connection.stream is not None:
                     connection.stream.set_nodelay(True)
                 await self.flush()  # headers go out at once, as OpenAI sends them
-            for op in plan(answer.frames, toxics, self.fake.rng):
+            for op in self.operations(answer, toxics):
                 if isinstance(op, Pause):
                     interrupted = await self._wait(op.seconds)
                     if interrupted is not None:
@@ -136,6 +136,10 @@ class ResponsesHandler(_Base):
         except StreamClosedError:
             return "client_gone"
         return "finish"
+
+    def operations(self, answer: Answer, toxics: Toxics) -> list[Op]:
+        """The writes that deliver ``answer`` (cassette playback plans its own)."""
+        return plan(answer.frames, toxics, self.fake.rng)
 
     async def _end(self, kind: str) -> str:
         if kind == "finish":

@@ -9,9 +9,10 @@ Routes: ``POST /v1/responses``; ``POST /v1/chat/completions`` (a strict thinking
 provider, :mod:`chat_provider`); test controls under the reserved prefix ``/__fake/``
 (``POST scripts``, ``GET requests[?wait_for=N&timeout=S]``, ``POST reset``, ``GET health``,
 ``GET|POST strict`` -- the Chat strictness, ``{"rule": ..., "prefix": ...}``, ``POST
-rotate_key`` -- seal with a new key, so every earlier token is refused); anything else
-gets OpenAI's ``Invalid URL`` 404. Both model endpoints share the auth, the script queue,
-the records and the toxics.
+rotate_key`` -- seal with a new key, so every earlier token is refused, ``GET|POST|DELETE
+cassette`` -- cassette playback); anything else gets OpenAI's ``Invalid URL`` 404. Both
+model endpoints share the auth, the script queue, the records and the toxics. While a
+cassette plays (:mod:`cassette_playback`) it answers every ``/v1/`` request instead.
 """
 
 from __future__ import annotations
@@ -32,8 +33,11 @@ import tornado.web
 from tornado.httpserver import HTTPServer
 from tornado.httputil import HTTPServerRequest
 from tornado.netutil import bind_sockets
+from tornado.routing import Rule
 
 from fakeupstream.answers import Answer, error_answer, raw_answer, scripted_error
+from fakeupstream.cassette_handlers import CassetteControlHandler, CassetteHandler, PlayingCassette
+from fakeupstream.cassette_playback import Playback
 from fakeupstream.chat_provider import ChatProvider
 from fakeupstream.ciphertext import Cipher, Follower, History, Ledger, Sealed, probe
 from fakeupstream.events import build, sse_frame
@@ -73,6 +77,7 @@ class FakeUpstream:
         record_path: str | None = None,
         max_records: int = 1000,
         strict: Strictness | Mapping[str, Any] | str | None = None,
+        cassette: Playback | Path | str | None = None,
     ) -> None:
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.rng = random.Random(seed)
@@ -91,6 +96,10 @@ class FakeUpstream:
         self.received = 0
         self.max_records = max_records
         self.record_path = record_path
+        # Set: every /v1/ request is answered from this recording (cassette_playback).
+        self.playback: Playback | None = (
+            Playback.open(cassette) if isinstance(cassette, Path | str) else cassette
+        )
         self.base_url = ""
         self.port: int | None = None
         self._queue: deque[Script] = deque()
@@ -104,9 +113,11 @@ class FakeUpstream:
         args = {"fake": self}
         return tornado.web.Application(
             [
+                Rule(PlayingCassette(self), CassetteHandler, args),
                 (r"/v1/responses", ResponsesHandler, args),
                 (r"/v1/chat/completions", ChatCompletionsHandler, args),
                 (r"/__fake/strict", StrictHandler, args),
+                (r"/__fake/cassette", CassetteControlHandler, args),
                 (r"/__fake/scripts", ScriptsHandler, args),
                 (r"/__fake/requests", RequestsHandler, args),
                 (r"/__fake/reset", ResetHandler, args),
@@ -163,8 +174,10 @@ class FakeUpstream:
     def reset(self) -> None:
         """Forget queued scripts, recorded requests and minted ids (the secret stays).
 
-        The Chat strictness goes back to the constructor's.
+        The Chat strictness goes back to the constructor's; a cassette rewinds.
         """
+        if self.playback is not None:
+            self.playback.rewind()
         self._queue.clear()
         self.requests.clear()
         self.received = 0
