@@ -513,16 +513,16 @@ def _without_nullish(message: dict[str, Any]) -> dict[str, Any] | None:
     """``message`` less its members that normalization drops (a null or empty field of
     ``NULLISH``, e.g. ``refusal: null``), when every member outside the fast shape's keys
     is one of those; else ``None`` (the general path). Only an exact str key is dropped,
-    as normalization drops it; the kept keys are type-checked by the caller."""
-    kept = {}
-    for key, value in message.items():
-        if key in _ASSISTANT_KEYS:
-            kept[key] = value
-        elif type(key) is str and (empty := NULLISH.get(key)) is not None and empty(value):
-            continue
-        else:
+    as normalization drops it; the kept keys (the message's own objects) are type-checked
+    by the caller."""
+    for key in message.keys() - _ASSISTANT_KEYS:
+        value = message[key]
+        if type(key) is not str or not (
+            (value is None and key in NULLISH)  # the SDK's nulls: no call
+            or ((empty := NULLISH.get(key)) is not None and empty(value))
+        ):
             return None
-    return kept
+    return {key: value for key, value in message.items() if key in _ASSISTANT_KEYS}
 
 
 def _only_call(calls: list[Any]) -> tuple[str, str, str, str, bool] | None:
