@@ -253,7 +253,7 @@ def spell(tree: Any, rng: random.Random) -> str:
 
 
 @given(trees, st.randoms(use_true_random=False), st.randoms(use_true_random=False))
-@settings(max_examples=400)
+@settings(max_examples=200)
 def test_respelling_depends_on_the_value_only_and_keeps_it(
     tree: Any, first: random.Random, second: random.Random
 ) -> None:
@@ -268,7 +268,7 @@ def test_respelling_depends_on_the_value_only_and_keeps_it(
 
 
 @given(trees, st.randoms(use_true_random=False))
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 def test_respelling_is_javascript_s_or_refused(node: Node, tree: Any, rng: random.Random) -> None:
     text = spell(tree, rng)
     respelled = reserialize_arguments(text)
