@@ -18,7 +18,7 @@ Two sides are collected separately while a response is relayed:
             ciphertext difference, or one side has items the other lacks),
             ``PROJECTION_MISMATCH`` (the original items do not project to what was sent),
             ``REFUSAL`` / ``UNKNOWN_PREDICTION`` (the client's next envelope cannot be
-            predicted).
+            predicted in every spelling a client may send back, see ``predict``).
 ``observe`` envelope known, block not replayable: ``UNSUPPORTED_OUTPUT`` (item types other
             than reasoning / assistant ``output_text`` message / function_call, or a
             reasoning item with nothing after it), ``NO_REASONING`` (no reasoning item,
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from relay.errors import RelayError
-from relay.reasoning.predict import predict_envelope
+from relay.reasoning.predict import predict_envelopes
 from relay.reasoning.projection import DEFAULT_MAX_BYTES, ClientProjection, utf8_length
 from relay.reasoning.receipts import Reason
 from relay.translate.responses_to_chat import response_to_chat_completion
@@ -61,18 +61,25 @@ _BAD_DATA: Final = (ValueError, TypeError, RecursionError)
 
 @dataclass(frozen=True)
 class CaptureResult:
-    """The decision for one generation. ``envelope`` is None exactly when poisoned; the
+    """The decision for one generation. ``envelopes`` is None exactly when poisoned; the
     payload fields are set for ``admit`` and ``observe`` (an observation still needs a
     payload fingerprint to detect conflicts)."""
 
     kind: Literal["admit", "observe", "poison"]
     reason: Reason | None  # None only for admit
-    envelope: dict[str, Any] | None  # normalized, predicted from what the client was sent
+    # Normalized, predicted from what the client was sent: each spelling a client may send
+    # back (the respelled arguments first, then the arguments as sent when they differ).
+    envelopes: tuple[dict[str, Any], ...] | None
     output: tuple[dict[str, Any], ...] | None  # the completed response's items, as received
     output_json: str | None  # compact JSON of ``list(output)``: the stored payload bytes
     payload_fingerprint: str | None  # sha256(PAYLOAD_DOMAIN + output_json) hex
     output_hash: str | None  # sha256(output_json) hex
     snapshot: str | None  # the terminal response's ``model``
+
+    @property
+    def envelope(self) -> dict[str, Any] | None:
+        """The first predicted envelope (arguments respelled), None when poisoned."""
+        return None if self.envelopes is None else self.envelopes[0]
 
 
 @dataclass(frozen=True)
@@ -311,16 +318,17 @@ def finish_capture(capture: OutputCapture, sent: ClientProjection) -> CaptureRes
         return poison(Reason.CAPTURE_EXHAUSTED)
     if not _projects_to(output, sent):
         return poison(Reason.PROJECTION_MISMATCH)
-    envelope = predict_envelope(sent.text, sent.tool_calls, sent.refusal) if sent.known else None
-    if envelope is None:
+    envelopes = predict_envelopes(sent.text, sent.tool_calls, sent.refusal) if sent.known else None
+    if envelopes is None:
         # A refusal is its own code: how a client echoes one back is unknown (predict.py).
         return poison(Reason.REFUSAL if sent.refusal is not None else Reason.UNKNOWN_PREDICTION)
     payload = output_json.encode("utf-8")
-    reason = _observation_reason(output, envelope)
+    # The spellings differ only in argument strings: the reason is the same for each.
+    reason = _observation_reason(output, envelopes[0])
     return CaptureResult(
         kind="admit" if reason is None else "observe",
         reason=reason,
-        envelope=envelope,
+        envelopes=envelopes,
         output=tuple(output),
         output_json=output_json,
         payload_fingerprint=hashlib.sha256(PAYLOAD_DOMAIN + payload).hexdigest(),

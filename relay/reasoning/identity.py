@@ -37,7 +37,12 @@ from relay.reasoning.canonical import (
     render_sorted,
     render_unsorted,
 )
-from relay.reasoning.envelope import is_assistant, normalize_assistant, normalize_message
+from relay.reasoning.envelope import (
+    NULLISH,
+    is_assistant,
+    normalize_assistant,
+    normalize_message,
+)
 from relay.reasoning.limits import (
     CANONICAL_LIMITS,
     CHUNK_BYTES,
@@ -362,7 +367,9 @@ def history_digests(
 # the call's own member ("id" < "index" < "type": it sits between two members), and
 # "tool_calls" sorts after "content" and "role". Other shapes build the normalized
 # envelope, members inserted in sorted order (content, reasoning_content, role,
-# tool_calls; function, id, type; arguments, name), and render it without sorting.
+# tool_calls; function, id, type; arguments, name), and render it without sorting; the
+# members normalization drops (a null or empty refusal, annotations, audio, function_call,
+# null tool_calls: an SDK's model_dump() of the answer) are left out of it first.
 
 _ASSISTANT_KEYS: Final = frozenset({"role", "content", "tool_calls", "reasoning_content"})
 _TEXT_KEYS: Final = frozenset({"role", "content"})
@@ -461,14 +468,19 @@ def _render_envelope(
     """:func:`_render_assistant` by building the normalized envelope: straight-line code
     for text and at most one call, :func:`_render_assistant_general` for the rest."""
     keys = message.keys()
-    if not _ASSISTANT_KEYS.issuperset(keys) or (
-        not exclude_reasoning_content and "reasoning_content" in keys
-    ):
+    if not _ASSISTANT_KEYS.issuperset(keys):
+        stripped = _without_nullish(message)
+        if stripped is None:
+            return None
+        message, keys = stripped, stripped.keys()
+    if not exclude_reasoning_content and "reasoning_content" in keys:
         return _render_assistant_general(message, exclude_reasoning_content, budget)
     content = message.get("content")
     if content is None:
         content = ""
-    calls = message.get("tool_calls", _NO_CALLS)
+    calls = message.get("tool_calls")
+    if calls is None:
+        calls = _NO_CALLS
     # role: is_assistant made it equal to "assistant"; a str subclass (or key) is not canonical.
     if (
         type(content) is not str
@@ -495,6 +507,22 @@ def _render_envelope(
     }  # fmt: skip
     envelope = {"content": content, "role": "assistant", "tool_calls": [normalized_call]}
     return _render(envelope, 10, 4, budget)  # 4 values of the envelope and 6 of the call
+
+
+def _without_nullish(message: dict[str, Any]) -> dict[str, Any] | None:
+    """``message`` less its members that normalization drops (a null or empty field of
+    ``NULLISH``, e.g. ``refusal: null``), when every member outside the fast shape's keys
+    is one of those; else ``None`` (the general path). Only an exact str key is dropped,
+    as normalization drops it; the kept keys (the message's own objects) are type-checked
+    by the caller."""
+    for key in message.keys() - _ASSISTANT_KEYS:
+        value = message[key]
+        if type(key) is not str or not (
+            (value is None and key in NULLISH)  # the SDK's nulls: no call
+            or ((empty := NULLISH.get(key)) is not None and empty(value))
+        ):
+            return None
+    return {key: value for key, value in message.items() if key in _ASSISTANT_KEYS}
 
 
 def _only_call(calls: list[Any]) -> tuple[str, str, str, str, bool] | None:
@@ -543,7 +571,9 @@ def _render_assistant_general(
     content = message.get("content")
     if content is None:
         content = ""
-    calls = message.get("tool_calls", _NO_CALLS)
+    calls = message.get("tool_calls")
+    if calls is None:
+        calls = _NO_CALLS
     if type(calls) is not list:
         return None
     reasoning = not exclude_reasoning_content and "reasoning_content" in message

@@ -13,7 +13,12 @@ from typing import Final
 # Bump when canonical bytes, framing, normalization or scope fields change meaning. Records
 # made under another version never match again (their scopes differ): misses, never a
 # wrong replay; retention removes them. 2: UTF-8 canonical text rendered by orjson.
-IDENTITY_FORMAT_VERSION: Final = 2
+# 3: null or empty assistant fields (refusal, annotations, audio, function_call,
+# tool_calls) hash as absent. Null-free messages keep their bytes, but histories that
+# hashed apart now hash together: records and markers made under 2 at a history with such
+# a field would go unseen at the merged identity (a later record hidden from the
+# descendant check, a poison or conflict no longer found), so 2's records must not match.
+IDENTITY_FORMAT_VERSION: Final = 3
 
 # Largest piece the serializer ever hands to a consumer. Not part of the identity: chunking
 # never changes the bytes, only how they are fed to the hash.

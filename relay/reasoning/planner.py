@@ -95,6 +95,10 @@ class SelectedBlock:
 class Plan:
     blocks: tuple[SelectedBlock, ...] = ()  # ancestors first, positions increasing
     rejections: tuple[Rejection, ...] = ()
+    # Visible assistant messages no record ends at (an echo the relay did not predict, an
+    # edit, an answer it never saw): "why no replay?" for a message with no receipt. When
+    # the verification budget ran out, only the messages examined before.
+    unmatched: int = 0
 
     @property
     def refs(self) -> tuple[BlockRef, ...]:
@@ -178,19 +182,38 @@ def plan_replay(
     state = _Planning(history, messages, source, generation, now, limits, hot)
     state.blocks_by_position = {block.position: block for block in history.assistant_blocks}
     rejections: list[Rejection] = []
+    unmatched = 0
     try:
-        for block in reversed(history.assistant_blocks):
-            for record in source.observations_at(block.end_digest):
+        for index in range(len(history.assistant_blocks) - 1, -1, -1):
+            block = history.assistant_blocks[index]
+            records = source.observations_at(block.end_digest)
+            unmatched += not records
+            for record in records:
                 state.spend()
                 try:
-                    return Plan(_plan_for(state, block, record), tuple(rejections))
+                    chain = _plan_for(state, block, record)
                 except _Rejected as err:
                     failed = err.observation or record
                     rejections.append(Rejection(err.reason, failed.position, failed.id))
+                    continue
+                below = _unmatched_below(state, index, chain)
+                return Plan(chain, tuple(rejections), unmatched + below)
     except _BudgetExhausted:
         position = history.assistant_blocks[-1].position if history.assistant_blocks else 0
         rejections.append(Rejection(Reason.VERIFICATION_BUDGET, position))
-    return Plan((), tuple(rejections))
+    return Plan((), tuple(rejections), unmatched)
+
+
+def _unmatched_below(state: _Planning, index: int, chain: Sequence[SelectedBlock]) -> int:
+    """How many assistant messages before ``assistant_blocks[index]`` (the plan's last
+    block) no record ends at. Each chain member has one; only a message the chain skips
+    (one its last block was generated without) is looked up, and only for the count."""
+    in_plan = {block.observation.position for block in chain}
+    return sum(
+        not state.source.observations_at(block.end_digest)
+        for block in state.history.assistant_blocks[:index]
+        if block.position not in in_plan
+    )
 
 
 def _plan_for(

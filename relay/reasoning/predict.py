@@ -1,16 +1,26 @@
-"""Predict the assistant envelope the client will send back for a completed response.
+"""Predict the assistant envelopes the client may send back for a completed response.
 
 Input is what the client was actually sent (converted Chat output), not the upstream
-items. The prediction is one envelope form, ``{"role": "assistant", "content": text,
+items. A prediction is one envelope form, ``{"role": "assistant", "content": text,
 "tool_calls": [{"id", "type": "function", "function": {"name", "arguments"}}]}``,
 normalized like every history envelope: a string or text parts, ``null`` or ``""``
-content, absent or empty ``tool_calls`` and redundant ``index`` values all hash equal, so
-this one form stands for each of them.
+content, absent, ``null`` or empty ``tool_calls``, redundant ``index`` values and the null
+fields an SDK adds (``refusal: null`` ...) all hash equal, so this one form stands for
+each of them.
 
-Tool-call arguments are predicted as the client re-serializes them (``JSON.stringify``
-of ``JSON.parse``): compact, member order kept, same escaping. Python reproduces that
-exactly except where JavaScript would respell something, so those cases give ``None``
-(an unknown prediction: non-admission or a position poison, never a guessed match):
+Clients send tool-call arguments back in one of two spellings, so a response has up to two
+predicted envelopes (:func:`predict_envelopes`), each an exact derivation:
+
+- *respelled*, as a JavaScript client re-serializes them (``JSON.stringify`` of
+  ``JSON.parse``; Cursor does): compact, member order kept, the same escaping;
+- *as sent*: exactly the string the client received (a script or SDK resending the
+  message it got). It differs from the respelled one only when the model's arguments were
+  not already in that form (``{"target": "a.py"}`` with its space).
+
+Python reproduces the respelling exactly except where JavaScript would respell something
+in a way Python cannot know for certain, so those cases give ``None`` (an unknown
+prediction: non-admission or a position poison, never a guessed match), whatever the
+as-sent spelling is: a client that respells would send something unpredicted.
 
 - invalid JSON, ``NaN``/``Infinity``, nesting too deep to parse;
 - integers beyond ±(2**53 - 1) and ``-0`` (JavaScript numbers lose or respell them);
@@ -20,6 +30,11 @@ exactly except where JavaScript would respell something, so those cases give ``N
 - duplicate keys, and array-index-like keys (``"0"``, ``"17"``), which JavaScript moves
   to the front of an object;
 - lone surrogates in strings (JavaScript escapes them, Python cannot write them raw).
+
+Everything else is written as JavaScript writes it: ``"``, ``\\\\``, ``\\b \\f \\n \\r \\t``
+escaped, other code points below U+0020 as lowercase ``\\u00xx``, every other code point
+raw (U+2028, U+2029 and U+007F too); escapes such as ``\\u00e9`` or ``\\/`` in the input
+decoded; whitespace outside strings dropped.
 
 A refusal also gives ``None``: Chat carries it in a separate ``refusal`` field, and how a
 client echoes that back is not known.
@@ -99,26 +114,45 @@ def reserialize_arguments(arguments: str) -> str | None:
     return text
 
 
-def predict_envelope(
+def predict_envelopes(
     text: str, tool_calls: Sequence[SentToolCall] = (), refusal: str | None = None
-) -> dict[str, Any] | None:
-    """The normalized envelope a client will send back, or ``None`` when it is unknown.
+) -> tuple[dict[str, Any], ...] | None:
+    """The normalized envelopes a client may send back, or ``None`` when they are unknown:
+    the respelled one first, then the as-sent one when its arguments differ.
 
     ``text`` is the assistant content sent (all deltas joined); ``tool_calls`` the calls
-    in the order sent.
+    in the order sent. One client spells every call of a message one way, so there are
+    two envelopes at most, never a mix of spellings.
     """
     if refusal is not None:
         return None
-    calls = []
+    respelled = []
     for call in tool_calls:
         arguments = reserialize_arguments(call.arguments)
         if arguments is None:
             return None
-        calls.append(
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": arguments},
-            }
-        )
+        respelled.append(arguments)
+    envelopes = [_envelope(text, tool_calls, respelled)]
+    as_sent = [call.arguments for call in tool_calls]
+    if as_sent != respelled:
+        envelopes.append(_envelope(text, tool_calls, as_sent))
+    return tuple(envelopes)
+
+
+def predict_envelope(
+    text: str, tool_calls: Sequence[SentToolCall] = (), refusal: str | None = None
+) -> dict[str, Any] | None:
+    """The respelled envelope of :func:`predict_envelopes` (a client that re-serializes
+    the arguments), or ``None`` when the prediction is unknown."""
+    envelopes = predict_envelopes(text, tool_calls, refusal)
+    return None if envelopes is None else envelopes[0]
+
+
+def _envelope(
+    text: str, tool_calls: Sequence[SentToolCall], arguments: Sequence[str]
+) -> dict[str, Any]:
+    calls = [
+        {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": spelled}}
+        for call, spelled in zip(tool_calls, arguments, strict=True)
+    ]
     return normalize_assistant({"role": "assistant", "content": text, "tool_calls": calls})

@@ -12,6 +12,7 @@ is synchronous: nothing can interleave between a commit and the byte it guards.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,7 @@ from relay.errors import StoreError, UpstreamHTTPError
 from relay.reasoning.canonical import CanonicalRefused
 from relay.reasoning.capture import CaptureResult, ClientProjection, OutputCapture, finish_capture
 from relay.reasoning.hot_blocks import HotBlocks
-from relay.reasoning.identity import HistoryDigests, Scope, merged_include
+from relay.reasoning.identity import AssistantBlockKey, HistoryDigests, Scope, merged_include
 from relay.reasoning.planner import Plan, PlanLimits, Rejection, plan_replay
 from relay.reasoning.receipts import Reason
 from relay.reasoning.records import (
@@ -30,6 +31,7 @@ from relay.reasoning.records import (
     BlockRef,
     MarkerKind,
     Observation,
+    PlanText,
     ScopeRow,
     StoredPayload,
     StoredSizeExceeded,
@@ -309,33 +311,64 @@ class CacheSession:
     def _observe(self, result: CaptureResult, now: float) -> str:
         assert self._row is not None
         start = self._history.final_state.digest
-        if result.kind == "poison" or result.envelope is None:
+        if result.kind == "poison" or result.envelopes is None:
             self._store.add_marker(self._row.id, MarkerKind.START_POISON, start, self.position, now)
             return "poisoned"
-        try:
-            key, _ = self._history.final_state.extend(result.envelope)
-        except CanonicalRefused:
-            return "beyond_limits"  # no request can carry this history within the limits
+        # One record per spelling the client may send back (predict.py): each is the whole
+        # identity of that echo, so matching, ancestry and markers treat it as any record.
+        keys = []
+        for envelope in result.envelopes:
+            # Over the limits: no request can carry this spelling, so it needs no record.
+            with suppress(CanonicalRefused):
+                keys.append(self._history.final_state.extend(envelope)[0])
+        if not keys:
+            return "beyond_limits"
         assert result.payload_fingerprint is not None
         plan = self.plan.stored
+        conflicted = {
+            key.end_digest
+            for key in keys
+            if self._store.conflicts_at(
+                self._row.id, key.end_digest, result.payload_fingerprint, plan
+            )
+        }
+        if conflicted:
+            # A client holding either generation may echo any spelling of its arguments:
+            # every spelling of every generation involved is ambiguous.
+            ends = {key.end_digest for key in keys} | self._spelling_siblings(start, conflicted)
+            for end in sorted(ends):
+                self._store.add_marker(
+                    self._row.id, MarkerKind.END_CONFLICT, end, self.position, now
+                )
+        outcomes = [self._record(key, result, plan, now, admit=not conflicted) for key in keys]
+        return "conflict" if conflicted else outcomes[0]
+
+    def _spelling_siblings(self, start: str, ends: set[str]) -> set[str]:
+        """The end digests of every record of the generations recorded at ``ends``: their
+        other spellings (one generation's records share its start, intent and payload)."""
+        assert self._row is not None
+        rows = self._store.observations_starting_at(self._row.id, start)
+        owners = {(o.intent_id, o.payload_fingerprint) for o in rows if o.end_digest in ends}
+        return {o.end_digest for o in rows if (o.intent_id, o.payload_fingerprint) in owners}
+
+    def _record(
+        self, key: AssistantBlockKey, result: CaptureResult, plan: PlanText, now: float, *,
+        admit: bool,
+    ) -> str:  # fmt: skip
+        """Record one spelling's observation (or renew its repeat)."""
+        assert self._row is not None
+        assert result.payload_fingerprint is not None
+        assert result.output_hash is not None
         same = self._store.repeats(
             self._row.id, generation=self._row.generation, position=key.position,
             start_digest=key.start_digest, end_digest=key.end_digest,
             envelope_fingerprint=key.envelope_fingerprint,
             payload_fingerprint=result.payload_fingerprint, prior_plan=plan,
         )  # fmt: skip
-        conflict = self._store.conflicts_at(
-            self._row.id, key.end_digest, result.payload_fingerprint, plan
-        )
-        if conflict:
-            self._store.add_marker(
-                self._row.id, MarkerKind.END_CONFLICT, key.end_digest, self.position, now
-            )
         if same:
             self._store.touch_payloads(same, now)
-            return "conflict" if conflict else "repeat"
-        admit = result.kind == "admit" and not conflict
-        assert result.output_hash is not None
+            return "repeat"
+        admit = admit and result.kind == "admit"
         observation = self._store.add_observation(
             scope_id=self._row.id,
             generation=self._row.generation,
@@ -358,7 +391,7 @@ class CacheSession:
                 observation.id, [block.observation.id for block in self.plan.blocks]
             )
             return "admitted"
-        return "conflict" if conflict else "observed"
+        return "observed"
 
     def delivered(self) -> None:
         """The client has the whole answer: resolve the intent."""
@@ -419,6 +452,7 @@ class CacheSession:
             replayed=len(self.plan.blocks),
             replay_bytes=self.plan.replay_bytes,
             rejected=sorted({r.reason.value for r in self.plan.rejections}),
+            unmatched=self.plan.unmatched,
         )
 
 

@@ -256,8 +256,8 @@ def test_content_outside_the_list_is_hashed_as_sent(content: Any) -> None:
     assert normalize_assistant({"role": "assistant", "content": content})["content"] == content
 
 
-def test_tool_calls_null_and_not_a_list_stay() -> None:
-    assert normalize_assistant({"role": "assistant", "tool_calls": None})["tool_calls"] is None
+def test_tool_calls_null_is_empty_and_not_a_list_stays() -> None:
+    assert normalize_assistant({"role": "assistant", "tool_calls": None})["tool_calls"] == []
     assert normalize_assistant({"role": "assistant", "tool_calls": {}})["tool_calls"] == {}
 
 

@@ -103,10 +103,32 @@ EQUIVALENT: list[tuple[str, list[dict[str, Any]]]] = [
         ],
     ),
     (
-        "absent vs empty tool_calls",
+        "absent vs empty vs null tool_calls",
         [
             {"role": "assistant", "content": "done"},
             {"role": "assistant", "content": "done", "tool_calls": []},
+            {"role": "assistant", "content": "done", "tool_calls": None},
+        ],
+    ),
+    (
+        "null or empty fields that carry nothing vs absent",
+        [
+            {"role": "assistant", "content": "done"},
+            {"role": "assistant", "content": "done", "refusal": None},
+            {"role": "assistant", "content": "done", "refusal": ""},
+            {"role": "assistant", "content": "done", "annotations": []},
+            {"role": "assistant", "content": "done", "annotations": None},
+            {"role": "assistant", "content": "done", "audio": None},
+            {"role": "assistant", "content": "done", "function_call": None},
+            {  # the official Python SDK's message.model_dump() of an answer
+                "content": "done",
+                "refusal": None,
+                "role": "assistant",
+                "annotations": None,
+                "audio": None,
+                "function_call": None,
+                "tool_calls": None,
+            },
         ],
     ),
     (
@@ -176,7 +198,32 @@ DIFFERENT: list[tuple[str, Any, Any]] = [
     (
         "extra unknown field",
         {"role": "assistant", "content": "x"},
-        {"role": "assistant", "content": "x", "audio": None},
+        {"role": "assistant", "content": "x", "metadata": None},
+    ),
+    (
+        "audio present",
+        {"role": "assistant", "content": "x"},
+        {"role": "assistant", "content": "x", "audio": {"id": "audio_1"}},
+    ),
+    (
+        "function_call present",
+        {"role": "assistant", "content": "x"},
+        {"role": "assistant", "content": "x", "function_call": {"name": "f", "arguments": "{}"}},
+    ),
+    (
+        "annotations present",
+        {"role": "assistant", "content": "x"},
+        {"role": "assistant", "content": "x", "annotations": [{"type": "url_citation"}]},
+    ),
+    (
+        "assistant name present",
+        {"role": "assistant", "content": "x"},
+        {"role": "assistant", "content": "x", "name": ""},
+    ),
+    (
+        "null fields of other roles stay",
+        {"role": "user", "content": "x"},
+        {"role": "user", "content": "x", "refusal": None},
     ),
     (
         "unknown field inside a tool call",
@@ -186,12 +233,7 @@ DIFFERENT: list[tuple[str, Any, Any]] = [
     (
         "refusal present",
         {"role": "assistant", "content": ""},
-        {"role": "assistant", "content": "", "refusal": None},
-    ),
-    (
-        "tool_calls null vs absent",
-        {"role": "assistant", "content": "x"},
-        {"role": "assistant", "content": "x", "tool_calls": None},
+        {"role": "assistant", "content": "", "refusal": "I can't"},
     ),
     (
         "reasoning_content kept by default",

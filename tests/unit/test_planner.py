@@ -505,3 +505,55 @@ def test_ancestors_are_read_in_one_batch_and_never_twice() -> None:
     b.record(5, [a1, a3], replayable=False)  # rejected: the fallback needs only a1 again
     assert positions(b.plan()) == [1, 3]
     assert b.source.batches == [2]  # a1 and a3 together; the fallback reread nothing
+
+
+# --- unmatched: assistant messages no record ends at ("why no replay?") -------------------
+
+
+def _none(b: Builder) -> None:
+    pass
+
+
+def _chain(b: Builder) -> None:
+    b.chain()
+
+
+def _only_a3(b: Builder) -> None:
+    b.record(3, [])  # a1 and a5 went unseen (another client, an edit, an unpredicted echo)
+
+
+def _a1_and_a3_without_it(b: Builder) -> None:
+    b.record(1)
+    b.record(3, [])  # a3 generated while a1 went as plain text: a1 is skipped, yet matched
+
+
+def _a5_not_replayable(b: Builder) -> None:
+    b.record(5, [], replayable=False)  # rejected, but it matched
+
+
+@pytest.mark.parametrize(
+    ("records", "replayed", "unmatched"),
+    [
+        pytest.param(_none, [], 3, id="empty-store"),
+        pytest.param(_chain, [1, 3, 5], 0, id="whole-chain"),
+        pytest.param(_only_a3, [3], 2, id="newer-and-skipped-unmatched"),
+        pytest.param(_a1_and_a3_without_it, [3], 1, id="skipped-but-matched"),
+        pytest.param(_a5_not_replayable, [], 2, id="a-rejected-match-is-matched"),
+    ],
+)
+def test_the_plan_counts_assistant_messages_no_record_ends_at(
+    records: Callable[[Builder], None], replayed: list[int], unmatched: int
+) -> None:
+    b = Builder()
+    records(b)
+    plan = b.plan()
+    assert (positions(plan), plan.unmatched) == (replayed, unmatched)
+
+
+def test_a_budget_refusal_counts_the_messages_examined() -> None:
+    b = Builder()
+    for _ in range(30):
+        b.record(5, [], replayable=False)
+    plan = b.plan(max_plan_records=2)  # the budget runs out at a5, before a3 and a1
+    assert reasons(plan)[-1] == Reason.VERIFICATION_BUDGET
+    assert plan.unmatched == 0
