@@ -169,7 +169,7 @@ class CacheSession:
             )
             if not self._ctx.capacity.try_grow(self._lease, self.plan.replay_bytes):
                 rejection = Rejection(Reason.MEMORY_PRESSURE, self.position)
-                self.plan = Plan((), (*self.plan.rejections, rejection))
+                self.plan = Plan((), (*self.plan.rejections, rejection), self.plan.unmatched)
             intent = self._ctx.new_id("intent_")
             ids = [block.observation.id for block in self.plan.blocks]
             self._store.create_intent(
@@ -261,7 +261,7 @@ class CacheSession:
             retired=len(self.plan.blocks),
             resend=resend,
         )
-        self.plan = Plan((), (*self.plan.rejections, *retired))
+        self.plan = Plan((), (*self.plan.rejections, *retired), self.plan.unmatched)
         if intent is None:
             self._intent = None  # resolved above: nothing was generated, nothing to poison
             self._close(poison=False, reason="replay_rejected")
