@@ -206,7 +206,8 @@ def test_the_command_line_plays_a_cassette(tmp_path: Path) -> None:
 def test_the_command_line_says_what_is_wrong_with_a_cassette(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert fake_main(["--port", "0", "--cassette", str(tmp_path / "none.yaml")]) == 2
+    argv = ["--quiet", "--port", "0", "--cassette", str(tmp_path / "none.yaml")]
+    assert fake_main(argv) == 2  # quiet: no log handler left on pytest's captured stderr
     assert "fakeupstream: cannot read the cassette" in capsys.readouterr().err
 
 
