@@ -17,7 +17,7 @@ records, the checker judges afterwards against a small model).
   (its ``chat_done`` log line follows the intent's resolution) or was stopped gracefully.
   An answer the client had in full when its relay was killed, before that confirmation,
   is not committed: its intent was unresolved, and startup recovery poisons that
-  position (spec §4, §7). It is *owed* to the first later
+  position (design §4, §7). It is *owed* to the first later
   request that extends exactly its history in the same scope (credential included), and
   that request must replay it, provided every relay in between had the cache enabled, no
   fault announced an allowed loss, and nothing explains the loss: a *contest* of its
@@ -31,7 +31,7 @@ records, the checker judges afterwards against a small model).
   poisons it. A direct ``POST /v1/responses`` request (``endpoint="responses"``) *fences*:
   nothing is owed across it to blocks of that model (and of its ``user``, when it names
   one) whose request started before it, and a generation in flight during it contests its
-  position (spec §7). The report's
+  position (design §7). The report's
   ``owed_replays`` / ``owed_across_restarts`` stats show how often the check bound.
 - ``no_wrong_restore``: for strict Chat providers (calls to the fake's
   ``/v1/chat/completions``), every ``reasoning_content`` the relay put into a message the
@@ -555,7 +555,7 @@ def _fenced_in_flight(
     gens: list[Generation], fences: list[Fence], requests: list[tuple[int, tuple[Any, ...]]]
 ) -> set[tuple[Any, ...]]:
     """Positions of generations in flight during a fence of their model and caller: their
-    intents were unresolved then, and the fence poisons those positions (spec §7)."""
+    intents were unresolved then, and the fence poisons those positions (design §7)."""
     return {
         gen.prefix
         for gen in gens

@@ -4,7 +4,7 @@ The body goes upstream as sent (only a model alias is resolved); events come bac
 Responses SSE, or as the final ``response`` object for a non-streaming call
 (relay.pipeline.passthrough). The cache
 cannot observe these generations, so before forwarding it *fences* the scopes they may
-extend (spec §7): an unobserved generation must never leave an older record looking
+extend (design §7): an unobserved generation must never leave an older record looking
 unique. If the fence cannot be written the call is refused with 503, never forwarded.
 """
 

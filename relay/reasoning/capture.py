@@ -1,4 +1,4 @@
-"""Capture one generation's original output and decide its fate (spec §4).
+"""Capture one generation's original output and decide its fate (design §4).
 
 Two sides are collected separately while a response is relayed:
 
@@ -130,7 +130,7 @@ class OutputCapture:
 
     Finalized ``output_item.done`` items and the terminal ``output`` each count against
     ``max_bytes`` (UTF-8 bytes of their JSON); over it the capture is *exhausted*: held
-    items are dropped and the result is poison (``INCOMPLETE_RESPONSE``, spec §4 "capture
+    items are dropped and the result is poison (``INCOMPLETE_RESPONSE``, design §4 "capture
     exhaustion poisons the position"; :attr:`exhausted` tells it apart for logs).
     """
 

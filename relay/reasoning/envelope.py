@@ -1,4 +1,4 @@
-"""The visible-history normalizations of spec §2: exactly these, and nothing more.
+"""The visible-history normalizations of design §2: exactly these, and nothing more.
 
 An assistant message is an *envelope*. Its equivalent forms hash equal:
 

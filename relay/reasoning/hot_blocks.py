@@ -1,4 +1,4 @@
-"""The bounded hot cache of verified replay blocks (spec §6).
+"""The bounded hot cache of verified replay blocks (design §6).
 
 Cursor sends the whole conversation again every turn, so a plan is mostly the previous
 request's plan again. What checking a stored payload finds (that its bytes match the

@@ -1,4 +1,4 @@
-"""Scope and prefix digests of the visible history (spec §2), pure.
+"""Scope and prefix digests of the visible history (design §2), pure.
 
 Framing (every length a u64 big-endian count of canonical UTF-8 bytes):
 

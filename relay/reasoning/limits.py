@@ -1,4 +1,4 @@
-"""The versioned canonical limits of the visible-history identity (spec §2, §9).
+"""The versioned canonical limits of the visible-history identity (design §2, §9).
 
 The limits are part of the identity: they are framed into every scope, so the same scoped
 history always gets the same accept/refuse decision, and changing a limit (or the format

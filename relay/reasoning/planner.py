@@ -1,4 +1,4 @@
-"""Which stored output blocks may replace which visible assistant messages (spec §3).
+"""Which stored output blocks may replace which visible assistant messages (design §3).
 
 Pure decision code over a :class:`RecordSource` (the store, bound to one scope, or a test
 double). The planner starts from the newest record matching an assistant message of the

@@ -1,6 +1,6 @@
 """What the client was actually sent for one response: assistant text, refusal, tool calls.
 
-The capture side's view of the Chat output (spec §4: "the actual converted client frames
+The capture side's view of the Chat output (design §4: "the actual converted client frames
 or JSON object"). It reads chunks the way a client accumulates them and refuses to guess:
 anything a client could read more than one way makes the projection not :attr:`known`
 (an unknown prediction, never a guessed match). Pure; never raises on odd shapes.
@@ -14,7 +14,7 @@ from typing import Any, Final, TypeGuard
 
 from relay.reasoning.predict import SentToolCall
 
-DEFAULT_MAX_BYTES: Final = 4 * 1024 * 1024  # the entry/capture allowance (spec §9)
+DEFAULT_MAX_BYTES: Final = 4 * 1024 * 1024  # the entry/capture allowance (design §9)
 
 # Delta fields outside the assistant envelope: Chat clients keep them apart from content.
 _IGNORED: Final = frozenset({"role", "reasoning_content", "annotations"})

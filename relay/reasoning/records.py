@@ -19,7 +19,7 @@ HEX_DIGEST_LENGTH: Final = 64
 
 
 class MarkerKind(StrEnum):
-    """Generation-independent safety markers (spec §4)."""
+    """Generation-independent safety markers (design §4)."""
 
     START_POISON = "start_poison"  # unknown output at a position: no envelope there replays
     END_CONFLICT = "end_conflict"  # two payloads for one visible identity: neither replays

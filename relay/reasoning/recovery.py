@@ -1,4 +1,4 @@
-"""Store-wide safety transitions (spec §4 end, §7): startup recovery, coverage gaps,
+"""Store-wide safety transitions (design §4 end, §7): startup recovery, coverage gaps,
 fencing. Each is one transaction, so it happens entirely or not at all.
 
 - *Recovery*: an intent left by an earlier process is a generation whose outcome nobody

@@ -1,4 +1,4 @@
-"""Byte allowances for optional caching (spec §5, §9): pure accounting, no I/O.
+"""Byte allowances for optional caching (design §5, §9): pure accounting, no I/O.
 
 With memory budget M, replay ceiling R, entry allowance E, scratch S, measured canonical
 history bytes C and selected original output bytes P:

@@ -1,4 +1,4 @@
-"""One cached request, from dispatch to delivery (spec §1 steps 4-8, §4).
+"""One cached request, from dispatch to delivery (design §1 steps 4-8, §4).
 
 The handler calls, in order: ``dispatch`` (plan, intent and the upstream body, in one
 synchronous transaction right before sending), ``feed`` for every upstream event,
@@ -56,7 +56,7 @@ class SessionContext:
     max_entry_bytes: int
     new_id: Callable[[str], str]
     capacity: CapacityLedger
-    hot_blocks: HotBlocks  # verified payloads shared by every plan (spec §6 hot cache)
+    hot_blocks: HotBlocks  # verified payloads shared by every plan (design §6 hot cache)
     deadline_every_s: float  # persist intent deadline metadata at most this often
     idle_timeout_s: float
     resend_rejected: bool  # RELAY_REPLAY_REJECTION_RESEND: resend once without replay

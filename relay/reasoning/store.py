@@ -1,4 +1,4 @@
-"""The replay cache's SQLite store: the one module that talks to SQLite (spec §6), with
+"""The replay cache's SQLite store: the one module that talks to SQLite (design §6), with
 its strict-provider tables in :mod:`relay.reasoning.store_strict` (``ReasoningStore.strict``,
 the same connection).
 

@@ -1,4 +1,4 @@
-"""The replay store's SQLite schema and its migrations (spec §6).
+"""The replay store's SQLite schema and its migrations (design §6).
 
 ``PRAGMA user_version`` is the schema version: ``MIGRATIONS[k]`` takes a database from
 version ``k`` to ``k + 1``, and :func:`migrate` applies every pending step inside the
@@ -63,7 +63,7 @@ _VERSION_1: Final = (
         touched_at REAL NOT NULL
     ) STRICT""",
     "CREATE INDEX payloads_by_touch ON payloads (touched_at)",
-    # No generation column: markers apply across generations (spec §4).
+    # No generation column: markers apply across generations (design §4).
     """CREATE TABLE markers (
         scope_id INTEGER NOT NULL REFERENCES scopes (id),
         kind TEXT NOT NULL CHECK (kind IN ('start_poison', 'end_conflict')),

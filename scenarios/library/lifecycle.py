@@ -1,4 +1,4 @@
-"""The crash-safe lifecycle of a cached generation (spec §1, §4-§8): dispatch intent,
+"""The crash-safe lifecycle of a cached generation (design §1, §4-§8): dispatch intent,
 observation committed before the terminal frame, intent resolved after delivery; what
 startup recovery, coverage gaps, fencing and capacity bypass do with the positions a
 relay could not observe. Every scenario runs with the cache on, and after every kill the

@@ -201,7 +201,7 @@ def replay_off_is_the_probe_control(seed: Seed) -> Scenario:
 
 @scenario()
 def replay_never_after_a_coverage_gap(seed: Seed) -> Scenario:
-    """A cache-off period is a coverage gap (spec §7): generations made while off were
+    """A cache-off period is a coverage gap (design §7): generations made while off were
     never observed (here a regeneration with the same visible text), so once re-enabled
     the relay must not replay blocks recorded before the gap."""
     s = Scenario("replay_never_after_a_coverage_gap", relay=CACHE)

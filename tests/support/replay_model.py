@@ -1,4 +1,4 @@
-"""A reference model of which cached output blocks may be replayed (spec §2-§4).
+"""A reference model of which cached output blocks may be replayed (design §2-§4).
 
 Used by ``tests/unit/test_replay_state_machine.py`` as the oracle for the real planner,
 session and store. It deliberately imports nothing from ``relay``: it speaks of visible

@@ -1,4 +1,4 @@
-"""Cache byte allowances (spec §5, §9)."""
+"""Cache byte allowances (design §5, §9)."""
 
 from __future__ import annotations
 
