@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pydantic
@@ -25,10 +24,8 @@ from openai.types.responses import Response, ResponseStreamEvent
 from tornado.httpclient import AsyncHTTPClient
 
 from fakeupstream import FakeUpstream
+from tests.support import recordings
 
-RECORDINGS = (
-    Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "cursor-recordings"
-)
 EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
 KEY = "sk-test-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -526,7 +523,7 @@ def test_json_body_cut_is_short_of_its_content_length(fake):
 
 # --- recordings, byte for byte -------------------------------------------------------
 
-RECORDED = sorted(p.name for p in RECORDINGS.iterdir() if (p / "upstream_response.sse").exists())
+RECORDED = recordings.names()
 
 
 @pytest.mark.parametrize("name", RECORDED)
@@ -534,7 +531,7 @@ RECORDED = sorted(p.name for p in RECORDINGS.iterdir() if (p / "upstream_respons
     "toxics", [{}, {"slice_random": True, "slice_bytes": 97}], ids=["whole", "sliced"]
 )
 def test_recordings_replay_byte_for_byte(fake, name, toxics):
-    path = RECORDINGS / name / "upstream_response.sse"
+    path = recordings.stream_path(name)
     fake.fake.enqueue({"raw_sse_file": str(path), "toxics": toxics})
     with post(fake, {**BASE, "stream": True}, stream=True) as answer:
         assert answer.headers["Content-Type"] == "text/event-stream; charset=utf-8"
@@ -546,7 +543,7 @@ def test_recordings_replay_byte_for_byte(fake, name, toxics):
 
 
 def test_recording_cut_mid_stream(fake):
-    path = RECORDINGS / "reply_single_tool_call" / "upstream_response.sse"
+    path = recordings.stream_path("reply_single_tool_call")
     raw = raw_exchange(fake, {"raw_sse_file": str(path), "toxics": {"cut_after_events": 10}})
     assert raw.body == b"".join(path.read_bytes().split(b"\n\n")[i] + b"\n\n" for i in range(10))
 
