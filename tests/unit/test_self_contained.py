@@ -120,9 +120,8 @@ def test_no_tracked_code_reads_the_shared_folder() -> None:
 def test_every_recording_is_in_the_repo() -> None:
     assert recordings.RECORDINGS.is_relative_to(ROOT / "tests" / "fixtures")
     assert len(recordings.folders()) == 6
-    assert (recordings.RECORDINGS / "LICENSE").read_text(encoding="utf-8").startswith(
-        "Copyright 2025 Gabriel Gavilan"
-    )
+    licence = (recordings.RECORDINGS / "LICENSE").read_text(encoding="utf-8")
+    assert licence.startswith("Copyright 2025 Gabriel Gavilan")
 
 
 def test_listing_no_recordings_fails(tmp_path: Path) -> None:
