@@ -11,6 +11,7 @@ provider, :mod:`chat_provider`); test controls under the reserved prefix ``/__fa
 ``GET|POST strict`` -- the Chat strictness, ``{"rule": ..., "prefix": ...}``); anything else
 gets OpenAI's ``Invalid URL`` 404. Both model endpoints share the auth, the script queue,
 the records and the toxics.
+``GET /v1/models`` lists the models the fake knows (:mod:`models`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from fakeupstream.handlers import (
     ScriptsHandler,
     StrictHandler,
 )
+from fakeupstream.models import ModelsHandler
 from fakeupstream.records import RecordedRequest
 from fakeupstream.rules import ApiError, input_items, is_reasoning_model, validate
 from fakeupstream.scripts import Script, default_output, parse_script
@@ -84,6 +86,7 @@ class FakeUpstream:
         # a long-running embedded fake (relay without an API key) from growing forever.
         self.requests: list[RecordedRequest] = []
         self.received = 0
+        self.models_listed = 0  # GET /v1/models answered (not in ``requests``)
         self.max_records = max_records
         self.record_path = record_path
         self.base_url = ""
@@ -101,6 +104,7 @@ class FakeUpstream:
             [
                 (r"/v1/responses", ResponsesHandler, args),
                 (r"/v1/chat/completions", ChatCompletionsHandler, args),
+                (r"/v1/models", ModelsHandler, args),
                 (r"/__fake/strict", StrictHandler, args),
                 (r"/__fake/scripts", ScriptsHandler, args),
                 (r"/__fake/requests", RequestsHandler, args),
@@ -162,6 +166,7 @@ class FakeUpstream:
         self._queue.clear()
         self.requests.clear()
         self.received = 0
+        self.models_listed = 0
         self.ledger.clear()
         self.chat.reset()
         self._notify()

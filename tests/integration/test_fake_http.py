@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import openai
 import pydantic
 import pytest
 import requests
@@ -24,6 +25,7 @@ from openai.types.responses import Response, ResponseStreamEvent
 from tornado.httpclient import AsyncHTTPClient
 
 from fakeupstream import FakeUpstream
+from fakeupstream.models import MODELS
 from tests.support import recordings
 
 EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
@@ -202,11 +204,51 @@ def test_configured_keys_reject_others():
         assert ok.status_code == 200
 
 
-@pytest.mark.parametrize(("method", "path"), [("GET", "/v1/models"), ("GET", "/v1/responses")])
+@pytest.mark.parametrize(
+    ("method", "path"), [("POST", "/v1/models"), ("GET", "/v1/responses"), ("GET", "/v1/files")]
+)
 def test_unknown_urls_get_openais_404(fake, method, path):
     answer = requests.request(method, f"http://127.0.0.1:{fake.fake.port}{path}", headers=AUTH)
     assert answer.status_code == 404
     assert answer.json()["error"]["message"] == f"Invalid URL ({method} {path})"
+
+
+# --- GET /v1/models -------------------------------------------------------------------
+
+
+def test_models_lists_the_fakes_models_in_openais_shape(fake):
+    client = openai.OpenAI(
+        base_url=fake.url, api_key=KEY, max_retries=0, _strict_response_validation=True
+    )
+    page = client.models.list()
+    assert [(m.id, m.created, m.owned_by) for m in page.data] == [
+        (model_id, created, owner) for model_id, (created, owner) in MODELS.items()
+    ]
+    assert all(m.object == "model" for m in page.data)
+    assert fake.fake.models_listed == 1
+    assert fake.fake.requests == []  # the records are model calls only
+
+
+def test_models_needs_the_key():
+    with running_fake(api_keys=["sk-right-key-000"]) as runner:
+        url = runner.url + "/models"
+        missing = requests.get(url, timeout=5)
+        assert missing.status_code == 401
+        assert missing.json()["error"]["message"].startswith("You didn't provide an API key.")
+        wrong = requests.get(url, headers={"Authorization": "Bearer sk-wrong-key-999"}, timeout=5)
+        assert wrong.status_code == 401
+        assert wrong.json()["error"]["code"] == "invalid_api_key"
+        assert runner.fake.models_listed == 0
+        right = requests.get(url, headers={"Authorization": "Bearer sk-right-key-000"}, timeout=5)
+        assert right.status_code == 200
+        assert runner.fake.models_listed == 1
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_every_listed_model_is_accepted(fake, model):
+    answer = post(fake, {"model": model, "input": "hello"})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["model"] == model
 
 
 def test_json_answer_headers_and_strict_body(fake):
