@@ -2,7 +2,7 @@
 
 Pure: the request body, the planned output and a seeded ``random.Random`` go in; a
 :class:`Generation` comes out. Field order follows real OpenAI streams (see the recordings
-under ``shared/fixtures/cursor-recordings``): ``type`` then ``sequence_number`` then the
+under ``tests/fixtures/cursor-recordings``): ``type`` then ``sequence_number`` then the
 rest, ``logprobs: []`` on output text, ``annotations: []`` on text parts, and an
 ``obfuscation`` padding field on delta events unless ``stream_options.include_obfuscation``
 is false.

@@ -13,6 +13,7 @@ rotate_key`` -- seal with a new key, so every earlier token is refused, ``GET|PO
 cassette`` -- cassette playback); anything else gets OpenAI's ``Invalid URL`` 404. Both
 model endpoints share the auth, the script queue, the records and the toxics. While a
 cassette plays (:mod:`cassette_playback`) it answers every ``/v1/`` request instead.
+``GET /v1/models`` lists the models the fake knows (:mod:`models`).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from fakeupstream.handlers import (
     ScriptsHandler,
     StrictHandler,
 )
+from fakeupstream.models import ModelsHandler
 from fakeupstream.records import RecordedRequest
 from fakeupstream.rules import ApiError, input_items, is_reasoning_model, validate
 from fakeupstream.scripts import Script, default_output, parse_script
@@ -94,6 +96,7 @@ class FakeUpstream:
         # a long-running embedded fake (relay without an API key) from growing forever.
         self.requests: list[RecordedRequest] = []
         self.received = 0
+        self.models_listed = 0  # GET /v1/models answered (not in ``requests``)
         self.max_records = max_records
         self.record_path = record_path
         # Set: every /v1/ request is answered from this recording (cassette_playback).
@@ -116,6 +119,7 @@ class FakeUpstream:
                 Rule(PlayingCassette(self), CassetteHandler, args),
                 (r"/v1/responses", ResponsesHandler, args),
                 (r"/v1/chat/completions", ChatCompletionsHandler, args),
+                (r"/v1/models", ModelsHandler, args),
                 (r"/__fake/strict", StrictHandler, args),
                 (r"/__fake/cassette", CassetteControlHandler, args),
                 (r"/__fake/scripts", ScriptsHandler, args),
@@ -181,6 +185,7 @@ class FakeUpstream:
         self._queue.clear()
         self.requests.clear()
         self.received = 0
+        self.models_listed = 0
         self.ledger.clear()
         self.chat.reset()
         self._notify()

@@ -16,15 +16,17 @@ from relay import log
 from relay.auth import load_or_create_token
 from relay.clock import Clock, SystemClock
 from relay.config import Config
-from relay.handlers.base import HealthHandler, ModelsHandler, NotFoundHandler
+from relay.handlers.base import HealthHandler, NotFoundHandler
 from relay.handlers.cache_api import CacheApiHandler
 from relay.handlers.chat import ChatCompletionsHandler
+from relay.handlers.models import ModelsHandler
 from relay.handlers.responses import ResponsesHandler
 from relay.providers import BUILTIN, Provider
 from relay.reasoning.cache import ReplayCache
 from relay.runtime import Runtime
 from relay.strict.cache import StrictCache
 from relay.transport.upstream import ClientGone, make_http_client
+from relay.upstream_models import UpstreamModels
 
 EMBEDDED_FAKE_KEY = "sk-embedded-offline-fake"
 
@@ -37,7 +39,7 @@ def make_app(runtime: Runtime) -> Application:
             (r"/chat/completions", ChatCompletionsHandler, args),
             (r"/v1/responses", ResponsesHandler, args),
             (r"/responses", ResponsesHandler, args),
-            (r"/v1/models", ModelsHandler, args),
+            (r"/v1/models", ModelsHandler, {**args, "models": UpstreamModels.for_runtime(runtime)}),
             (r"/api/cache/reasoning", CacheApiHandler, args),
             (r"/healthz", HealthHandler, args),
         ],

@@ -15,18 +15,17 @@ import struct
 import time
 from collections.abc import Callable, Sequence
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from relay.reasoning.canonical import Budget, frame
 from relay.reasoning.envelope import normalize_message
 from relay.reasoning.identity import Scope, build_scope, history_digests
+from tests.support import recordings
 
 U64 = struct.Struct(">Q")
 
-RECORDINGS = Path(__file__).resolve().parents[1].parent / "shared/fixtures/cursor-recordings"
-RECORDING = RECORDINGS / "context_single_tool_calls/cursor_request.json"
-PARALLEL_RECORDING = RECORDINGS / "context_parallel_tool_call/cursor_request.json"
+RECORDING = recordings.request_path("context_single_tool_calls")
+PARALLEL_RECORDING = recordings.request_path("context_parallel_tool_call")
 MIN_SAMPLE_SECONDS = 0.02  # small histories run several times per sample
 SIZES = (10, 100, 1000, 6400)
 

@@ -114,15 +114,6 @@ class HealthHandler(BaseHandler):
         self.finish(b'{"status":"ok"}')
 
 
-class ModelsHandler(BaseHandler):
-    def get(self) -> None:
-        data = [
-            {"id": name, "object": "model", "created": 0, "owned_by": "relay"}
-            for name in sorted(self.runtime.config.model_aliases)
-        ]
-        self.finish(json.dumps({"object": "list", "data": data}))
-
-
 class NotFoundHandler(BaseHandler):
     requires_auth = False
 

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+import openai
 import pydantic
 import pytest
 import requests
@@ -25,10 +25,9 @@ from openai.types.responses import Response, ResponseStreamEvent
 from tornado.httpclient import AsyncHTTPClient
 
 from fakeupstream import FakeUpstream
+from fakeupstream.models import MODELS
+from tests.support import recordings
 
-RECORDINGS = (
-    Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "cursor-recordings"
-)
 EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
 KEY = "sk-test-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -205,11 +204,51 @@ def test_configured_keys_reject_others():
         assert ok.status_code == 200
 
 
-@pytest.mark.parametrize(("method", "path"), [("GET", "/v1/models"), ("GET", "/v1/responses")])
+@pytest.mark.parametrize(
+    ("method", "path"), [("POST", "/v1/models"), ("GET", "/v1/responses"), ("GET", "/v1/files")]
+)
 def test_unknown_urls_get_openais_404(fake, method, path):
     answer = requests.request(method, f"http://127.0.0.1:{fake.fake.port}{path}", headers=AUTH)
     assert answer.status_code == 404
     assert answer.json()["error"]["message"] == f"Invalid URL ({method} {path})"
+
+
+# --- GET /v1/models -------------------------------------------------------------------
+
+
+def test_models_lists_the_fakes_models_in_openais_shape(fake):
+    client = openai.OpenAI(
+        base_url=fake.url, api_key=KEY, max_retries=0, _strict_response_validation=True
+    )
+    page = client.models.list()
+    assert [(m.id, m.created, m.owned_by) for m in page.data] == [
+        (model_id, created, owner) for model_id, (created, owner) in MODELS.items()
+    ]
+    assert all(m.object == "model" for m in page.data)
+    assert fake.fake.models_listed == 1
+    assert fake.fake.requests == []  # the records are model calls only
+
+
+def test_models_needs_the_key():
+    with running_fake(api_keys=["sk-right-key-000"]) as runner:
+        url = runner.url + "/models"
+        missing = requests.get(url, timeout=5)
+        assert missing.status_code == 401
+        assert missing.json()["error"]["message"].startswith("You didn't provide an API key.")
+        wrong = requests.get(url, headers={"Authorization": "Bearer sk-wrong-key-999"}, timeout=5)
+        assert wrong.status_code == 401
+        assert wrong.json()["error"]["code"] == "invalid_api_key"
+        assert runner.fake.models_listed == 0
+        right = requests.get(url, headers={"Authorization": "Bearer sk-right-key-000"}, timeout=5)
+        assert right.status_code == 200
+        assert runner.fake.models_listed == 1
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_every_listed_model_is_accepted(fake, model):
+    answer = post(fake, {"model": model, "input": "hello"})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["model"] == model
 
 
 def test_json_answer_headers_and_strict_body(fake):
@@ -526,7 +565,7 @@ def test_json_body_cut_is_short_of_its_content_length(fake):
 
 # --- recordings, byte for byte -------------------------------------------------------
 
-RECORDED = sorted(p.name for p in RECORDINGS.iterdir() if (p / "upstream_response.sse").exists())
+RECORDED = recordings.names()
 
 
 @pytest.mark.parametrize("name", RECORDED)
@@ -534,7 +573,7 @@ RECORDED = sorted(p.name for p in RECORDINGS.iterdir() if (p / "upstream_respons
     "toxics", [{}, {"slice_random": True, "slice_bytes": 97}], ids=["whole", "sliced"]
 )
 def test_recordings_replay_byte_for_byte(fake, name, toxics):
-    path = RECORDINGS / name / "upstream_response.sse"
+    path = recordings.stream_path(name)
     fake.fake.enqueue({"raw_sse_file": str(path), "toxics": toxics})
     with post(fake, {**BASE, "stream": True}, stream=True) as answer:
         assert answer.headers["Content-Type"] == "text/event-stream; charset=utf-8"
@@ -546,7 +585,7 @@ def test_recordings_replay_byte_for_byte(fake, name, toxics):
 
 
 def test_recording_cut_mid_stream(fake):
-    path = RECORDINGS / "reply_single_tool_call" / "upstream_response.sse"
+    path = recordings.stream_path("reply_single_tool_call")
     raw = raw_exchange(fake, {"raw_sse_file": str(path), "toxics": {"cut_after_events": 10}})
     assert raw.body == b"".join(path.read_bytes().split(b"\n\n")[i] + b"\n\n" for i in range(10))
 

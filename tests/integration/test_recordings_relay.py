@@ -7,19 +7,16 @@ client must get the recorded text and tool calls in a strictly valid chunk strea
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 from openai.types.chat import ChatCompletionChunk
 
+from tests.support import recordings
 from tests.support.stack import Stack
 
-RECORDINGS = (
-    Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "cursor-recordings"
-)
-NAMES = sorted(p.name for p in RECORDINGS.iterdir() if (p / "cursor_request.json").exists())
+NAMES = recordings.names()
 
 
 def recorded_output(sse: str) -> tuple[str, list[tuple[str, str, str]]]:
@@ -68,13 +65,11 @@ def collect(frames: list[str]) -> tuple[str, list[tuple[str, str, str]], str | N
     "toxics", [{}, {"slice_bytes": 5}, {"slice_bytes": 97, "slice_random": True}]
 )
 def test_recording_through_relay(stack: Stack, name: str, toxics: dict[str, Any]) -> None:
-    folder = RECORDINGS / name
-    request = json.loads((folder / "cursor_request.json").read_text())
-    sse = (folder / "upstream_response.sse").read_text()
+    request = recordings.load_request(recordings.request_path(name))
+    stream = recordings.stream_path(name)
+    sse = stream.read_text(encoding="utf-8")
     # The recorded stream belongs to another request; replay it without re-validating input.
-    stack.script(
-        {"raw_sse_file": str(folder / "upstream_response.sse"), "validate": False, "toxics": toxics}
-    )
+    stack.script({"raw_sse_file": str(stream), "validate": False, "toxics": toxics})
     resp = requests.post(
         f"{stack.base_url}/chat/completions", json=request, headers=stack.headers(), timeout=30
     )

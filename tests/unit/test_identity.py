@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,8 +22,8 @@ from relay.reasoning.identity import (
 from relay.reasoning.limits import CanonicalLimits
 from relay.reasoning.predict import SentToolCall, predict_envelope, reserialize_arguments
 from relay.reasoning.responses_history import visible_messages_from_responses_input
+from tests.support import recordings
 
-RECORDINGS = Path(__file__).resolve().parents[2].parent / "shared/fixtures/cursor-recordings"
 SECRET = b"s" * 32
 BODY: dict[str, Any] = {
     "model": "gpt-5",
@@ -769,9 +768,7 @@ def test_non_string_instructions_are_underivable() -> None:
 
 
 def recorded_requests() -> list[tuple[str, dict[str, Any]]]:
-    paths = sorted(RECORDINGS.glob("*/cursor_request.json"))
-    assert paths, f"no recordings under {RECORDINGS}"
-    return [(path.parent.name, json.loads(path.read_text(encoding="utf-8"))) for path in paths]
+    return [(path.name, recordings.load_request(path)) for path in recordings.folders()]
 
 
 def strip_cursor_forms(message: dict[str, Any]) -> dict[str, Any]:

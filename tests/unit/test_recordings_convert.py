@@ -21,10 +21,9 @@ from relay.translate.chat_to_responses import translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion, usage_to_chat
 from relay.translate.stream_converter import ChatStreamConverter
 from relay.transport.sse import SSEParser, decode_event
+from tests.support import recordings
 
-# The repo is /work/main; the shared fixtures sit beside it in /work/shared.
-RECORDINGS = Path(__file__).resolve().parents[2].parent / "shared/fixtures/cursor-recordings"
-FOLDERS = sorted(p for p in RECORDINGS.iterdir() if p.is_dir())
+FOLDERS = recordings.folders()
 GPT5 = ModelAlias("gpt-5", "gpt-5")
 REDACTED = "REDACTED"
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,9 +19,7 @@ from relay.transport.sse import (
     _reject_constant,
     decode_event,
 )
-
-# The repo is /work/main; the shared fixtures sit beside it in /work/shared.
-RECORDINGS = Path(__file__).resolve().parents[2].parent / "shared/fixtures/cursor-recordings"
+from tests.support import recordings
 
 MAX = 1 << 20
 
@@ -294,7 +291,7 @@ def test_whole_events_agree_with_the_line_by_line_parser(
 
 
 def test_recorded_streams_agree_with_the_line_by_line_parser() -> None:
-    for path in sorted(RECORDINGS.glob("*/upstream_response.sse")):
+    for path in recordings.stream_paths():  # raises if there are none
         stream = path.read_bytes()
         for size in (1, 7, 100, 4096, len(stream)):
             pieces = [stream[i : i + size] for i in range(0, len(stream), size)]

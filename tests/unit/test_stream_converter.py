@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,9 +15,7 @@ from relay.translate.chat_sse import DONE, KEEPALIVE, compact_json, encode_chunk
 from relay.translate.responses_sse import encode_event
 from relay.translate.stream_converter import ChatStreamConverter
 from relay.transport.sse import SSEParser, decode_event
-
-# The repo is /work/main; the shared fixtures sit beside it in /work/shared.
-RECORDINGS = Path(__file__).resolve().parents[2].parent / "shared/fixtures/cursor-recordings"
+from tests.support import recordings
 
 USAGE = {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15,
          "input_tokens_details": {"cached_tokens": 0},
@@ -562,7 +559,7 @@ def test_templates_never_mix_equal_values_of_other_types() -> None:
 @pytest.mark.parametrize("summaries", [False, True])
 def test_recorded_streams_frame_as_whole_chunks(usage: bool, summaries: bool) -> None:
     frames = 0
-    for path in sorted(RECORDINGS.glob("*/upstream_response.sse")):
+    for path in recordings.stream_paths():  # raises if there are none
         conv = converter(usage=usage, summaries=summaries)
         parser = SSEParser(max_event_bytes=1 << 24)
         for event in [*parser.feed(path.read_bytes()), *parser.close()]:

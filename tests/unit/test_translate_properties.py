@@ -22,10 +22,9 @@ from relay.translate.chat_to_responses import translate_request
 from relay.translate.sampling import is_reasoning_model
 from relay.translate.stream_converter import ChatStreamConverter
 from relay.transport.sse import SSEParser, decode_event
+from tests.support import recordings
 
-# The repo is /work/main; the shared fixtures sit beside it in /work/shared.
-RECORDINGS = Path(__file__).resolve().parents[2].parent / "shared/fixtures/cursor-recordings"
-STREAMS = sorted(p / "upstream_response.sse" for p in RECORDINGS.iterdir() if p.is_dir())
+STREAMS = recordings.stream_paths()
 
 # --- strategies: valid Chat requests -----------------------------------------------------
 
