@@ -22,14 +22,22 @@ from scenarios.dsl import (
     Upstream,
     UpstreamEnded,
     UpstreamReceived,
+    WaitFor,
     reply,
 )
+from scenarios.httpjson import request_json
 from scenarios.library import scenario
 from scenarios.library.replay import CACHE, chain, echo, intact
 from scenarios.seed import Seed
 
 TEXT = "tick tock " * 30
 DAY = 86_400.0
+
+
+def _relay_answers(ctx: Ctx) -> bool:
+    relay = ctx.harness.require_relay()
+    status, _ = request_json("GET", f"http://127.0.0.1:{relay.port}/healthz")
+    return status == 200
 
 
 def _elapsed_since_request(turn: str, limit_s: float) -> Holds:
@@ -88,6 +96,12 @@ def monotonic_advance_fires_idle_timeout(seed: Seed) -> Scenario:
     s >> Upstream(reply(TEXT, deltas=30, hang_after_events=4))
     s >> Chat("hang on", name="hang", hold=1)
     s >> AdvanceMonotonic(advance)
+    # The relay renews its idle timer once it has delivered that first frame, which can
+    # happen just after the advance (the client already has the frame): one round trip
+    # through its event loop orders the renewal before the second advance, which alone
+    # then outlasts the timeout.
+    s >> WaitFor("a round trip through the relay's event loop", _relay_answers)
+    s >> AdvanceMonotonic(61)
     s >> Resume("hang")
     s << ClientGot("hang", outcome="error", error_code="upstream_timeout")
     s << _elapsed_since_request("hang", 10.0)
