@@ -2,7 +2,7 @@
 
 Prints one line, ``fakeupstream listening on http://HOST:PORT`` (the bound port when
 ``--port 0``), then serves. Drive it over HTTP under ``/__fake/`` (see
-:mod:`fakeupstream.server`). ``--cassette PATH`` plays a recorded cassette back instead of
+:mod:`fakeupstream.fake`). ``--cassette PATH`` plays a recorded cassette back instead of
 generating answers (see :mod:`fakeupstream.cassette_playback`).
 """
 
@@ -15,7 +15,7 @@ import signal
 import sys
 
 from fakeupstream.cassette_playback import Playback
-from fakeupstream.server import FakeUpstream, log, origin
+from fakeupstream.fake import FakeUpstream, log, origin
 from fakeupstream.strict_chat import RULES, Strictness
 
 

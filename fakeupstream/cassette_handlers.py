@@ -19,7 +19,7 @@ from fakeupstream.scripts import parse_toxics
 from fakeupstream.toxics import Op, Send, Toxics
 
 if TYPE_CHECKING:
-    from fakeupstream.server import FakeUpstream
+    from fakeupstream.fake import FakeUpstream
 
 # Not replayed: how the recorded body was framed on its connection (the fake frames its
 # own) and its length (the handler declares the length of what it sends).

@@ -15,14 +15,14 @@ from tornado.http1connection import HTTP1Connection
 from tornado.iostream import StreamClosedError
 
 from fakeupstream.answers import Answer, error_answer
-from fakeupstream.records import RecordedRequest
+from fakeupstream.recorded import RecordedRequest
 from fakeupstream.rules import ApiError, check_auth, parse_body
 from fakeupstream.scripts import Script, ScriptError, parse_scripts
 from fakeupstream.strict_chat import parse_strictness
 from fakeupstream.toxics import End, Op, Pause, Send, Toxics, plan
 
 if TYPE_CHECKING:
-    from fakeupstream.server import FakeUpstream
+    from fakeupstream.fake import FakeUpstream
 
 SSE_TYPE = "text/event-stream; charset=utf-8"
 JSON_TYPE = "application/json"

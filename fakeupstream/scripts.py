@@ -51,7 +51,7 @@ for that reason); ``status: failed`` and ``error_event`` end with an error envel
 500 as JSON, a ``data: {"error": ...}`` frame mid-stream); ``usage`` keys map onto Chat's
 (``input_tokens`` -> ``prompt_tokens``, ``output_tokens`` -> ``completion_tokens``);
 ``strict`` picks the reasoning_content rule; ``validate: false`` skips it; ``ciphertext``
-is ignored. Its default reply is in :mod:`fakeupstream.chat_provider`.
+is ignored. Its default reply is in :mod:`fakeupstream.chat_fake`.
 
 Default reply (empty queue), derived from the request:
 

@@ -1,7 +1,7 @@
 """Damage one stored ciphertext so the upstream must refuse its replay.
 
 Used while the relay is stopped: the store is opened through the storage package
-(:class:`relay.reasoning.store.ReasoningStore`, which takes the file's exclusive lock),
+(:class:`relay.storage.replay_store.ReasoningStore`, which takes the file's exclusive lock),
 one character in the middle of one ``encrypted_content`` value is swapped for another
 base64 character, and the record's ``output_hash`` is updated to the new bytes. The
 relay's own integrity checks therefore still pass (the block is dispatched); only the
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from relay.clock import SystemClock
-from relay.reasoning.store import ReasoningStore
+from relay.storage.replay_store import ReasoningStore
 
 _TOKEN = re.compile(r'"encrypted_content"\s*:\s*"([A-Za-z0-9_\-+/=]{16,})"')
 _MAX_PAYLOAD_BYTES = 64 * 1024 * 1024

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from relay.core.resources import BudgetTooSmall, CacheBudget
 from relay.errors import ConfigError
 from relay.providers import BUILTIN, Provider, check_base_url, parse_providers
-from relay.reasoning.resources import BudgetTooSmall, CacheBudget
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")

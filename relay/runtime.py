@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
 
+from relay.cache.replay_cache import ReplayCache, UpstreamIdentity
+from relay.cache.session import CacheSession
 from relay.clock import Clock
 from relay.config import Config
 from relay.providers import BUILTIN, Provider
-from relay.reasoning.cache import ReplayCache, UpstreamIdentity
-from relay.reasoning.session import CacheSession
-from relay.strict.cache import StrictCache
+from relay.strict.strict_cache import StrictCache
 from relay.transport.upstream import UpstreamExchange, UpstreamLimits
 
 

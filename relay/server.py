@@ -14,6 +14,7 @@ from tornado.web import Application
 
 from relay import log
 from relay.auth import load_or_create_token
+from relay.cache.replay_cache import ReplayCache
 from relay.clock import Clock, SystemClock
 from relay.config import Config
 from relay.handlers.base import HealthHandler, NotFoundHandler
@@ -22,9 +23,8 @@ from relay.handlers.chat import ChatCompletionsHandler
 from relay.handlers.models import ModelsHandler
 from relay.handlers.responses import ResponsesHandler
 from relay.providers import BUILTIN, Provider
-from relay.reasoning.cache import ReplayCache
 from relay.runtime import Runtime
-from relay.strict.cache import StrictCache
+from relay.strict.strict_cache import StrictCache
 from relay.transport.upstream import ClientGone, make_http_client
 from relay.upstream_models import UpstreamModels
 
@@ -56,7 +56,7 @@ class RelayServer:
     runtime: Runtime | None = None
     port: int | None = None
     token_path: str | None = None
-    fake: Any = None  # fakeupstream.server.FakeUpstream when running offline
+    fake: Any = None  # fakeupstream.fake.FakeUpstream when running offline
     _http: HTTPServer | None = None
 
     async def start(self) -> int:
@@ -67,7 +67,7 @@ class RelayServer:
             token, path = load_or_create_token(config.data_dir)
             self.token_path = str(path)
         if config.uses_embedded_fake:
-            from fakeupstream.server import FakeUpstream  # noqa: PLC0415 - offline mode only
+            from fakeupstream.fake import FakeUpstream  # noqa: PLC0415 - offline mode only
 
             self.fake = FakeUpstream(clock=self.clock)
             await self.fake.start("127.0.0.1", 0)

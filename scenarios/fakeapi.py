@@ -180,7 +180,7 @@ def normalize_exchange(
     script: dict[str, Any] | None = None,
     credential: str | None = None,
 ) -> dict[str, Any]:
-    """A ``GET /__fake/requests`` record (fakeupstream.server.RecordedRequest) → history."""
+    """A ``GET /__fake/requests`` record (fakeupstream.fake.RecordedRequest) → history."""
     events = _events(raw.get("events") or [])
     status = raw.get("status")
     terminal = next((e["type"] for e in events if e["type"] in TERMINAL_EVENTS), None)

@@ -23,15 +23,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from relay.cache.replay_cache import ReplayCache
+from relay.cache.session import CacheSession, ScopedSource
 from relay.clock import SystemClock
 from relay.config import Config
-from relay.reasoning.cache import ReplayCache
-from relay.reasoning.capture import PAYLOAD_DOMAIN, ClientProjection
-from relay.reasoning.hot_blocks import HotBlocks
-from relay.reasoning.identity import HistoryDigests, Scope, build_scope, history_digests
-from relay.reasoning.planner import Plan, plan_replay
-from relay.reasoning.records import BlockRef, PlanText, ScopeRow
-from relay.reasoning.session import CacheSession, ScopedSource
+from relay.core.capture import PAYLOAD_DOMAIN, ClientProjection
+from relay.core.hot_blocks import HotBlocks
+from relay.core.identity import HistoryDigests, Scope, build_scope, history_digests
+from relay.core.planner import Plan, plan_replay
+from relay.core.records import BlockRef, PlanText, ScopeRow
 from relay.routing import resolve_model
 from relay.runtime import Runtime
 from relay.translate.chat_to_responses import TranslatedRequest, translate_request

@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any
 
-from relay.reasoning.canonical import Budget, frame
-from relay.reasoning.envelope import normalize_message
-from relay.reasoning.identity import Scope, build_scope, history_digests
+from relay.core.canonical import Budget, frame
+from relay.core.envelope import normalize_message
+from relay.core.identity import Scope, build_scope, history_digests
 from tests.support import recordings
 
 U64 = struct.Struct(">Q")

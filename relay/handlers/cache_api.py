@@ -17,7 +17,7 @@ from typing import Any, Final
 from relay.auth import bearer_matches
 from relay.errors import InvalidRequest, NotFound, Unauthorized
 from relay.handlers.base import BaseHandler
-from relay.reasoning.store_strict import StrictEntry, StrictTally
+from relay.storage.strict_store import StrictEntry, StrictTally
 
 MAX_LIMIT: Final = 200
 DEFAULT_LIMIT: Final = 50
@@ -145,7 +145,7 @@ class CacheApiHandler(BaseHandler):
             "byModel": by_model,
             "oldestEntry": iso(None if store is None else store.oldest_created_at),
             "newestEntry": iso(None if store is None else store.newest_created_at),
-            # The encrypted replay cache's outcomes since startup (relay.reasoning.replay_stats).
+            # The encrypted replay cache's outcomes since startup (relay.core.replay_stats).
             "replay": self.runtime.cache.metrics.replay.to_json(),
         }
 

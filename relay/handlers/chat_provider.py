@@ -24,9 +24,9 @@ from relay.handlers.relaying import RelayingHandler
 from relay.handlers.shell import PipelineShell
 from relay.pipeline.provider import ChatProviderPipeline
 from relay.providers import Provider
-from relay.strict.cache import StrictTarget
 from relay.strict.restore import has_tools
 from relay.strict.rules import rule_for
+from relay.strict.strict_cache import StrictTarget
 from relay.translate.chat_sse import KEEPALIVE
 from relay.translate.chat_to_responses import stream_flags
 from relay.transport.upstream import Dialect

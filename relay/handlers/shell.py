@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from relay import log
+from relay.cache.session import CacheSession
 from relay.crashpoints import crash_point
 from relay.errors import RelayError
 from relay.handlers.relaying import RelayingHandler
@@ -35,7 +36,6 @@ from relay.pipeline.actions import (
 )
 from relay.pipeline.base import Pipeline
 from relay.providers import Provider
-from relay.reasoning.session import CacheSession
 from relay.transport.upstream import ClientGone, Dialect
 
 

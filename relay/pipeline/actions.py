@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from relay.core.capture import ClientProjection
 from relay.errors import RelayError, UpstreamHTTPError
-from relay.reasoning.capture import ClientProjection
 
 
 @dataclass(frozen=True, slots=True)

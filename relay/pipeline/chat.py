@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from relay.core.capture import ClientProjection
 from relay.errors import RelayError, UpstreamHTTPError, UpstreamProtocolError
 from relay.pipeline.actions import (
     Abort,
@@ -41,7 +42,6 @@ from relay.pipeline.actions import (
     StartStream,
 )
 from relay.pipeline.base import Phase, Pipeline
-from relay.reasoning.capture import ClientProjection
 from relay.translate.chat_sse import DONE, encode_chunk, encode_error
 from relay.translate.chat_to_responses import TranslatedRequest
 from relay.translate.responses_to_chat import response_to_chat_completion

@@ -25,7 +25,7 @@ from relay.pipeline.actions import (
     StartStream,
 )
 from relay.pipeline.base import Phase, Pipeline
-from relay.strict.capture import ChatCapture
+from relay.strict.chat_capture import ChatCapture
 from relay.translate.chat_sse import DONE, encode_chunk, encode_error
 
 

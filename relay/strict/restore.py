@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from relay.reasoning.envelope import is_assistant
+from relay.core.envelope import is_assistant
 from relay.strict.rules import OnMiss, StrictRule, Turns
 
 FIELD = "reasoning_content"

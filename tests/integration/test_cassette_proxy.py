@@ -17,7 +17,7 @@ import requests
 
 from fakeupstream.__main__ import main as fake_main
 from fakeupstream.cassette import Cassette, Chunk, load
-from fakeupstream.server import FakeUpstream
+from fakeupstream.fake import FakeUpstream
 from live.cassettes import record_cassettes
 from tests.support.stack import UPSTREAM_KEY, LoopThread
 

@@ -20,7 +20,7 @@ from vcr.serializers import yamlserializer
 
 from fakeupstream.cassette import load
 from fakeupstream.cassette_scrub import CIPHERTEXT_KEY, scrub_value
-from fakeupstream.server import FakeUpstream
+from fakeupstream.fake import FakeUpstream
 from live.cassettes import record_cassettes
 from relay.config import load_config
 from relay.server import RelayServer

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from fakeupstream.server import FakeUpstream
+from fakeupstream.fake import FakeUpstream
 from relay.clock import ManualClock
 from relay.errors import UpstreamTimeout
 from relay.transport.upstream import UpstreamExchange, UpstreamLimits, make_http_client

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from tornado.http1connection import HTTP1Connection
 
-from fakeupstream.server import FakeUpstream
+from fakeupstream.fake import FakeUpstream
 from relay.clock import Clock, ManualClock, SystemClock
 from relay.errors import UpstreamError, UpstreamHTTPError
 from relay.transport import upstream

@@ -16,9 +16,9 @@ from typing import Any
 
 import orjson
 
-from relay.reasoning.envelope import normalize_message
-from relay.reasoning.identity import ENVELOPE_TAGS, HISTORY_TAGS, Scope, build_scope
-from relay.reasoning.limits import CanonicalLimits
+from relay.core.envelope import normalize_message
+from relay.core.identity import ENVELOPE_TAGS, HISTORY_TAGS, Scope, build_scope
+from relay.core.limits import CanonicalLimits
 
 U64 = struct.Struct(">Q")
 

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from fakeupstream.server import FakeUpstream
+from fakeupstream.fake import FakeUpstream
 from relay.clock import Clock, SystemClock
 from relay.config import Config, load_config
 from relay.server import RelayServer

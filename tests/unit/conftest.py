@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from relay.reasoning.identity import Scope
+from relay.core.identity import Scope
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Canonical JSON (relay.reasoning.canonical) and envelope normalization (envelope)."""
+"""Canonical JSON (relay.core.canonical) and envelope normalization (envelope)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ from typing import Any
 
 import pytest
 
-from relay.reasoning import canonical
-from relay.reasoning.canonical import (
+from relay.core import canonical
+from relay.core.canonical import (
     Budget,
     CanonicalLimitExceeded,
     NotCanonicalizable,
     canonical_bytes,
     chunks,
 )
-from relay.reasoning.envelope import normalize_assistant, normalize_message
-from relay.reasoning.limits import CANONICAL_LIMITS, CHUNK_BYTES, CanonicalLimits
+from relay.core.envelope import normalize_assistant, normalize_message
+from relay.core.limits import CANONICAL_LIMITS, CHUNK_BYTES, CanonicalLimits
 
 
 def stdlib(value: Any) -> bytes:

@@ -1,4 +1,4 @@
-"""relay.reasoning.capture: admit, observe or poison one generation's original output.
+"""relay.core.capture: admit, observe or poison one generation's original output.
 
 The upstream side comes from the fake upstream (an independent source of real-shaped
 streams, ciphertext modes included) or from hand-built events. The client side always goes
@@ -23,10 +23,9 @@ from hypothesis import strategies as st
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
+from fakeupstream.fake import FakeUpstream
 from fakeupstream.scripts import parse_script
-from fakeupstream.server import FakeUpstream
-from relay.errors import RelayError
-from relay.reasoning.capture import (
+from relay.core.capture import (
     DEFAULT_MAX_BYTES,
     PAYLOAD_DOMAIN,
     CaptureResult,
@@ -34,8 +33,9 @@ from relay.reasoning.capture import (
     OutputCapture,
     finish_capture,
 )
-from relay.reasoning.predict import SentToolCall, predict_envelope
-from relay.reasoning.receipts import Reason
+from relay.core.predict import SentToolCall, predict_envelope
+from relay.core.receipts import Reason
+from relay.errors import RelayError
 from relay.translate.responses_to_chat import response_to_chat_completion
 from relay.translate.stream_converter import ChatStreamConverter
 

@@ -81,7 +81,7 @@ def test_a_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_shareable_cassettes_may_go_into_an_ordinary_directory(tmp_path: Path) -> None:
-    target = tmp_path / "shared"
+    target = tmp_path / "public"
     target.mkdir()
     target.chmod(0o755)
     folder = CassetteFolder.open(target, private=False)

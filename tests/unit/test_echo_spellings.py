@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
+from relay.cache.replay_cache import ReplayCache
 from relay.clock import ManualClock
 from relay.config import Config, ModelAlias
-from relay.reasoning.cache import ReplayCache
-from relay.reasoning.capture import CaptureResult, ClientProjection
-from relay.reasoning.planner import Plan
-from relay.reasoning.receipts import Reason
-from relay.reasoning.records import Observation
-from relay.reasoning.store import ReasoningStore
+from relay.core.capture import CaptureResult, ClientProjection
+from relay.core.planner import Plan
+from relay.core.receipts import Reason
+from relay.core.records import Observation
+from relay.storage.replay_store import ReasoningStore
 from relay.translate.chat_to_responses import translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from fakeupstream.fake import FakeUpstream
 from fakeupstream.scripts import parse_script
-from fakeupstream.server import FakeUpstream
 
 KEY = "sk-test-continuity"
 TOOLS = [{"type": "function", "name": "read", "parameters": {"type": "object"}}]

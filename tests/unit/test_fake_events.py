@@ -17,8 +17,8 @@ from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import Response, ResponseStreamEvent
 
 from fakeupstream.events import split_text, sse_frame
+from fakeupstream.fake import FakeUpstream
 from fakeupstream.scripts import parse_script
-from fakeupstream.server import FakeUpstream
 
 EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
 TERMINAL = ("response.completed", "response.incomplete", "response.failed")

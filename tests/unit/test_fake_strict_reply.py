@@ -13,8 +13,8 @@ import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from fakeupstream.chat_reply import chat_frame, reasoning_text
+from fakeupstream.fake import FakeUpstream
 from fakeupstream.scripts import Message, Reasoning, parse_script
-from fakeupstream.server import FakeUpstream
 from fakeupstream.strict_chat import Strictness
 
 TOOLS = [

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from relay.reasoning.hot_blocks import HotBlocks, VerifiedPayload
+from relay.core.hot_blocks import HotBlocks, VerifiedPayload
 
 
 def payload(text: str, digest: str = "h") -> VerifiedPayload:

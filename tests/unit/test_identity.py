@@ -1,4 +1,4 @@
-"""Scope, prefix digests, prediction and Responses-shaped histories (relay.reasoning)."""
+"""Scope, prefix digests, prediction and Responses-shaped histories (relay.core)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from relay.reasoning.canonical import CanonicalLimitExceeded, NotCanonicalizable
-from relay.reasoning.identity import (
+from relay.core.canonical import CanonicalLimitExceeded, NotCanonicalizable
+from relay.core.identity import (
     ENCRYPTED_REASONING_INCLUDE,
     HistoryDigests,
     Scope,
@@ -19,9 +19,9 @@ from relay.reasoning.identity import (
     merged_include,
     scope_config,
 )
-from relay.reasoning.limits import CanonicalLimits
-from relay.reasoning.predict import SentToolCall, predict_envelope, reserialize_arguments
-from relay.reasoning.responses_history import visible_messages_from_responses_input
+from relay.core.limits import CanonicalLimits
+from relay.core.predict import SentToolCall, predict_envelope, reserialize_arguments
+from relay.core.responses_history import visible_messages_from_responses_input
 from tests.support import recordings
 
 SECRET = b"s" * 32
@@ -810,7 +810,7 @@ def test_recorded_cursor_histories(name: str, body: dict[str, Any]) -> None:
 
 
 def test_responses_input_spans_cover_each_visible_message() -> None:
-    from relay.reasoning.responses_history import visible_history_from_responses_input
+    from relay.core.responses_history import visible_history_from_responses_input
 
     items = [
         {"role": "user", "content": "hi"},

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relay.reasoning import identity
-from relay.reasoning.canonical import (
+from relay.core import identity
+from relay.core.canonical import (
     Budget,
     CanonicalLimitExceeded,
     CanonicalRefused,
@@ -26,11 +26,11 @@ from relay.reasoning.canonical import (
     NotCanonicalizable,
     render_sorted,
 )
-from relay.reasoning.envelope import normalize_message
-from relay.reasoning.identity import (
+from relay.core.envelope import normalize_message
+from relay.core.identity import (
     history_digests,
 )
-from relay.reasoning.limits import CanonicalLimits
+from relay.core.limits import CanonicalLimits
 from tests.support.canonical_reference import identity_scope, reference_digests
 
 SCOPE = identity_scope()

@@ -9,11 +9,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relay.reasoning import canonical
-from relay.reasoning.canonical import Budget, canonical_bytes
-from relay.reasoning.envelope import normalize_message
-from relay.reasoning.identity import history_digests
-from relay.reasoning.predict import reserialize_arguments
+from relay.core import canonical
+from relay.core.canonical import Budget, canonical_bytes
+from relay.core.envelope import normalize_message
+from relay.core.identity import history_digests
+from relay.core.predict import reserialize_arguments
 from tests.support.canonical_reference import identity_scope, reference, reference_digests
 
 SCOPE = identity_scope()

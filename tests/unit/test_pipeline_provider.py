@@ -19,7 +19,7 @@ from relay.pipeline.actions import (
     StartStream,
 )
 from relay.pipeline.provider import ChatProviderPipeline
-from relay.strict.capture import ChatCapture
+from relay.strict.chat_capture import ChatCapture
 from relay.translate.chat_sse import DONE, encode_chunk, encode_error
 
 BODY = {"model": "deepseek-reasoner", "messages": [{"role": "user", "content": "hi"}]}

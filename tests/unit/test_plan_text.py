@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from relay.reasoning.records import (
+from relay.core.records import (
     EMPTY_PLAN,
     MAX_STORED_PLAN,
     BlockRef,

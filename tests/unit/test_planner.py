@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from relay.reasoning import planner
-from relay.reasoning.hot_blocks import HotBlocks
-from relay.reasoning.identity import HistoryDigests, history_digests
-from relay.reasoning.planner import Plan, PlanLimits, plan_replay
-from relay.reasoning.receipts import Reason
-from relay.reasoning.records import (
+from relay.core import planner
+from relay.core.hot_blocks import HotBlocks
+from relay.core.identity import HistoryDigests, history_digests
+from relay.core.planner import Plan, PlanLimits, plan_replay
+from relay.core.receipts import Reason
+from relay.core.records import (
     EMPTY_PLAN,
     BlockRef,
     Observation,

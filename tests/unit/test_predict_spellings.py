@@ -1,4 +1,4 @@
-"""The spellings a client may send tool-call arguments back in (relay.reasoning.predict).
+"""The spellings a client may send tool-call arguments back in (relay.core.predict).
 
 Two are predicted, each an exact derivation: the arguments as sent, and the respelling a
 JavaScript client makes, ``JSON.stringify(JSON.parse(arguments))``. The respelling is
@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relay.reasoning.predict import (
+from relay.core.predict import (
     SentToolCall,
     predict_envelope,
     predict_envelopes,

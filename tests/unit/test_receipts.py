@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from relay.reasoning.receipts import Reason
+from relay.core.receipts import Reason
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")

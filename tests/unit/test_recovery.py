@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 
 from relay.clock import ManualClock
-from relay.reasoning.identity import ScopeTargeting
-from relay.reasoning.records import EMPTY_PLAN
-from relay.reasoning.recovery import (
+from relay.core.identity import ScopeTargeting
+from relay.core.records import EMPTY_PLAN
+from relay.storage.recovery import (
     COVERAGE_GAP_KEY,
     fence,
     open_disabled,
     open_enabled,
     recover_intents,
 )
-from relay.reasoning.store import ReasoningStore
+from relay.storage.replay_store import ReasoningStore
 
 
 def h(n: int | str) -> str:

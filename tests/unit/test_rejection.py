@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from relay.reasoning.rejection import RejectionKind, classify_rejection, redact_ciphertext
+from relay.core.rejection import RejectionKind, classify_rejection, redact_ciphertext
 
 REPLAYED = frozenset({"rs_0a1b2c3d4e5f", "msg_0a1b2c3d4e5f", "fc_0a1b2c3d4e5f"})
 

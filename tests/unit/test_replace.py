@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from relay.reasoning.replace import replace_blocks
+from relay.core.replace import replace_blocks
 from relay.translate.body_encoding import RawItems
 
 ITEMS = ["u0", "a1", "c1", "t1", "a2", "u3"]

@@ -57,17 +57,17 @@ from hypothesis.stateful import (
     rule,
 )
 
+from relay.cache.replay_cache import ReplayCache
+from relay.cache.session import CacheSession, ScopedSource
 from relay.clock import ManualClock
 from relay.config import Config, ModelAlias
+from relay.core.capture import ClientProjection
+from relay.core.identity import HistoryDigests, Scope, history_digests
+from relay.core.planner import Plan, PlanLimits, plan_replay
+from relay.core.receipts import Reason
+from relay.core.records import BlockRef
 from relay.errors import UpstreamHTTPError
-from relay.reasoning.cache import ReplayCache
-from relay.reasoning.capture import ClientProjection
-from relay.reasoning.identity import HistoryDigests, Scope, history_digests
-from relay.reasoning.planner import Plan, PlanLimits, plan_replay
-from relay.reasoning.receipts import Reason
-from relay.reasoning.records import BlockRef
-from relay.reasoning.session import CacheSession, ScopedSource
-from relay.reasoning.store import ReasoningStore
+from relay.storage.replay_store import ReasoningStore
 from relay.translate.body_encoding import encode_body
 from relay.translate.chat_to_responses import translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion

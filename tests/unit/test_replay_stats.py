@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from relay.reasoning.rejection import RejectionKind
-from relay.reasoning.replay_stats import ReplayStats
+from relay.core.rejection import RejectionKind
+from relay.core.replay_stats import ReplayStats
 
 
 def test_empty_stats_are_zero() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from relay.reasoning.resources import MIB, BudgetTooSmall, CacheBudget, CapacityLedger
+from relay.core.resources import MIB, BudgetTooSmall, CacheBudget, CapacityLedger
 
 DEFAULT = CacheBudget(
     memory_bytes=128 * MIB, max_entry_bytes=4 * MIB, max_replay_bytes=16 * MIB, max_concurrent=10

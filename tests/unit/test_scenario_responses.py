@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from fakeupstream.fake import FakeUpstream
 from fakeupstream.scripts import parse_script
-from fakeupstream.server import FakeUpstream
 from scenarios.responses_answer import compare_with_upstream, parse_responses_answer
 
 SSE = {"content-type": "text/event-stream; charset=utf-8", "x-request-id": "req_1"}

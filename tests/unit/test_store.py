@@ -1,4 +1,4 @@
-"""The replay store (relay.reasoning.store) against real SQLite files."""
+"""The replay store (relay.storage.replay_store) against real SQLite files."""
 
 from __future__ import annotations
 
@@ -15,9 +15,8 @@ from typing import Any
 import pytest
 
 from relay.clock import ManualClock
-from relay.errors import CacheUnavailable, StoreCorrupt, StoreError, StoreFull, StoreLocked
-from relay.reasoning.identity import ScopeTargeting
-from relay.reasoning.records import (
+from relay.core.identity import ScopeTargeting
+from relay.core.records import (
     EMPTY_PLAN,
     BlockRef,
     MarkerKind,
@@ -28,7 +27,8 @@ from relay.reasoning.records import (
     StoredSizeExceeded,
     plan_digest,
 )
-from relay.reasoning.store import (
+from relay.errors import CacheUnavailable, StoreCorrupt, StoreError, StoreFull, StoreLocked
+from relay.storage.replay_store import (
     _FEW,
     _REF_COLUMNS,
     MAX_STORED_PLAN,
@@ -36,7 +36,7 @@ from relay.reasoning.store import (
     IntentRow,
     ReasoningStore,
 )
-from relay.reasoning.store_schema import APPLICATION_ID, IN_CHUNK, MIGRATIONS, SCHEMA_VERSION
+from relay.storage.schema import APPLICATION_ID, IN_CHUNK, MIGRATIONS, SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parents[2]
 TARGET = ScopeTargeting(credential="c" * 64, model="gpt-5", caller=None)
@@ -198,7 +198,7 @@ import sys
 from pathlib import Path
 from relay.clock import SystemClock
 from relay.errors import StoreLocked
-from relay.reasoning.store import ReasoningStore
+from relay.storage.replay_store import ReasoningStore
 try:
     ReasoningStore.open(Path(sys.argv[1]), clock=SystemClock()).close()
 except StoreLocked as exc:

@@ -1,4 +1,4 @@
-"""The strict-provider tables (relay.reasoning.store_strict) against real SQLite files."""
+"""The strict-provider tables (relay.storage.strict_store) against real SQLite files."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from relay.clock import ManualClock
+from relay.core.identity import ScopeTargeting
 from relay.errors import StoreError
-from relay.reasoning.identity import ScopeTargeting
-from relay.reasoning.store import ReasoningStore
-from relay.reasoning.store_schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
-from relay.reasoning.store_strict import MAX_PAGE, StrictEntries, StrictTally, text_digest
+from relay.storage.replay_store import ReasoningStore
+from relay.storage.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
+from relay.storage.strict_store import MAX_PAGE, StrictEntries, StrictTally, text_digest
 
 S, OTHER = "a" * 64, "b" * 64
 

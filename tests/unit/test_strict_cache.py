@@ -1,4 +1,4 @@
-"""relay.strict.cache: restore/capture over a real store, the clock moved by hand."""
+"""relay.strict.strict_cache: restore/capture over a real store, the clock moved by hand."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 
 from relay.clock import ManualClock
 from relay.providers import Provider
-from relay.reasoning.store import ReasoningStore
-from relay.strict.cache import PreparedRequest, StrictCache, StrictTarget
+from relay.storage.replay_store import ReasoningStore
 from relay.strict.rules import OnMiss, StrictRule, Turns
+from relay.strict.strict_cache import PreparedRequest, StrictCache, StrictTarget
 
 TTL = 7200.0
 PROVIDER = Provider("deepseek", "chat", "http://127.0.0.1:9/v1", "sk-provider", None, "K")

@@ -1,4 +1,4 @@
-"""relay.strict.capture: accumulating the fake provider's real answers, and the capture key
+"""relay.strict.chat_capture: accumulating the fake provider's real answers, and the capture key
 agreeing with the history identity of the message the client sends back."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
+from fakeupstream.fake import FakeUpstream
 from fakeupstream.scripts import parse_script
-from fakeupstream.server import FakeUpstream
-from relay.reasoning.identity import HistoryState, build_scope, history_digests
-from relay.reasoning.predict import SentToolCall
-from relay.reasoning.receipts import Reason
-from relay.strict.capture import CapturedTurn, ChatCapture, capture_key, reasoning_of
+from relay.core.identity import HistoryState, build_scope, history_digests
+from relay.core.predict import SentToolCall
+from relay.core.receipts import Reason
+from relay.strict.chat_capture import CapturedTurn, ChatCapture, capture_key, reasoning_of
 
 TOOLS = [{"type": "function", "function": {"name": "grep", "parameters": {"type": "object"}}}]
 USER = {"role": "user", "content": "CALL_TOOL please"}

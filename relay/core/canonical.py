@@ -44,7 +44,7 @@ from typing import Any, Final, Protocol
 
 import orjson
 
-from relay.reasoning.limits import CANONICAL_LIMITS, CHUNK_BYTES, CanonicalLimits
+from relay.core.limits import CANONICAL_LIMITS, CHUNK_BYTES, CanonicalLimits
 
 _dumps: Final = orjson.dumps
 _SORTED: Final = orjson.OPT_SORT_KEYS

@@ -14,26 +14,26 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from relay import log
+from relay.cache.session import CacheSession, SessionContext
 from relay.clock import Clock
 from relay.config import Config
-from relay.reasoning.canonical import CanonicalRefused
-from relay.reasoning.hot_blocks import HotBlocks
-from relay.reasoning.identity import (
+from relay.core.canonical import CanonicalRefused
+from relay.core.hot_blocks import HotBlocks
+from relay.core.identity import (
     HistoryDigests,
     Scope,
     build_scope,
     history_digests,
     scope_targeting,
 )
-from relay.reasoning.planner import PlanLimits
-from relay.reasoning.receipts import Reason
-from relay.reasoning.records import MarkerKind
-from relay.reasoning.recovery import fence, open_disabled, open_enabled
-from relay.reasoning.replay_stats import ReplayStats
-from relay.reasoning.resources import CapacityLedger
-from relay.reasoning.responses_history import visible_history_from_responses_input
-from relay.reasoning.session import CacheSession, SessionContext
-from relay.reasoning.store import ReasoningStore
+from relay.core.planner import PlanLimits
+from relay.core.receipts import Reason
+from relay.core.records import MarkerKind
+from relay.core.replay_stats import ReplayStats
+from relay.core.resources import CapacityLedger
+from relay.core.responses_history import visible_history_from_responses_input
+from relay.storage.recovery import fence, open_disabled, open_enabled
+from relay.storage.replay_store import ReasoningStore
 from relay.translate.chat_to_responses import TranslatedRequest
 from relay.translate.sampling import is_reasoning_model
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from relay.reasoning.identity import ScopeTargeting
-from relay.reasoning.records import MarkerKind
-from relay.reasoning.store import ReasoningStore
+from relay.core.identity import ScopeTargeting
+from relay.core.records import MarkerKind
+from relay.storage.replay_store import ReasoningStore
 
 COVERAGE_GAP_KEY = "coverage-gap"
 

@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from relay.reasoning.rejection import RejectionKind
+from relay.core.rejection import RejectionKind
 
 Outcome = Literal["dispatched", "accepted", "resent"]
 

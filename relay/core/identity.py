@@ -13,7 +13,7 @@ Framing (every length a u64 big-endian count of canonical UTF-8 bytes):
 
 Messages are hashed in their normalized form (see ``envelope``). All limits are decided by
 measuring the whole scope and history before any message is emitted; a refusal raises
-:class:`~relay.reasoning.canonical.CanonicalRefused` and means: skip caching, no intent,
+:class:`~relay.core.canonical.CanonicalRefused` and means: skip caching, no intent,
 no marker.
 """
 
@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple, Protocol
 
-from relay.reasoning.canonical import (
+from relay.core.canonical import (
     MAX_ESCAPE,
     Budget,
     CanonicalLimitExceeded,
@@ -37,13 +37,13 @@ from relay.reasoning.canonical import (
     render_sorted,
     render_unsorted,
 )
-from relay.reasoning.envelope import (
+from relay.core.envelope import (
     NULLISH,
     is_assistant,
     normalize_assistant,
     normalize_message,
 )
-from relay.reasoning.limits import (
+from relay.core.limits import (
     CANONICAL_LIMITS,
     CHUNK_BYTES,
     IDENTITY_FORMAT_VERSION,

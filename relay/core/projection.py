@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeGuard
 
-from relay.reasoning.predict import SentToolCall
+from relay.core.predict import SentToolCall
 
 DEFAULT_MAX_BYTES: Final = 4 * 1024 * 1024  # the entry/capture allowance (design §9)
 

@@ -6,7 +6,7 @@ behaviour and the default reply), :mod:`events` (the Response and its SSE events
 out). The handlers (:mod:`handlers`) record, call those, and carry out the planned writes.
 
 Routes: ``POST /v1/responses``; ``POST /v1/chat/completions`` (a strict thinking-mode Chat
-provider, :mod:`chat_provider`); test controls under the reserved prefix ``/__fake/``
+provider, :mod:`chat_fake`); test controls under the reserved prefix ``/__fake/``
 (``POST scripts``, ``GET requests[?wait_for=N&timeout=S]``, ``POST reset``, ``GET health``,
 ``GET|POST strict`` -- the Chat strictness, ``{"rule": ..., "prefix": ...}``, ``POST
 rotate_key`` -- seal with a new key, so every earlier token is refused, ``GET|POST|DELETE
@@ -39,7 +39,7 @@ from tornado.routing import Rule
 from fakeupstream.answers import Answer, error_answer, raw_answer, scripted_error
 from fakeupstream.cassette_handlers import CassetteControlHandler, CassetteHandler, PlayingCassette
 from fakeupstream.cassette_playback import Playback
-from fakeupstream.chat_provider import ChatProvider
+from fakeupstream.chat_fake import ChatProvider
 from fakeupstream.ciphertext import Cipher, Follower, History, Ledger, Sealed, probe
 from fakeupstream.events import build, sse_frame
 from fakeupstream.handlers import (
@@ -54,13 +54,13 @@ from fakeupstream.handlers import (
     StrictHandler,
 )
 from fakeupstream.models import ModelsHandler
-from fakeupstream.records import RecordedRequest
+from fakeupstream.recorded import RecordedRequest
 from fakeupstream.rules import ApiError, input_items, is_reasoning_model, validate
 from fakeupstream.scripts import Script, default_output, parse_script
 from fakeupstream.strict_chat import Strictness
 from relay.clock import Clock, SystemClock
 
-# The names other code imports from here; RecordedRequest lives in :mod:`records`.
+# The names other code imports from here; RecordedRequest lives in :mod:`recorded`.
 __all__ = ["FakeUpstream", "RecordedRequest", "log", "origin"]
 
 log = logging.getLogger("fakeupstream")

@@ -5,7 +5,7 @@ Two sides are collected separately while a response is relayed:
 - :class:`OutputCapture` gets every upstream Responses event (the relay always streams
   upstream, JSON answers included) and keeps the finalized original items: each
   ``output_item.done`` item and the terminal response's ``output``;
-- :class:`~relay.reasoning.projection.ClientProjection` gets every Chat chunk produced for
+- :class:`~relay.core.projection.ClientProjection` gets every Chat chunk produced for
   the client (or the JSON completion) and keeps what the client was told.
 
 :func:`finish_capture` then decides, conservatively:
@@ -38,10 +38,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from relay.core.predict import predict_envelopes
+from relay.core.projection import DEFAULT_MAX_BYTES, ClientProjection, utf8_length
+from relay.core.receipts import Reason
 from relay.errors import RelayError
-from relay.reasoning.predict import predict_envelopes
-from relay.reasoning.projection import DEFAULT_MAX_BYTES, ClientProjection, utf8_length
-from relay.reasoning.receipts import Reason
 from relay.translate.responses_to_chat import response_to_chat_completion
 
 __all__ = [

@@ -20,10 +20,10 @@ from typing import Any, Final, Protocol
 
 import orjson
 
-from relay.reasoning.hot_blocks import HotBlocks, VerifiedPayload
-from relay.reasoning.identity import AssistantBlockKey, HistoryDigests
-from relay.reasoning.receipts import Reason
-from relay.reasoning.records import (
+from relay.core.hot_blocks import HotBlocks, VerifiedPayload
+from relay.core.identity import AssistantBlockKey, HistoryDigests
+from relay.core.receipts import Reason
+from relay.core.records import (
     BlockRef,
     Observation,
     PlanText,

@@ -25,7 +25,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Final
 
-from relay.reasoning.store_schema import in_batches, placeholders
+from relay.storage.schema import in_batches, placeholders
 
 Access = Callable[[str], AbstractContextManager[sqlite3.Connection]]
 Transaction = Callable[[], AbstractContextManager[None]]

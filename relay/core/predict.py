@@ -48,7 +48,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from relay.reasoning.envelope import normalize_assistant
+from relay.core.envelope import normalize_assistant
 
 _SAFE_INTEGER: Final = 2**53 - 1
 _INDEX_KEY: Final = re.compile(r"(?:0|[1-9][0-9]*)\Z")

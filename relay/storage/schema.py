@@ -16,7 +16,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from typing import Final, TypeVar
 
-from relay.reasoning.records import plan_digest
+from relay.core.records import plan_digest
 
 APPLICATION_ID: Final = 0x52525231  # "RRR1"
 
@@ -135,7 +135,7 @@ _VERSION_2: Final = (
 
 # Ancestors are read by reference without their plan's text (up to 33 KB in the middle of
 # the row, so reading any column after it walks its overflow pages): each row records its
-# plan's digest (relay.reasoning.records.plan_digest, backfilled here), and an index
+# plan's digest (relay.core.records.plan_digest, backfilled here), and an index
 # covering every other column answers the by-reference read alone. It also serves every
 # (scope_id, end_digest) lookup the index it replaces did.
 _VERSION_3: Final = (
@@ -148,7 +148,7 @@ _VERSION_3: Final = (
 )
 
 # A third marker kind, end_rejected: the upstream refused the block replayed for that visible
-# message (relay.reasoning.rejection). SQLite cannot alter a CHECK, so the table is rebuilt
+# message (relay.core.rejection). SQLite cannot alter a CHECK, so the table is rebuilt
 # with its rows; markers have no dependants.
 _VERSION_4: Final = (
     """CREATE TABLE markers_v4 (

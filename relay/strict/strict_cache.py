@@ -27,14 +27,14 @@ from tornado.ioloop import PeriodicCallback
 
 from relay import log
 from relay.clock import Clock
+from relay.core.canonical import CanonicalRefused
+from relay.core.identity import HistoryState, Scope, build_scope, history_digests
+from relay.core.receipts import Reason
 from relay.errors import StoreError
 from relay.providers import Provider
-from relay.reasoning.canonical import CanonicalRefused
-from relay.reasoning.identity import HistoryState, Scope, build_scope, history_digests
-from relay.reasoning.receipts import Reason
-from relay.reasoning.store import ReasoningStore
-from relay.reasoning.store_strict import StrictEntry, StrictPage, StrictStats
-from relay.strict.capture import ChatCapture, capture_key
+from relay.storage.replay_store import ReasoningStore
+from relay.storage.strict_store import StrictEntry, StrictPage, StrictStats
+from relay.strict.chat_capture import ChatCapture, capture_key
 from relay.strict.memory import DEFAULT_MAX_BYTES, CachedReasoning, ReasoningLru
 from relay.strict.restore import Restored, restore, strip
 from relay.strict.rules import StrictRule

@@ -8,7 +8,7 @@ Everything collected is bounded by ``max_bytes``; past it the capture is *exhaus
 yields nothing (a partial reasoning must never be restored).
 
 :func:`capture_key` says where a captured turn is found later: the end digest of the
-history extended with the predicted envelope (:func:`~relay.reasoning.predict.predict_envelope`,
+history extended with the predicted envelope (:func:`~relay.core.predict.predict_envelope`,
 tool arguments as the client re-serializes them; ``None`` when the prediction is unknown or
 over the canonical limits) and its tool-call ids.
 """
@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from relay.reasoning.canonical import CanonicalRefused
-from relay.reasoning.identity import HistoryState
-from relay.reasoning.predict import SentToolCall, predict_envelope
-from relay.reasoning.receipts import Reason
+from relay.core.canonical import CanonicalRefused
+from relay.core.identity import HistoryState
+from relay.core.predict import SentToolCall, predict_envelope
+from relay.core.receipts import Reason
 
 
 @dataclass(frozen=True)

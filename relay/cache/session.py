@@ -18,15 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from relay import log
 from relay.clock import Clock
-from relay.crashpoints import crash_point
-from relay.errors import StoreError, UpstreamHTTPError
-from relay.reasoning.canonical import CanonicalRefused
-from relay.reasoning.capture import CaptureResult, ClientProjection, OutputCapture, finish_capture
-from relay.reasoning.hot_blocks import HotBlocks
-from relay.reasoning.identity import AssistantBlockKey, HistoryDigests, Scope, merged_include
-from relay.reasoning.planner import Plan, PlanLimits, Rejection, plan_replay
-from relay.reasoning.receipts import Reason
-from relay.reasoning.records import (
+from relay.core.canonical import CanonicalRefused
+from relay.core.capture import CaptureResult, ClientProjection, OutputCapture, finish_capture
+from relay.core.hot_blocks import HotBlocks
+from relay.core.identity import AssistantBlockKey, HistoryDigests, Scope, merged_include
+from relay.core.planner import Plan, PlanLimits, Rejection, plan_replay
+from relay.core.receipts import Reason
+from relay.core.records import (
     EMPTY_PLAN,
     BlockRef,
     MarkerKind,
@@ -36,16 +34,18 @@ from relay.reasoning.records import (
     StoredPayload,
     StoredSizeExceeded,
 )
-from relay.reasoning.rejection import RejectionKind, classify_rejection, redact_ciphertext
-from relay.reasoning.replace import replace_blocks
-from relay.reasoning.replay_stats import Outcome
-from relay.reasoning.resources import CapacityLedger, Lease
-from relay.reasoning.store import ReasoningStore
+from relay.core.rejection import RejectionKind, classify_rejection, redact_ciphertext
+from relay.core.replace import replace_blocks
+from relay.core.replay_stats import Outcome
+from relay.core.resources import CapacityLedger, Lease
+from relay.crashpoints import crash_point
+from relay.errors import StoreError, UpstreamHTTPError
+from relay.storage.replay_store import ReasoningStore
 from relay.translate.body_encoding import RawItems
 from relay.translate.chat_to_responses import TranslatedRequest
 
 if TYPE_CHECKING:
-    from relay.reasoning.cache import CacheMetrics
+    from relay.cache.replay_cache import CacheMetrics
 
 
 @dataclass(frozen=True)

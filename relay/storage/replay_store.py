@@ -1,5 +1,5 @@
 """The replay cache's SQLite store: the one module that talks to SQLite (design §6), with
-its strict-provider tables in :mod:`relay.reasoning.store_strict` (``ReasoningStore.strict``,
+its strict-provider tables in :mod:`relay.storage.strict_store` (``ReasoningStore.strict``,
 the same connection).
 
 One process owns the database: ``locking_mode=EXCLUSIVE`` plus a startup write means a
@@ -38,9 +38,8 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from relay.clock import Clock
-from relay.errors import StoreCorrupt, StoreError, StoreFull, StoreIOError, StoreLocked
-from relay.reasoning.identity import ScopeTargeting
-from relay.reasoning.records import (
+from relay.core.identity import ScopeTargeting
+from relay.core.records import (
     EMPTY_PLAN,
     MAX_STORED_PLAN,
     PLAN_STRIDE,
@@ -54,14 +53,15 @@ from relay.reasoning.records import (
     StoredSizeExceeded,
     plan_text_length,
 )
-from relay.reasoning.store_schema import (
+from relay.errors import StoreCorrupt, StoreError, StoreFull, StoreIOError, StoreLocked
+from relay.storage.schema import (
     TABLES,
     SchemaRefused,
     in_batches,
     migrate,
     placeholders,
 )
-from relay.reasoning.store_strict import StrictEntries
+from relay.storage.strict_store import StrictEntries
 
 SECRET_BYTES: Final = 32
 # Markers or open intents of one scope read whole rather than matched through IN lists.
