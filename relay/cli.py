@@ -10,6 +10,7 @@ import sys
 from relay import __version__, log
 from relay.config import load_config
 from relay.errors import ConfigError, StoreError
+from relay.offline import load_offline_upstream
 from relay.server import RelayServer, serve_forever
 
 
@@ -26,7 +27,9 @@ def _serve() -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await serve_forever(RelayServer(config), stop)
+        # The composition root: without a key, the installed offline upstream answers.
+        offline = load_offline_upstream() if config.uses_embedded_fake else None
+        await serve_forever(RelayServer(config, offline=offline), stop)
 
     try:
         asyncio.run(run())

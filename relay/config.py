@@ -16,26 +16,13 @@ from typing import Any
 
 from relay.core.resources import BudgetTooSmall, CacheBudget
 from relay.errors import ConfigError
+from relay.model_alias import ModelAlias
 from relay.providers import BUILTIN, Provider, check_base_url, parse_providers
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 REASONING_SUMMARIES = ("auto", "concise", "detailed", "none")
 SAMPLING_POLICIES = ("auto", "forward", "drop")
-
-
-@dataclass(frozen=True)
-class ModelAlias:
-    """What a client-visible model name resolves to upstream."""
-
-    name: str
-    model: str
-    reasoning_effort: str | None = None
-    reasoning_summary: str | None = None
-    # "auto": decide by model family (relay.translate.sampling); "forward": always send
-    # temperature/top_p; "drop": never send them.
-    sampling: str = "auto"
-    provider: str = BUILTIN  # a RELAY_PROVIDERS name, or the built-in "openai"
 
 
 @dataclass(frozen=True)

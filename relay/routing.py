@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from relay.config import ModelAlias
 from relay.errors import InvalidRequest
+from relay.model_alias import ModelAlias
 
 
 def resolve_model(

@@ -22,6 +22,7 @@ from relay.handlers.cache_api import CacheApiHandler
 from relay.handlers.chat import ChatCompletionsHandler
 from relay.handlers.models import ModelsHandler
 from relay.handlers.responses import ResponsesHandler
+from relay.offline import OfflineUpstream, OfflineUpstreamFactory, load_offline_upstream
 from relay.providers import BUILTIN, Provider
 from relay.runtime import Runtime
 from relay.strict.strict_cache import StrictCache
@@ -56,7 +57,10 @@ class RelayServer:
     runtime: Runtime | None = None
     port: int | None = None
     token_path: str | None = None
-    fake: Any = None  # fakeupstream.fake.FakeUpstream when running offline
+    # What to serve from without OPENAI_API_KEY (the command line passes the installed
+    # one, relay.offline); the running one is ``fake``.
+    offline: OfflineUpstreamFactory | None = None
+    fake: OfflineUpstream | None = None
     _http: HTTPServer | None = None
 
     async def start(self) -> int:
@@ -67,9 +71,8 @@ class RelayServer:
             token, path = load_or_create_token(config.data_dir)
             self.token_path = str(path)
         if config.uses_embedded_fake:
-            from fakeupstream.fake import FakeUpstream  # noqa: PLC0415 - offline mode only
-
-            self.fake = FakeUpstream(clock=self.clock)
+            factory = self.offline or load_offline_upstream()
+            self.fake = factory(clock=self.clock)
             await self.fake.start("127.0.0.1", 0)
             base_url, api_key = self.fake.base_url.rstrip("/"), EMBEDDED_FAKE_KEY
         else:

@@ -34,7 +34,8 @@ from relay.core.planner import Plan, plan_replay
 from relay.core.records import BlockRef, PlanText, ScopeRow
 from relay.routing import resolve_model
 from relay.runtime import Runtime
-from relay.translate.chat_to_responses import TranslatedRequest, translate_request
+from relay.translate.chat_to_responses import TranslatedRequest
+from relay.translate.request import translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion
 from tests.bench_identity import (
     SIZES,

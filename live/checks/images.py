@@ -23,7 +23,7 @@ from live.settings import Settings
 from live.verdict import Verdict, expect, passed
 from relay.core.identity import merged_include
 from relay.routing import resolve_model
-from relay.translate.chat_to_responses import translate_request
+from relay.translate.request import translate_request
 
 ANSWERS = ("red", "green", "blue", "none")
 

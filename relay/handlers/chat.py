@@ -13,7 +13,7 @@ from relay.handlers.shell import PipelineShell
 from relay.pipeline.chat import ChatPipeline
 from relay.routing import resolve_model
 from relay.translate.chat_sse import KEEPALIVE
-from relay.translate.chat_to_responses import translate_request
+from relay.translate.request import translate_request
 from relay.transport.upstream import Dialect
 
 

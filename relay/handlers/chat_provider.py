@@ -18,10 +18,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from relay import log
-from relay.config import ModelAlias
 from relay.errors import InvalidRequest
 from relay.handlers.relaying import RelayingHandler
 from relay.handlers.shell import PipelineShell
+from relay.model_alias import ModelAlias
 from relay.pipeline.provider import ChatProviderPipeline
 from relay.providers import Provider
 from relay.strict.restore import has_tools

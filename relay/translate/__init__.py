@@ -5,7 +5,8 @@ answer: :func:`response_to_chat_completion`. Responses SSE events → Chat chunk
 :class:`ChatStreamConverter`; frames for the client: :mod:`relay.translate.chat_sse`.
 """
 
-from relay.translate.chat_to_responses import TranslatedRequest, translate_request
+from relay.translate.chat_to_responses import TranslatedRequest
+from relay.translate.request import translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion, usage_to_chat
 from relay.translate.sampling import is_reasoning_model, sampling_params
 from relay.translate.stream_converter import ChatStreamConverter

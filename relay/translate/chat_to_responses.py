@@ -37,8 +37,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from relay.config import ModelAlias
 from relay.errors import InvalidRequest, UnsupportedParameter
+from relay.model_alias import ModelAlias
 from relay.translate.sampling import is_reasoning_model, sampling_params
 
 
@@ -118,26 +118,7 @@ EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 IMAGE_DETAILS = ("low", "high", "auto")
 
 
-def translate_request(
-    body: Mapping[str, Any], target: ModelAlias, *, reasoning_summaries: bool
-) -> TranslatedRequest:
-    """Translate a client body (Chat-shaped, or Cursor's Responses-shaped one) for upstream."""
-    if not isinstance(body, Mapping):
-        raise InvalidRequest("the request body must be a JSON object")
-    if "messages" in body:
-        return _translate_chat(body, target, reasoning_summaries=reasoning_summaries)
-    if "input" in body:
-        # Imported here because responses_input imports this module's shared helpers.
-        from relay.translate.responses_input import translate_responses_shape  # noqa: PLC0415
-
-        return translate_responses_shape(body, target, reasoning_summaries=reasoning_summaries)
-    raise InvalidRequest(
-        "'messages' is required: send the conversation as an array of chat messages",
-        param="messages",
-    )
-
-
-def _translate_chat(
+def translate_chat(
     body: Mapping[str, Any], target: ModelAlias, *, reasoning_summaries: bool
 ) -> TranslatedRequest:
     for key, value in body.items():

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from relay.config import ModelAlias
 from relay.errors import InvalidRequest, UnsupportedParameter
+from relay.model_alias import ModelAlias
 from relay.translate.chat_to_responses import (
     PASSTHROUGH,
     TranslatedRequest,

@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from relay.config import ModelAlias
 from relay.errors import InvalidRequest, UnsupportedParameter
-from relay.translate.chat_to_responses import TranslatedRequest, translate_request
+from relay.model_alias import ModelAlias
+from relay.translate.chat_to_responses import TranslatedRequest
+from relay.translate.request import translate_request
 
 GPT5 = ModelAlias("gpt-5", "gpt-5")
 GPT4O = ModelAlias("gpt-4o", "gpt-4o")

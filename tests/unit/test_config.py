@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from relay.config import Config, ModelAlias, load_config
+from relay.config import Config, load_config
 from relay.errors import ConfigError
+from relay.model_alias import ModelAlias
 
 
 def test_defaults() -> None:

@@ -16,13 +16,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relay.config import ModelAlias
 from relay.core import identity
 from relay.core.canonical import Budget, NotCanonicalizable
 from relay.core.envelope import NULLISH, normalize_assistant, normalize_message
 from relay.core.identity import history_digests
 from relay.core.predict import SentToolCall, predict_envelopes
-from relay.translate.chat_to_responses import translate_request
+from relay.model_alias import ModelAlias
+from relay.translate.request import translate_request
 from tests.support.canonical_reference import identity_scope, reference_digests
 
 SCOPE = identity_scope()

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from relay.config import ModelAlias
 from relay.errors import StoreFull, UpstreamError, UpstreamHTTPError
+from relay.model_alias import ModelAlias
 from relay.pipeline.actions import (
     Abort,
     Action,
@@ -37,7 +37,7 @@ from relay.pipeline.actions import (
 from relay.pipeline.base import Phase, PipelineStateError
 from relay.pipeline.chat import ChatPipeline
 from relay.translate.chat_sse import DONE, encode_error
-from relay.translate.chat_to_responses import translate_request
+from relay.translate.request import translate_request
 
 GPT5 = ModelAlias("gpt-5", "gpt-5")
 USAGE = {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5}

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from relay.config import ModelAlias, load_config
+from relay.config import load_config
 from relay.errors import ConfigError
+from relay.model_alias import ModelAlias
 from relay.providers import Provider
 
 DEEPSEEK = {

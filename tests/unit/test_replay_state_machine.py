@@ -60,16 +60,17 @@ from hypothesis.stateful import (
 from relay.cache.replay_cache import ReplayCache
 from relay.cache.session import CacheSession, ScopedSource
 from relay.clock import ManualClock
-from relay.config import Config, ModelAlias
+from relay.config import Config
 from relay.core.capture import ClientProjection
 from relay.core.identity import HistoryDigests, Scope, history_digests
 from relay.core.planner import Plan, PlanLimits, plan_replay
 from relay.core.receipts import Reason
 from relay.core.records import BlockRef
 from relay.errors import UpstreamHTTPError
+from relay.model_alias import ModelAlias
 from relay.storage.replay_store import ReasoningStore
 from relay.translate.body_encoding import encode_body
-from relay.translate.chat_to_responses import translate_request
+from relay.translate.request import translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion
 from tests.support.replay_model import DAY, History, Model, Record
 

@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from relay.config import ModelAlias
 from relay.errors import InvalidRequest, UnsupportedParameter
-from relay.translate.chat_to_responses import TranslatedRequest, translate_request
+from relay.model_alias import ModelAlias
+from relay.translate.chat_to_responses import TranslatedRequest
+from relay.translate.request import translate_request
 from relay.translate.responses_input import translate_responses_shape
 
 CODEX = ModelAlias("gpt-5-codex", "gpt-5-codex")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from relay.config import ModelAlias
 from relay.errors import InvalidRequest
+from relay.model_alias import ModelAlias
 from relay.routing import resolve_model
 
 ALIASES = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from relay.routing import resolve_model
-from relay.translate.chat_to_responses import translate_request
+from relay.translate.request import translate_request
 from scenarios.visible import chat_segments, segments
 from tests.unit.test_checker import (
     answer,

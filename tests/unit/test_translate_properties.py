@@ -17,8 +17,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relay.config import ModelAlias
-from relay.translate.chat_to_responses import translate_request
+from relay.model_alias import ModelAlias
+from relay.translate.request import translate_request
 from relay.translate.sampling import is_reasoning_model
 from relay.translate.stream_converter import ChatStreamConverter
 from relay.transport.sse import SSEParser, decode_event

@@ -1,0 +1,22 @@
+"""What a client-visible model name resolves to (a plain value: configuration, routing
+and translation all use it, so it depends on none of them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from relay.providers import BUILTIN
+
+
+@dataclass(frozen=True)
+class ModelAlias:
+    """What a client-visible model name resolves to upstream."""
+
+    name: str
+    model: str
+    reasoning_effort: str | None = None
+    reasoning_summary: str | None = None
+    # "auto": decide by model family (relay.translate.sampling); "forward": always send
+    # temperature/top_p; "drop": never send them.
+    sampling: str = "auto"
+    provider: str = BUILTIN  # a RELAY_PROVIDERS name, or the built-in "openai"
