@@ -13,7 +13,7 @@ from tornado.netutil import bind_sockets
 from tornado.web import Application
 
 from relay import log
-from relay.auth import load_or_create_token
+from relay.auth import ensure_private_dir, load_or_create_token
 from relay.clock import Clock, SystemClock
 from relay.config import Config
 from relay.handlers.base import HealthHandler, ModelsHandler, NotFoundHandler
@@ -59,6 +59,8 @@ class RelayServer:
 
     async def start(self) -> int:
         config = self.config
+        # Private whether or not it holds the token: the cache lives there too.
+        ensure_private_dir(config.data_dir)
         if config.relay_token is not None:
             token = config.relay_token
         else:
