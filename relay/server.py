@@ -8,7 +8,6 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 from tornado.web import Application
 
@@ -24,6 +23,7 @@ from relay.providers import BUILTIN, Provider
 from relay.reasoning.cache import ReplayCache
 from relay.runtime import Runtime
 from relay.strict.cache import StrictCache
+from relay.transport.http_server import RelayHTTPServer
 from relay.transport.upstream import ClientGone, make_http_client
 
 EMBEDDED_FAKE_KEY = "sk-embedded-offline-fake"
@@ -55,7 +55,7 @@ class RelayServer:
     port: int | None = None
     token_path: str | None = None
     fake: Any = None  # fakeupstream.server.FakeUpstream when running offline
-    _http: HTTPServer | None = None
+    _http: RelayHTTPServer | None = None
 
     async def start(self) -> int:
         config = self.config
@@ -104,12 +104,13 @@ class RelayServer:
             strict=strict,
             providers={**config.providers, BUILTIN: builtin},
         )
-        self._http = HTTPServer(
+        self._http = RelayHTTPServer(
             make_app(self.runtime),
             idle_connection_timeout=config.idle_timeout_ms / 1000,
             body_timeout=config.idle_timeout_ms / 1000,
             # The per-request limit is enforced by the chat handler with a proper 413.
             max_body_size=2**62,
+            new_id=Runtime.new_id,
         )
         try:
             sockets = bind_sockets(config.port, config.host, family=socket.AF_UNSPEC)
