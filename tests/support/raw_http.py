@@ -12,6 +12,7 @@ class Answer:
     status: int
     headers: dict[str, list[str]] = field(default_factory=dict)
     body: bytes = b""
+    until_close: bool = False  # no framing: the body is whatever came before the close
 
     def header(self, name: str) -> str | None:
         values = self.headers.get(name.lower())
@@ -22,9 +23,10 @@ class ProtocolViolation(AssertionError):
     """The server's answer is not well-formed HTTP/1.1."""
 
 
-def read_answers(data: bytes) -> list[Answer]:
-    """Every complete answer in ``data`` (all a connection sent), in order. Bodies are
-    framed by Content-Length (the relay's error answers always carry one) or chunked."""
+def read_answers(data: bytes, *, head_only: bool = False) -> list[Answer]:
+    """Every answer in ``data`` (all a connection sent), in order. Bodies are framed by
+    Content-Length (the relay's error answers always carry one) or chunked; answers to
+    HEAD (``head_only``) and 1xx answers have none."""
     answers: list[Answer] = []
     rest = data
     while rest:
@@ -42,14 +44,21 @@ def read_answers(data: bytes) -> list[Answer]:
                 raise ProtocolViolation(f"not a header line: {line[:200]!r}")
             answer.headers.setdefault(name.strip().lower(), []).append(value.strip())
         length = answer.header("content-length")
-        if length is not None:
+        if 100 <= answer.status < 200:
+            pass
+        elif head_only:
+            # No body, except that a refusal the server writes before it knows the method
+            # carries its envelope, and then the connection closes.
+            if rest and not rest.startswith(b"HTTP/1."):
+                answer.body, rest = rest, b""
+        elif length is not None:
             answer.body, rest = rest[: int(length)], rest[int(length) :]
             if len(answer.body) < int(length):
                 raise ProtocolViolation("an answer shorter than its Content-Length")
         elif (answer.header("transfer-encoding") or "").lower() == "chunked":
             answer.body, rest = _dechunk(rest)
-        elif answer.status not in (204, 304) and not 100 <= answer.status < 200:
-            answer.body, rest = rest, b""  # until the connection closed
+        elif answer.status not in (204, 304):
+            answer.body, rest, answer.until_close = rest, b"", True
         answers.append(answer)
     return answers
 
@@ -86,3 +95,33 @@ def exchange(port: int, data: bytes, *, timeout: float = 10.0) -> bytes:
                 break
             received += chunk
         return received
+
+
+def converse(
+    port: int, data: bytes, *, answer_due: bool, head_only: bool = False, timeout: float = 10.0
+) -> bytes:
+    """Send ``data`` and read what comes back: until the server closes, or once a final
+    answer is complete and the connection stays open (keep-alive: nothing more is due).
+    When no answer is due (the request never ends), stop after a moment instead."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        with contextlib.suppress(OSError):  # the server may answer and close before the end
+            sock.sendall(data)
+        sock.settimeout(timeout if answer_due else 0.01)
+        received = b""
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except OSError:  # a timeout, or a reset after the answer
+                return received
+            if not chunk:
+                return received
+            received += chunk
+            try:
+                answers = read_answers(received, head_only=head_only)
+            except (ProtocolViolation, ValueError):
+                continue  # not complete yet
+            final = [a for a in answers if a.status >= 200]
+            if not final or final[-1].until_close:
+                continue
+            if (final[-1].header("connection") or "").lower() != "close":
+                return received
