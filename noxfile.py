@@ -67,6 +67,13 @@ def scenarios(session: nox.Session) -> None:
         *session.posargs,
         env={"RELAY_SCENARIO_BUDGET": "long"},
     )
+    # The fuzz again, five times as long (the fast suite sends 10,000 requests).
+    session.run(
+        "pytest",
+        "tests/integration/test_fuzz.py",
+        *session.posargs,
+        env={"RELAY_SCENARIO_BUDGET": "long"},
+    )
     # The replay state machine again, with its long budget (the fast suite runs a short one).
     session.run(
         "pytest",

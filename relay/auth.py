@@ -14,10 +14,57 @@ TOKEN_FILE = "relay-token"  # noqa: S105 - a file name, not a secret
 
 
 def ensure_private_dir(path: Path) -> None:
-    """Create ``path`` (and parents) owner-only; tighten an existing one we own."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if path.stat().st_uid == os.getuid():
-        path.chmod(0o700)
+    """Create ``path`` (and parents) owner-only (0700), or make an existing one so.
+
+    Refuses (:class:`ConfigError`, one line naming the path and the fix) a path that is
+    not a directory, a directory of another user or a symlink to one (or a symlink another
+    user could re-point), and a directory whose mode cannot be made 0700.
+    """
+    where = f"the data directory {path} (RELAY_DATA_DIR)"
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except FileExistsError:
+        raise ConfigError(
+            f"{where} exists and is not a directory; remove it or choose another"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot create {where}: {exc.strerror}") from None
+    me = os.geteuid()
+    try:
+        link = path.lstat()
+        # O_DIRECTORY: what the path names now; the checks and the chmod act on that.
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigError(f"cannot open {where}: {exc.strerror}") from None
+    try:
+        found = os.fstat(fd)
+        if stat.S_ISLNK(link.st_mode) and link.st_uid not in (me, 0):
+            raise ConfigError(
+                f"{where} is a symlink owned by uid {link.st_uid}, who could re-point it; "
+                "use a directory (or a symlink) of your own"
+            )
+        if found.st_uid != me:
+            kind = f"a symlink to {os.path.realpath(path)}, " if stat.S_ISLNK(link.st_mode) else ""
+            raise ConfigError(
+                f"{where} is {kind}a directory of uid {found.st_uid}, not of this user (uid "
+                f"{me}); the relay keeps its token and cache there: use a directory you own"
+            )
+        if stat.S_IMODE(found.st_mode) & 0o777 != 0o700:
+            try:
+                os.fchmod(fd, 0o700)
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot make {where} private (mode {stat.S_IMODE(found.st_mode):04o}, "
+                    f"needs 0700): {exc.strerror}"
+                ) from None
+            mode = stat.S_IMODE(os.fstat(fd).st_mode)
+            if mode & 0o077:  # e.g. a file system that ignores chmod
+                raise ConfigError(
+                    f"cannot make {where} private: its mode stays {mode:04o} after chmod "
+                    "0700; use a directory on a file system with Unix permissions"
+                )
+    finally:
+        os.close(fd)
 
 
 def load_or_create_token(data_dir: Path) -> tuple[str, Path]:

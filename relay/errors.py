@@ -78,6 +78,17 @@ class UnsupportedMediaType(ClientError):
     default_code = "unsupported_media_type"
 
 
+class MalformedHTTP(ClientError):
+    """The HTTP/1 framing itself is wrong (request line, headers, body framing)."""
+
+    default_code = "malformed_http_request"
+
+
+class HeadersTooLarge(ClientError):
+    status = 431
+    default_code = "request_header_fields_too_large"
+
+
 # --- relay-local faults -------------------------------------------------------------
 
 

@@ -1,15 +1,48 @@
-"""Decoding a client's request body: content type, UTF-8, JSON, shape. Pure."""
+"""Decoding a client's request body: content type, UTF-8, JSON, shape. Pure.
+
+Beyond JSON's grammar, two things in a syntactically valid body are refused here, with the
+JSON path of the value, because nothing later could carry them: a string holding a lone
+UTF-16 surrogate (``"\\ud800"``: JSON's escape syntax allows it, UTF-8 cannot encode it,
+so it could be neither hashed, stored nor forwarded) and a number the relay cannot
+represent (an integer over Python's digit limit, a float beyond the double range).
+"""
 
 from __future__ import annotations
 
 import json
-from typing import Any, NoReturn
+import math
+import re
+import sys
+from collections.abc import Iterator
+from typing import Any, Final, NoReturn
 
 from relay.errors import InvalidRequest, UnsupportedMediaType
+
+# A \uD800-\uDFFF escape anywhere in the text: only then can a parsed string hold a
+# surrogate (the text itself is valid UTF-8, which has none). Valid pairs match too.
+_SURROGATE_ESCAPE: Final = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+_IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class _UnrepresentableNumber(ValueError):
+    """A number literal no Python number (or no finite float) can hold."""
+
+    def __init__(self, description: str) -> None:
+        super().__init__(description)
+        self.description = description
 
 
 def _reject_constant(name: str) -> NoReturn:
     raise InvalidRequest(f"request body is not valid JSON: {name} is not a JSON number")
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):  # 1e400 would become inf, which JSON cannot carry on
+        shown = literal if len(literal) <= 24 else literal[:20] + "..."
+        raise _UnrepresentableNumber(f"{shown} is beyond the range of a double")
+    return value
 
 
 def parse_json_object(raw: bytes, content_type: str | None) -> dict[str, Any]:
@@ -30,16 +63,116 @@ def parse_json_object(raw: bytes, content_type: str | None) -> dict[str, Any]:
             "encode JSON as UTF-8"
         ) from None
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = _loads(text, parse_float=_finite_float)
+    except ValueError:  # an integer over the digit limit, or an infinite float
+        value = _without_unrepresentable_numbers(text)
+    if not isinstance(value, dict):
+        raise InvalidRequest(f"request body must be a JSON object, not a JSON {_json_kind(value)}")
+    if _SURROGATE_ESCAPE.search(text) is not None and _has_surrogate(value):
+        _reject_lone_surrogate(value)
+    return value
+
+
+def _loads(text: str, **hooks: Any) -> Any:
+    """``json.loads`` with the syntax errors as 400s; number errors propagate."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant, **hooks)
     except RecursionError:
         raise InvalidRequest("request body is nested too deeply to be a chat request") from None
     except json.JSONDecodeError as exc:
         raise InvalidRequest(
             f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
-    if not isinstance(value, dict):
-        raise InvalidRequest(f"request body must be a JSON object, not a JSON {_json_kind(value)}")
+
+
+class _BadNumber:
+    """Stands in for an unrepresentable number while its path is looked for."""
+
+    __slots__ = ("description",)
+
+    def __init__(self, description: str) -> None:
+        self.description = description
+
+
+def _marked_int(literal: str) -> int | _BadNumber:
+    try:
+        return int(literal)
+    except ValueError:
+        limit = sys.get_int_max_str_digits()
+        digits = len(literal.lstrip("-"))
+        return _BadNumber(f"an integer of {digits} digits, more than the {limit} the relay accepts")
+
+
+def _marked_float(literal: str) -> float | _BadNumber:
+    try:
+        return _finite_float(literal)
+    except _UnrepresentableNumber as exc:
+        return _BadNumber(exc.description)
+
+
+def _without_unrepresentable_numbers(text: str) -> Any:
+    """Parse again, marking the numbers that failed; 400 naming the first one kept.
+
+    Only reached when a number failed, so the slower hooks cost nothing otherwise. A
+    failed number that a later duplicate key replaced is not in the value: then the value
+    is fine as it is.
+    """
+    value = _loads(text, parse_int=_marked_int, parse_float=_marked_float)
+    for path, item in _walk(value):
+        if isinstance(item, _BadNumber):
+            raise InvalidRequest(
+                f"{path or 'the request body'} is a number the relay cannot represent "
+                f"({item.description}); send a finite number within the range of a "
+                "double, or an integer of fewer digits",
+                param=path or None,
+            )
     return value
+
+
+def _has_surrogate(value: Any) -> bool:
+    # Encoding in C and searching the result costs far less than walking in Python;
+    # the walk (below) runs only to name the field once there is one.
+    try:
+        return _SURROGATE.search(json.dumps(value, ensure_ascii=False)) is not None
+    except RecursionError:  # nested about as deep as the parser allows: walk instead
+        return True
+
+
+def _reject_lone_surrogate(value: Any) -> None:
+    for path, item in _walk(value):
+        if isinstance(item, str):
+            found, where = _SURROGATE.search(item), path
+        elif isinstance(item, dict):
+            found = next(filter(None, map(_SURROGATE.search, item)), None)
+            where = f"a key in {path or 'the request body'}"
+        else:
+            continue
+        if found is not None:
+            raise InvalidRequest(
+                f"{where} holds a lone UTF-16 surrogate (\\u{ord(found.group()):04x}), which "
+                "is not valid Unicode; escape a character outside the Basic Multilingual "
+                "Plane as a surrogate pair (e.g. \\ud83d\\ude00) or send it as UTF-8",
+                param=path or None,
+            )
+
+
+def _walk(value: Any) -> Iterator[tuple[str, Any]]:
+    """``(path, node)`` for every node in document order, without recursion (the body
+    may be nested as deep as the parser allows)."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, node = stack.pop()
+        yield path, node
+        if isinstance(node, dict):
+            stack.extend((_key_path(path, k), v) for k, v in reversed(node.items()))
+        elif isinstance(node, list):
+            stack.extend((f"{path}[{i}]", v) for i, v in reversed(list(enumerate(node))))
+
+
+def _key_path(path: str, key: str) -> str:
+    if _IDENTIFIER.fullmatch(key):
+        return f"{path}.{key}" if path else key
+    return f"{path}[{json.dumps(key)}]"  # ASCII: a key's own surrogate prints as an escape
 
 
 def _json_kind(value: object) -> str:

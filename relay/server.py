@@ -8,12 +8,11 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 from tornado.web import Application
 
 from relay import log
-from relay.auth import load_or_create_token
+from relay.auth import ensure_private_dir, load_or_create_token
 from relay.cache.replay_cache import ReplayCache
 from relay.clock import Clock, SystemClock
 from relay.config import Config
@@ -26,6 +25,7 @@ from relay.offline import OfflineUpstream, OfflineUpstreamFactory, load_offline_
 from relay.providers import BUILTIN, Provider
 from relay.runtime import Runtime
 from relay.strict.strict_cache import StrictCache
+from relay.transport.http_server import RelayHTTPServer
 from relay.transport.upstream import ClientGone, make_http_client
 from relay.upstream_models import UpstreamModels
 
@@ -61,10 +61,12 @@ class RelayServer:
     # one, relay.offline); the running one is ``fake``.
     offline: OfflineUpstreamFactory | None = None
     fake: OfflineUpstream | None = None
-    _http: HTTPServer | None = None
+    _http: RelayHTTPServer | None = None
 
     async def start(self) -> int:
         config = self.config
+        # Private whether or not it holds the token: the cache lives there too.
+        ensure_private_dir(config.data_dir)
         if config.relay_token is not None:
             token = config.relay_token
         else:
@@ -107,12 +109,13 @@ class RelayServer:
             strict=strict,
             providers={**config.providers, BUILTIN: builtin},
         )
-        self._http = HTTPServer(
+        self._http = RelayHTTPServer(
             make_app(self.runtime),
             idle_connection_timeout=config.idle_timeout_ms / 1000,
             body_timeout=config.idle_timeout_ms / 1000,
             # The per-request limit is enforced by the chat handler with a proper 413.
             max_body_size=2**62,
+            new_id=Runtime.new_id,
         )
         try:
             sockets = bind_sockets(config.port, config.host, family=socket.AF_UNSPEC)

@@ -39,12 +39,22 @@ class BaseHandler(RequestHandler):
         if self.requires_auth and not bearer_matches(
             self.request.headers.get("Authorization"), self.runtime.relay_token
         ):
-            raise Unauthorized(
-                "missing or wrong relay token: send 'Authorization: Bearer <RELAY_TOKEN>' "
-                "(the token printed path is shown when the relay starts)"
-            )
+            raise Unauthorized(self._token_hint())
         if self.runtime.shutting_down:
             raise ShuttingDown("the relay is shutting down; retry against the restarted relay")
+
+    def _token_hint(self) -> str:
+        if self.runtime.config.relay_token is not None:
+            where = "the value of RELAY_TOKEN in the relay's environment"
+        else:
+            where = (
+                "in the file relay-token in the relay's data directory (RELAY_DATA_DIR, "
+                "default ./data; the relay prints the file's path when it starts)"
+            )
+        return (
+            f"missing or wrong relay token: send 'Authorization: Bearer <token>'; the token "
+            f"is {where}"
+        )
 
     def send_relay_error(self, err: RelayError) -> None:
         self.clear()

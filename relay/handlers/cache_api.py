@@ -22,6 +22,7 @@ from relay.storage.strict_store import StrictEntry, StrictTally
 MAX_LIMIT: Final = 200
 DEFAULT_LIMIT: Final = 50
 RECENT_RECORDS: Final = 20
+MAX_ENTRY_ID: Final = 2**63 - 1  # SQLite's largest rowid
 GET_PARAMS: Final = frozenset({"provider", "model", "limit", "before", "include"})
 DELETE_PARAMS: Final = frozenset({"provider", "toolCallId"})
 
@@ -31,6 +32,25 @@ def iso(timestamp: float | None) -> str | None:
         return None
     moment = datetime.fromtimestamp(timestamp, UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def entry_id(raw: str | None) -> int | None:
+    """The ``before`` parameter: an entry id, which is a positive SQLite integer."""
+    if raw is None:
+        return None
+    digits = raw.lstrip("0")
+    # ASCII only: str.isdigit() also accepts digits int() refuses (superscripts).
+    if not (raw.isascii() and raw.isdigit()) or len(digits) > len(str(MAX_ENTRY_ID)):
+        value = None
+    else:
+        value = int(raw, 10)
+    if value is None or not 1 <= value <= MAX_ENTRY_ID:
+        raise InvalidRequest(
+            f"'before' must be an entry id from 'nextBefore' (a whole number from 1 to "
+            f"{MAX_ENTRY_ID}); got {raw[:40]!r}",
+            param="before",
+        )
+    return value
 
 
 def clamp_limit(raw: str | None) -> int:
@@ -83,16 +103,14 @@ class CacheApiHandler(BaseHandler):
         include = params.get("include")
         if include not in (None, "reasoning"):
             raise InvalidRequest("'include' accepts only 'reasoning'", param="include")
-        before = params.get("before")
-        if before is not None and not before.isdigit():
-            raise InvalidRequest("'before' must be an entry id from 'nextBefore'", param="before")
+        before = entry_id(params.get("before"))
         limit = clamp_limit(params.get("limit"))
         strict = self.runtime.strict
         page = strict.entries(
             provider=params.get("provider"),
             model=params.get("model"),
             limit=limit,
-            before_id=None if before is None else int(before),
+            before_id=before,
         )
         body = {
             "stats": self._stats(),

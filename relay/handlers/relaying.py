@@ -28,14 +28,15 @@ from relay.transport.upstream import (
 @stream_request_body
 class RelayingHandler(BaseHandler):
     _sse_started = False  # start_sse has run
+    # A class default: on_connection_close also runs when prepare() refused the request.
+    _exchange: UpstreamExchange | None = None
 
     def prepare(self) -> None:
-        super().prepare()
         self._body = bytearray()
-        self._exchange: UpstreamExchange | None = None
+        super().prepare()
         limit = self.runtime.config.max_request_bytes
         declared = self.request.headers.get("Content-Length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
+        if declared is not None and _declares_more(declared, limit):
             raise PayloadTooLarge(_too_large(limit))
         # Chunked uploads are limited by data_received alone. Tornado's own body limit
         # (left at the server's "unlimited") must not fire first: Tornado 6.6 coalesces
@@ -158,6 +159,16 @@ class RelayingHandler(BaseHandler):
         finally:
             self.runtime.active.discard(exchange)
             self._exchange = None
+
+
+def _declares_more(declared: str, limit: int) -> bool:
+    """Whether a Content-Length states more than ``limit`` bytes. Only plain ASCII digits
+    count (Tornado refuses anything else with a 400), and a long one is compared by its
+    length, not converted (int() refuses over 4300 digits)."""
+    digits = declared.strip().lstrip("0")
+    if not (digits.isascii() and digits.isdigit()):
+        return False
+    return len(digits) > len(str(limit)) or int(digits) > limit
 
 
 def _too_large(limit: int) -> str:

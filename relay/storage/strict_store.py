@@ -31,6 +31,9 @@ Access = Callable[[str], AbstractContextManager[sqlite3.Connection]]
 Transaction = Callable[[], AbstractContextManager[None]]
 
 MAX_PAGE: Final = 1000
+# SQLite's INTEGER range; a Python int beyond it cannot be bound as a parameter.
+_INT64_MIN: Final = -(2**63)
+_INT64_MAX: Final = 2**63 - 1
 _COLUMNS: Final = """id, scope_digest, end_digest, provider, model, reasoning, text_digest,
     chars, created_at, touched_at, expires_at"""
 
@@ -199,6 +202,10 @@ class StrictEntries:
         to :data:`MAX_PAGE`. Keyset pagination: stable while records come and go."""
         if not 1 <= limit <= MAX_PAGE:
             raise ValueError(f"limit must be from 1 to {MAX_PAGE}")
+        if before_id is not None and before_id > _INT64_MAX:
+            before_id = None  # every id is below it
+        elif before_id is not None:
+            before_id = max(before_id, _INT64_MIN)  # none is below either
         clauses: list[str] = []
         params: list[object] = []
         for clause, value in (("provider = ?", provider), ("model = ?", model),

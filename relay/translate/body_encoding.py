@@ -32,10 +32,11 @@ class RawItems:
 
 def encode_body(body: Mapping[str, Any]) -> bytes:
     """``body`` as UTF-8 JSON; :class:`RawItems` in its ``input`` list become their
-    elements, verbatim. Without any, exactly ``json.dumps(body, ensure_ascii=False)``."""
+    elements, verbatim. Without any, exactly ``json.dumps(body, ensure_ascii=False)``
+    (a lone surrogate escaped, see :func:`_utf8`)."""
     items = body.get("input")
     if not isinstance(items, list) or not any(type(item) is RawItems for item in items):
-        return json.dumps(body, ensure_ascii=False).encode("utf-8")
+        return _utf8(json.dumps(body, ensure_ascii=False))
     pieces: list[str] = []
     run: list[Any] = []  # ordinary items since the last raw block: encoded in one call
     for item in items:
@@ -50,4 +51,15 @@ def encode_body(body: Mapping[str, Any]) -> bytes:
         pieces.append(json.dumps(run, ensure_ascii=False)[1:-1])
     rest = json.dumps({k: v for k, v in body.items() if k != "input"}, ensure_ascii=False)
     tail = ", " + rest[1:] if rest != "{}" else "}"
-    return ('{"input": [' + ", ".join(pieces) + "]" + tail).encode("utf-8")
+    return _utf8('{"input": [' + ", ".join(pieces) + "]" + tail)
+
+
+def _utf8(text: str) -> bytes:
+    """``text`` as UTF-8. A lone surrogate (UTF-8 cannot encode one) goes out as its JSON
+    escape: in JSON text it can only stand inside a string, where ``\\udXXX`` means the
+    same thing. Client bodies holding one are refused when parsed (``relay.request_body``);
+    this keeps any other path from failing with a 500."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace")

@@ -26,7 +26,7 @@ read that has to wait for the network, as Tornado does; the loop yields every
 from __future__ import annotations
 
 import asyncio
-from typing import Final
+from typing import Final, NoReturn
 
 from tornado import httputil, iostream
 from tornado.http1connection import (
@@ -158,6 +158,13 @@ class ChunkedDecoder:
 class BulkChunkedHTTP1Connection(HTTP1Connection):
     """Tornado's HTTP/1 connection, reading a chunked body with :class:`ChunkedDecoder`."""
 
+    def _size_line_too_long(self, error: iostream.UnsatisfiableReadError) -> NoReturn:
+        """As IOStream.read_until does for a line over its max_bytes: close the stream and
+        fail the read. (The relay's server connection answers a 400 instead.)"""
+        gen_log.info("Unsatisfiable read, closing connection: %s", error)
+        self.stream.close(exc_info=error)
+        raise iostream.StreamClosedError(real_error=self.stream.error) from None
+
     async def _read_chunked_body(self, delegate: httputil.HTTPMessageDelegate) -> None:
         decoder = ChunkedDecoder(self._max_body_size)
         chunk_size = self.params.chunk_size
@@ -178,10 +185,7 @@ class BulkChunkedHTTP1Connection(HTTP1Connection):
             try:
                 pieces = decoder.feed(received)
             except iostream.UnsatisfiableReadError as e:
-                # As IOStream.read_until does for a line over its max_bytes.
-                gen_log.info("Unsatisfiable read, closing connection: %s", e)
-                stream.close(exc_info=e)
-                raise iostream.StreamClosedError(real_error=stream.error) from None
+                self._size_line_too_long(e)
             for piece in pieces:
                 pending.append(piece)
                 pending_bytes += len(piece)

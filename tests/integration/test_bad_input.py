@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import socket
 
 import pytest
 import requests
 
+from tests.support.raw_http import exchange, read_answers
 from tests.support.stack import Stack
 
 GOOD = {"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}]}
@@ -149,6 +151,48 @@ def test_auth_is_required(stack: Stack, auth: str | None) -> None:
     err = assert_envelope(resp, 401, "relay token")
     assert err["type"] == "authentication_error"
     assert stack.token not in resp.text
+
+
+@pytest.mark.parametrize("path", ["/chat/completions", "/responses"])
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_refused_token_with_a_body_logs_no_error(
+    stack: Stack, caplog: pytest.LogCaptureFixture, path: str, chunked: bool
+) -> None:
+    """prepare() refuses before the body is read; closing the connection then must not
+    find the handler half set up (it logged an AttributeError from on_connection_close)."""
+    body = json.dumps(GOOD).encode()
+    data = iter([body]) if chunked else body  # a generator is sent chunked
+    headers = {"Authorization": "Bearer wrong-token-wrong-token"}
+    with caplog.at_level(logging.INFO):
+        resp = requests.post(f"{stack.base_url}{path}", data=data, headers=headers, timeout=10)
+        assert requests.get(f"{stack.base_url[:-3]}/healthz", timeout=5).status_code == 200
+    err = assert_envelope(resp, 401, "RELAY_TOKEN")
+    assert "printed path" not in err["message"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
+def test_the_401_says_where_a_generated_token_is(stack_factory) -> None:  # type: ignore[no-untyped-def]
+    with stack_factory({"RELAY_TOKEN": ""}) as s:
+        resp = requests.post(f"{s.base_url}/chat/completions", data=b"{}", timeout=10)
+        message = assert_envelope(resp, 401, "relay-token", "RELAY_DATA_DIR")["message"]
+        assert str(s.config.data_dir) not in message  # no server paths to anonymous callers
+
+
+@pytest.mark.parametrize(
+    ("declared", "status"), [("\u00b2", 400), ("+5", 400), ("1_0", 400), ("9" * 5000, 413)]
+)
+def test_a_strange_content_length_is_a_4xx(stack: Stack, declared: str, status: int) -> None:
+    """The 413 pre-check took '²' for digits and failed in int() (a 500), as it did for
+    4301 digits; Tornado then refuses anything but plain digits."""
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: relay\r\n"
+        f"Authorization: Bearer {stack.token}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {declared}\r\n\r\n"
+    )
+    answers = read_answers(exchange(stack.relay.port, head.encode("latin-1") + b"{}"))
+    assert [a.status for a in answers] == [status]
+    error = json.loads(answers[0].body)["error"]
+    assert error["code"] == ("malformed_http_request" if status == 400 else "request_too_large")
 
 
 def test_models_and_health(stack_factory) -> None:  # type: ignore[no-untyped-def]

@@ -149,6 +149,12 @@ def test_deletes(stack: Stack) -> None:
     [
         ("GET", {"limit": "ten"}, "limit"),
         ("GET", {"before": "x"}, "before"),
+        ("GET", {"before": "9223372036854775808"}, "before"),  # beyond SQLite's integers
+        ("GET", {"before": "9" * 5000}, "before"),  # beyond int()'s digit limit
+        ("GET", {"before": "\u00b2"}, "before"),  # str.isdigit() says yes, int() says no
+        ("GET", {"before": "0"}, "before"),
+        ("GET", {"before": "-1"}, "before"),
+        ("GET", {"limit": "9" * 5000}, "limit"),
         ("GET", {"include": "ciphertext"}, "include"),
         ("GET", {"sort": "asc"}, "sort"),
         ("DELETE", {"provider": "a", "toolCallId": "b"}, None),
@@ -161,7 +167,7 @@ def test_bad_input_is_a_clear_400(
     stack: Stack, method: str, params: dict[str, str], param: str | None
 ) -> None:
     resp = api(stack, method, **params)
-    assert resp.status_code == 400
+    assert resp.status_code == 400, resp.text
     error = resp.json()["error"]
     assert error["type"] == "invalid_request_error"
     assert error["param"] == param
@@ -171,3 +177,11 @@ def test_unsupported_method(stack: Stack) -> None:
     resp = api(stack, "POST")
     assert resp.status_code == 405
     assert resp.json()["error"]["message"]
+
+
+def test_before_the_largest_entry_id_lists_everything(stack: Stack) -> None:
+    tool_turns(stack, "deepseek/deepseek-chat", "a")
+    everything = api(stack).json()["entries"]
+    assert everything
+    assert api(stack, before=str(2**63 - 1)).json()["entries"] == everything
+    assert api(stack, before="000" + str(everything[0]["id"] + 1)).json()["entries"] == everything

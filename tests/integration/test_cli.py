@@ -103,3 +103,44 @@ def test_a_second_relay_on_the_same_cache_is_refused_clearly(tmp_path: Path) -> 
         finally:
             first.kill()
             first.wait()
+
+
+def test_an_existing_data_dir_is_made_private_even_with_relay_token(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir(mode=0o755)
+    data.chmod(0o755)
+    env = relay_env(tmp_path, RELAY_TOKEN="a-token-of-sixteen-or-more")
+    with subprocess.Popen(
+        [sys.executable, "-m", "relay", "serve"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().startswith("relay listening on")
+            assert stat.S_IMODE(data.stat().st_mode) == 0o700
+            assert not (data / "relay-token").exists()
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(10) == 0
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_data_dir_that_cannot_be_private_stops_startup_with_one_line(tmp_path: Path) -> None:
+    (tmp_path / "data").write_text("not a directory")
+    result = subprocess.run(
+        [sys.executable, "-m", "relay", "serve"],
+        env=relay_env(tmp_path, RELAY_TOKEN="a-token-of-sixteen-or-more"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"relay: configuration error: the data directory {tmp_path / 'data'} (RELAY_DATA_DIR) "
+        "exists and is not a directory; remove it or choose another"
+    ]

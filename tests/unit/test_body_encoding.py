@@ -90,3 +90,23 @@ def test_any_mix_parses_as_the_expanded_body(
     for item in items:
         if isinstance(item, RawItems):
             assert item.elements.encode() in encoded
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({"model": "é", "input": "a\ud800b"}, {"model": "é", "input": "a\ud800b"}),
+        (
+            {"input": [{"t": "\udfff é"}, RawItems('[{"a":"é"}]')], "k\udc00": 1},
+            {"input": [{"t": "\udfff é"}, {"a": "é"}], "k\udc00": 1},
+        ),
+    ],
+)
+def test_a_lone_surrogate_goes_out_as_its_escape(
+    body: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    # Client bodies with one are refused when parsed; anything else that carries one must
+    # still encode (UTF-8 cannot hold it raw), to the same JSON value.
+    encoded = encode_body(body)
+    assert json.loads(encoded) == expected
+    assert "é".encode() in encoded  # only the surrogate is escaped

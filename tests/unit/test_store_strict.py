@@ -118,6 +118,18 @@ def test_pages_newest_first_with_filters(store: ReasoningStore) -> None:
             strict.page(limit=bad)
 
 
+@pytest.mark.parametrize(
+    ("before_id", "count"), [(2**63 - 1, 3), (2**63, 3), (10**30, 3), (-(2**63) - 1, 0), (1, 0)]
+)
+def test_a_page_before_any_integer_is_answered(
+    store: ReasoningStore, before_id: int, count: int
+) -> None:
+    # SQLite binds 64-bit integers only; beyond that every (or no) id is "before" it.
+    for n in range(3):
+        put(store.strict, n)
+    assert len(store.strict.page(before_id=before_id).entries) == count
+
+
 def test_stats(store: ReasoningStore) -> None:
     strict = store.strict
     empty = strict.stats(0)
