@@ -85,9 +85,12 @@ def scenarios(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    session.install("ruff>=0.5")
+    """ruff (style, format) and the import contracts in setup.cfg (import-linter)."""
+    session.install("ruff>=0.5", "import-linter>=2")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", "--diff", ".")
+    install_project(session)  # the contracts read the installed packages' imports
+    session.run("lint-imports")
 
 
 @nox.session
