@@ -132,7 +132,7 @@ def bench(session: nox.Session) -> None:
     costs. Markdown tables on stdout, JSON in bench-results/bench.json. Pass options after
     ``--`` (``nox -s bench -- --profile`` adds cProfile tables, ``--help`` lists them)."""
     install_project(session, "test")
-    session.run("python", "-m", "tests.bench", *session.posargs)
+    session.run("python", "-m", "bench", *session.posargs)
 
 
 @nox.session

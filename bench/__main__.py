@@ -31,8 +31,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.bench_cache import bench_cache_scaling, bench_commits, profile_cache_path
-from tests.bench_identity import (
+from bench.cache import bench_cache_scaling, bench_commits, profile_cache_path
+from bench.identity import (
     SIZES,
     bench_canonical_vs_stdlib,
     bench_identity_scaling,
@@ -213,7 +213,7 @@ def events_to_first_delta(
 
 def summarize(samples: dict[str, dict[str, list[Sample]]], leading: int) -> dict[str, Any]:
     """Medians per mode; each ratio is the median of the rounds' ratios (the modes of a
-    round ran back to back, see :func:`tests.bench_identity.paired_ratio`)."""
+    round ran back to back, see :func:`bench.identity.paired_ratio`)."""
 
     def seconds(stream: str, index: int) -> dict[str, list[float]]:
         return {mode: [s[index] for s in samples[stream][mode]] for mode in MODES}

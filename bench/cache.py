@@ -23,6 +23,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.identity import (
+    SIZES,
+    best_of,
+    cursor_history,
+    paired_ratio,
+    recorded_request,
+    sampled_times,
+)
 from relay.cache.replay_cache import ReplayCache
 from relay.cache.session import CacheSession, ScopedSource
 from relay.clock import SystemClock
@@ -37,14 +45,6 @@ from relay.runtime import Runtime
 from relay.translate.chat_to_responses import TranslatedRequest
 from relay.translate.request import translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion
-from tests.bench_identity import (
-    SIZES,
-    best_of,
-    cursor_history,
-    paired_ratio,
-    recorded_request,
-    sampled_times,
-)
 
 KEY = "sk-bench"
 TOKEN = "bench-relay-token-0123456789"

@@ -1,0 +1,1 @@
+"""``nox -s bench``: ratios measured in one run (``python -m bench --help``)."""
