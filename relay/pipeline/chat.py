@@ -75,7 +75,7 @@ class ChatPipeline(Pipeline):
             reasoning_summaries=reasoning_summaries,
         )
         self.phase = Phase.NEW
-        self.stream_started = False  # StartStream was returned
+        self._stream_started = False  # StartStream was returned
         self._answered = False  # an upstream event arrived for the current send
         self._resent = False  # the one resend after a refusal was made
         self._output_flushed = False  # the first output chunk was flushed
@@ -183,21 +183,25 @@ class ChatPipeline(Pipeline):
         if resend is not None:
             self._resent = True
             return self._send(resend)
-        self.phase = Phase.UPSTREAM
-        return self.failed(error, checked=True)
+        return self._fail(error)
 
-    def failed(self, error: RelayError, *, checked: bool = False) -> list[Action]:
-        """The generation failed (upstream error, broken stream, timeout, a commit)."""
+    def failed(self, error: RelayError) -> list[Action]:
+        """The generation failed (upstream error, broken stream, timeout, a commit). An
+        error answer to a request that may have replayed, before any output and before
+        any resend, is first checked for a refusal of the replayed state."""
         if self.phase is Phase.DONE:
             return []
         if (
             self.cached
             and isinstance(error, UpstreamHTTPError)
             and self.phase is Phase.UPSTREAM
-            and not (self._answered or self._resent or checked)
+            and not (self._answered or self._resent)
         ):
             self.phase = Phase.CHECKING_REFUSAL
             return [CheckRefusal(error)]
+        return self._fail(error)
+
+    def _fail(self, error: RelayError) -> list[Action]:
         self.phase = Phase.DONE
         actions: list[Action] = [Abort(error.code or "failed")] if self.cached else []
         frame = encode_error(error.envelope()) if self.request.stream else None
@@ -219,9 +223,9 @@ class ChatPipeline(Pipeline):
         return [SendUpstream(body, buffered=not self.request.stream)]
 
     def _stream_started_once(self) -> list[Action]:
-        if self.stream_started:
+        if self._stream_started:
             return []
-        self.stream_started = True
+        self._stream_started = True
         return [StartStream()]
 
     def _terminal_frames(self) -> list[Action]:
