@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 import pytest
 import requests
@@ -34,8 +35,14 @@ def request(
     return "\r\n".join(lines).encode("latin-1") + b"\r\n\r\n" + body
 
 
+def relay_port(stack: Stack) -> int:
+    port = stack.relay.port
+    assert port is not None  # the stack is running
+    return port
+
+
 def only_answer(stack: Stack, data: bytes) -> Answer:
-    answers = read_answers(exchange(stack.relay.port, data))
+    answers = read_answers(exchange(relay_port(stack), data))
     assert len(answers) == 1, answers
     return answers[0]
 
@@ -43,7 +50,7 @@ def only_answer(stack: Stack, data: bytes) -> Answer:
 def refused(answer: Answer, status: int, *needles: str) -> dict[str, object]:
     assert answer.status == status, answer
     assert answer.header("content-type") == "application/json"
-    error = json.loads(answer.body)["error"]
+    error: dict[str, Any] = json.loads(answer.body)["error"]
     assert set(error) == {"message", "type", "param", "code"}
     assert error["type"] == "invalid_request_error"
     for needle in needles:
@@ -184,7 +191,7 @@ def test_a_refusal_after_the_application_answered_is_not_a_second_answer(
 def test_keep_alive_then_a_bad_request_on_the_same_connection(stack: Stack) -> None:
     good = request(stack, line="GET /healthz HTTP/1.1", framing=[])
     bad = request(stack, framing=["Content-Length: x"])
-    answers = read_answers(exchange(stack.relay.port, good + good + bad))
+    answers = read_answers(exchange(relay_port(stack), good + good + bad))
     assert [a.status for a in answers] == [200, 200, 400]
     refused(answers[2], 400, "decimal digits")
 
@@ -193,7 +200,7 @@ def test_pipelined_requests_are_all_answered(stack: Stack) -> None:
     body = GOOD_BODY.encode()
     one = request(stack, body=body)
     last = request(stack, body=body, headers=["Connection: close"])
-    answers = read_answers(exchange(stack.relay.port, one + one + last))
+    answers = read_answers(exchange(relay_port(stack), one + one + last))
     assert [a.status for a in answers] == [200, 200, 200]
     assert all(json.loads(a.body)["object"] == "chat.completion" for a in answers)
 

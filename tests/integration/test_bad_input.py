@@ -6,6 +6,8 @@ import contextlib
 import json
 import logging
 import socket
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import requests
@@ -29,9 +31,9 @@ def post(
     )
 
 
-def assert_envelope(resp: requests.Response, status: int, *needles: str) -> dict:
+def assert_envelope(resp: requests.Response, status: int, *needles: str) -> dict[str, Any]:
     assert resp.status_code == status, resp.text
-    err = resp.json()["error"]
+    err: dict[str, Any] = resp.json()["error"]
     assert set(err) == {"message", "type", "param", "code"}
     for needle in needles:
         assert needle in err["message"], err["message"]
@@ -101,7 +103,7 @@ def test_oversized_body_is_413_before_buffering(stack_factory) -> None:  # type:
 def test_chunked_oversized_upload_is_413(stack_factory) -> None:  # type: ignore[no-untyped-def]
     with stack_factory({"RELAY_MAX_REQUEST_BYTES": "4096"}) as s:
 
-        def chunks():  # type: ignore[no-untyped-def]
+        def chunks() -> Iterator[bytes]:
             for _ in range(4):
                 yield b"x" * 2048
 
@@ -189,7 +191,9 @@ def test_a_strange_content_length_is_a_4xx(stack: Stack, declared: str, status: 
         f"Authorization: Bearer {stack.token}\r\nContent-Type: application/json\r\n"
         f"Content-Length: {declared}\r\n\r\n"
     )
-    answers = read_answers(exchange(stack.relay.port, head.encode("latin-1") + b"{}"))
+    port = stack.relay.port
+    assert port is not None
+    answers = read_answers(exchange(port, head.encode("latin-1") + b"{}"))
     assert [a.status for a in answers] == [status]
     error = json.loads(answers[0].body)["error"]
     assert error["code"] == ("malformed_http_request" if status == 400 else "request_too_large")

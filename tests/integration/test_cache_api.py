@@ -121,11 +121,11 @@ def test_encrypted_records_are_metadata_only(stack: Stack) -> None:
 def test_the_hot_cache_serves_the_next_turns_of_a_conversation(stack: Stack) -> None:
     history: list[dict[str, str]] = [{"role": "user", "content": "hi"}]
     with stack.openai() as client:
-        first = client.chat.completions.create(model="gpt-5", messages=history)  # type: ignore[arg-type]
+        first = client.chat.completions.create(model="gpt-5", messages=history)
         history += [{"role": "assistant", "content": first.choices[0].message.content or ""},
                     {"role": "user", "content": "more"}]  # fmt: skip
         for _ in range(2):  # the same next turn twice: verified from disk, then hot
-            client.chat.completions.create(model="gpt-5", messages=history)  # type: ignore[arg-type]
+            client.chat.completions.create(model="gpt-5", messages=history)
     hot = api(stack).json()["encryptedRecords"]["hotCache"]
     assert (hot["entries"], hot["hits"]) == (1, 1)
     assert 0 < hot["bytes"] <= hot["capacityBytes"] == 4 * 1024 * 1024

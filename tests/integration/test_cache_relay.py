@@ -48,7 +48,8 @@ def ask(stack: Stack, messages: list[dict[str, Any]], *, stream: bool, **extra: 
 
 def last_input(stack: Stack) -> list[dict[str, Any]]:
     body: dict[str, Any] = stack.fake.requests[-1].body
-    return body["input"]
+    items: list[dict[str, Any]] = body["input"]
+    return items
 
 
 @pytest.mark.parametrize("modes", [(True, True, True), (False, False, False), (True, False, True)])

@@ -27,7 +27,7 @@ from relay.server import RelayServer
 from tests.support.stack import TOKEN, UPSTREAM_KEY, LoopThread
 
 MODEL = "gpt-5"  # a reasoning model: every answer carries encrypted reasoning
-TOOLS = [
+TOOLS: list[Any] = [
     {
         "type": "function",
         "function": {
@@ -88,11 +88,11 @@ def drive(client: openai.OpenAI) -> list[Any]:
     )
     got.append(normalized(answer.model_dump(), ids))
     # 2. An SSE turn in which the model calls a tool.
-    messages: list[dict[str, Any]] = [{"role": "user", "content": "CALL_TOOL read notes.txt"}]
+    messages: list[Any] = [{"role": "user", "content": "CALL_TOOL read notes.txt"}]
     with client.chat.completions.create(
         model=MODEL,
         messages=messages,
-        tools=TOOLS,  # type: ignore[arg-type]
+        tools=TOOLS,
         stream=True,
         stream_options={"include_usage": True},
     ) as stream:
@@ -120,8 +120,8 @@ def drive(client: openai.OpenAI) -> list[Any]:
     ]
     with client.chat.completions.create(
         model=MODEL,
-        messages=messages,  # type: ignore[arg-type]
-        tools=TOOLS,  # type: ignore[arg-type]
+        messages=messages,
+        tools=TOOLS,
         stream=True,
     ) as stream:
         got.append([normalized(chunk.model_dump(), ids) for chunk in stream])

@@ -26,7 +26,11 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
 
 
 def post(stack: Stack, *, stream: bool) -> requests.Response:
-    body = {"model": MODEL, "stream": stream, "messages": [{"role": "user", "content": "hi"}]}
+    body: dict[str, Any] = {
+        "model": MODEL,
+        "stream": stream,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
     return requests.post(
         stack.base_url + "/chat/completions", headers=stack.headers(), json=body, timeout=10
     )
@@ -36,8 +40,10 @@ def error_of(answer: requests.Response) -> dict[str, Any]:
     if answer.headers["Content-Type"].startswith("text/event-stream"):
         frames = [f for f in answer.text.split("\n\n") if f]
         assert "data: [DONE]" not in frames
-        return json.loads(frames[-1].removeprefix("data: "))["error"]
-    return answer.json()["error"]
+        streamed: dict[str, Any] = json.loads(frames[-1].removeprefix("data: "))["error"]
+        return streamed
+    error: dict[str, Any] = answer.json()["error"]
+    return error
 
 
 def test_a_json_answer_over_the_response_limit(stack: Stack) -> None:

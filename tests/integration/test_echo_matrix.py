@@ -34,7 +34,7 @@ from tests.support.stack import Stack, running_stack
 
 STEPS = 10
 CACHE_ON = {"REASONING_CACHE_ENABLED": "1"}
-TOOLS = [
+TOOLS: list[Any] = [
     {
         "type": "function",
         "function": {

@@ -84,7 +84,9 @@ def fake(shared):
     return shared
 
 
-def post(runner: Runner, body: Any, *, headers: dict[str, str] | None = None, **kw: Any):
+def post(
+    runner: Runner, body: Any, *, headers: dict[str, str] | None = None, **kw: Any
+) -> requests.Response:
     return requests.post(
         runner.url + "/responses", json=body, headers=AUTH if headers is None else headers, **kw
     )
@@ -388,7 +390,11 @@ def test_replay_under_another_key_is_rejected(fake):
 
 def test_tool_chain_default(fake):
     tools = [{"type": "function", "name": "read_file", "parameters": {"type": "object"}}]
-    body = {**BASE, "tools": tools, "input": [{"role": "user", "content": "CALL_TOOL please"}]}
+    body: dict[str, Any] = {
+        **BASE,
+        "tools": tools,
+        "input": [{"role": "user", "content": "CALL_TOOL please"}],
+    }
     first = post(fake, body).json()
     reasoning, call = first["output"]
     assert (call["type"], call["name"], call["arguments"]) == ("function_call", "read_file", "{}")
@@ -604,7 +610,8 @@ def test_start_in_the_current_loop():
                 headers=AUTH,
                 body=json.dumps({"model": "gpt-4.1", "input": "hi"}),
             )
-            return json.loads(answer.body)
+            parsed: dict[str, Any] = json.loads(answer.body)
+            return parsed
         finally:
             await fake.stop()
 

@@ -38,7 +38,10 @@ class Fake:
 
     def records(self, wait_for: int = 0) -> list[dict[str, Any]]:
         params = {"wait_for": wait_for, "timeout": 5}
-        return requests.get(self.root + "/__fake/requests", params=params, timeout=10).json()
+        records: list[dict[str, Any]] = requests.get(
+            self.root + "/__fake/requests", params=params, timeout=10
+        ).json()
+        return records
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +62,7 @@ def process() -> Iterator[tuple[subprocess.Popen[str], str]]:
 
 
 @pytest.fixture
-def fake(process) -> Iterator[Fake]:
+def fake(process: tuple[subprocess.Popen[str], str]) -> Iterator[Fake]:
     _, root = process
     requests.post(root + "/__fake/reset", timeout=5).raise_for_status()
     fake = Fake(root)
@@ -93,7 +96,7 @@ def test_json_response_is_strictly_valid(fake):
 
 def test_continuity_through_the_sdk(fake):
     first = create(fake)
-    history = [{"role": "user", "content": "hello"}]
+    history: list[Any] = [{"role": "user", "content": "hello"}]
     history += [item.model_dump(exclude_none=True) for item in first.output]
     history += [{"role": "user", "content": "again"}]
     second = create(fake, input=history)
@@ -203,7 +206,7 @@ def test_second_configured_key_works_and_binds_its_own_ciphertext(fake):
         base_url=fake.root + "/v1", api_key="sk-second", _strict_response_validation=True
     )
     first = create(fake)
-    history = [{"role": "user", "content": "hello"}]
+    history: list[Any] = [{"role": "user", "content": "hello"}]
     history += [item.model_dump(exclude_none=True) for item in first.output]
     history += [{"role": "user", "content": "again"}]
     with other, pytest.raises(openai.BadRequestError) as caught:

@@ -54,7 +54,10 @@ class StrictRunner(Runner):
 
     def records(self, wait_for: int = 0) -> list[dict[str, Any]]:
         params = {"wait_for": wait_for, "timeout": 5}
-        return requests.get(self.root + "/__fake/requests", params=params, timeout=10).json()
+        records: list[dict[str, Any]] = requests.get(
+            self.root + "/__fake/requests", params=params, timeout=10
+        ).json()
+        return records
 
 
 @pytest.fixture(scope="module")
@@ -304,6 +307,7 @@ def test_all_turns_with_tools_needs_plain_turns_too(fake, client):
     ]
     with pytest.raises(openai.BadRequestError) as caught:
         turn(client, history, stream=False)
+    assert isinstance(caught.value.body, dict)
     assert caught.value.body["message"] == DEEPSEEK
     history[1] = history_entry(plain)
     assert turn(client, history, stream=False)["content"].endswith(
@@ -324,6 +328,7 @@ def test_legacy_rejects_reasoning_sent_back(fake, client):
     history = [user, history_entry(plain), {"role": "user", "content": "again"}]
     with pytest.raises(openai.BadRequestError) as caught:
         turn(client, history, stream=True)
+    assert isinstance(caught.value.body, dict)
     assert caught.value.body["message"] == (
         "reasoning_content is not accepted in input messages by this model; remove it from "
         "the message at message index 1."
@@ -392,7 +397,11 @@ def test_one_queue_serves_both_endpoints(fake, client):
 
 def test_toxics_apply_to_chat_streams(fake):
     fake.script({"toxics": {"cut_after_events": 2}})
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    body: dict[str, Any] = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+    }
     answer = requests.post(
         fake.root + "/v1/chat/completions",
         json=body,

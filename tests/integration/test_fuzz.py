@@ -27,7 +27,7 @@ import random
 import re
 import sqlite3
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -67,7 +67,7 @@ ENVELOPE_KEYS = {"message", "type", "param", "code"}
 class Tally:
     def __init__(self) -> None:
         self.statuses: Counter[tuple[str, str]] = Counter()
-        self.seconds: Counter[str] = Counter()
+        self.seconds: defaultdict[str, float] = defaultdict(float)
         self.requests = 0
 
     def count(self, target: str, status: int | str) -> None:
@@ -251,9 +251,9 @@ class Client:
     def raw(self, case: RawCase) -> None:
         self.tally.requests += 1
         where = f"raw {case.data[:600]!r}"
-        received = converse(
-            self.stack.relay.port, case.data, answer_due=case.complete, head_only=case.head_only
-        )
+        port = self.stack.relay.port
+        assert port is not None
+        received = converse(port, case.data, answer_due=case.complete, head_only=case.head_only)
         try:
             answers = read_answers(received, head_only=case.head_only)
         except ProtocolViolation as exc:

@@ -227,6 +227,7 @@ def _decode_flat_jpeg(data: bytes) -> list[list[tuple[int, int, int]]]:
         y, cb, cr = levels
         rgb = (y + 1.402 * (cr - 128), y - 0.344136 * (cb - 128) - 0.714136 * (cr - 128),
                y + 1.772 * (cb - 128))  # fmt: skip
-        blocks.append(tuple(max(0, min(255, round(v))) for v in rgb))
+        red, green, blue = (max(0, min(255, round(v))) for v in rgb)
+        blocks.append((red, green, blue))
     per_row = width // 8
     return [[blocks[(y // 8) * per_row + x // 8] for x in range(width)] for y in range(height)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import openai
 import pytest
@@ -24,7 +25,7 @@ TOOLS = [
 
 def stream_chunks(stack: Stack, **kwargs: object) -> list[ChatCompletionChunk]:
     client = stack.openai()
-    with client.chat.completions.create(stream=True, **kwargs) as stream:  # type: ignore[call-overload]
+    with client.chat.completions.create(stream=True, **kwargs) as stream:
         return list(stream)
 
 
@@ -124,7 +125,7 @@ def test_parallel_tool_calls(stack: Stack, stream: bool) -> None:
         finish = [c.choices[0].finish_reason for c in chunks if c.choices][-1]
         got = [calls[i] for i in sorted(calls)]
     else:
-        completion = stack.openai().chat.completions.create(**kwargs)  # type: ignore[call-overload]
+        completion = stack.openai().chat.completions.create(**kwargs)
         finish = completion.choices[0].finish_reason
         got = [
             {"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
@@ -159,7 +160,7 @@ def test_tool_results_round_trip(stack: Stack) -> None:
     ]
     completion = stack.openai().chat.completions.create(
         model="gpt-5", messages=messages, tools=TOOLS
-    )  # type: ignore[arg-type]
+    )
     assert "Tool output: contents" in (completion.choices[0].message.content or "")
     items = stack.fake.requests[-1].body["input"]
     kinds = [i.get("type", "message") for i in items]
@@ -196,7 +197,7 @@ def test_refusal_stays_visible(stack: Stack, stream: bool) -> None:
         chunks = stream_chunks(stack, **kwargs)
         refusal = "".join(c.choices[0].delta.refusal or "" for c in chunks if c.choices)
     else:
-        msg = stack.openai().chat.completions.create(**kwargs).choices[0].message  # type: ignore[call-overload]
+        msg = stack.openai().chat.completions.create(**kwargs).choices[0].message
         refusal = msg.refusal or ""
     assert refusal == "I can't help with that."
 
@@ -220,7 +221,7 @@ def test_incomplete_maps_finish_reason(
         chunks = stream_chunks(stack, **kwargs)
         got = [c.choices[0].finish_reason for c in chunks if c.choices][-1]
     else:
-        got = stack.openai().chat.completions.create(**kwargs).choices[0].finish_reason  # type: ignore[call-overload]
+        got = stack.openai().chat.completions.create(**kwargs).choices[0].finish_reason
     assert got == finish
     assert stack.fake.requests[-1].body["max_output_tokens"] == 5
 
@@ -281,7 +282,7 @@ def test_upstream_http_errors_keep_status_and_envelope(
         if stream:
             stream_chunks(stack, **kwargs)
         else:
-            stack.openai().chat.completions.create(**kwargs)  # type: ignore[call-overload]
+            stack.openai().chat.completions.create(**kwargs)
     err = info.value
     assert isinstance(err, openai.APIStatusError)
     assert err.status_code == status
@@ -300,7 +301,11 @@ def test_relay_answers_validate_strictly_as_raw_json(stack: Stack) -> None:
     stack.script(
         {"output": [{"type": "reasoning", "summary": ["s"]}, {"type": "message", "text": "ok"}]}
     )
-    body = {"model": "gpt-5", "messages": [{"role": "user", "content": "x"}], "stream": True}
+    body: dict[str, Any] = {
+        "model": "gpt-5",
+        "messages": [{"role": "user", "content": "x"}],
+        "stream": True,
+    }
     resp = requests.post(
         f"{stack.base_url}/chat/completions", json=body, headers=stack.headers(), timeout=10
     )

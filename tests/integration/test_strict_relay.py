@@ -22,6 +22,7 @@ import requests
 
 from relay.clock import ManualClock
 from relay.server import RelayServer
+from relay.strict.strict_cache import StrictCache
 from tests.support.stack import PROVIDER_KEY, Stack, running_stack
 
 T = TypeVar("T")
@@ -60,10 +61,11 @@ def turn(stack: Stack, model: str, messages: list[Any], *, stream: bool,
         if not stream:
             completion = client.chat.completions.create(model=model, messages=messages, **extra)
             assert completion.model == model  # echoed as the client named it
-            message = completion.choices[0].message.model_dump(exclude_none=True)
+            message: dict[str, Any] = completion.choices[0].message.model_dump(exclude_none=True)
             message["_reasoning"] = message.pop("reasoning_content", "")
             return message
-        content, reasoning, calls = "", "", {}
+        content, reasoning = "", ""
+        calls: dict[int, dict[str, Any]] = {}
         for chunk in client.chat.completions.create(
             model=model, messages=messages, stream=True, **extra
         ):
@@ -121,7 +123,15 @@ def on_loop(stack: Stack, call: Callable[[], T]) -> T:
 
 def sent_messages(stack: Stack) -> list[dict[str, Any]]:
     """The messages the provider received last."""
-    return stack.fake.requests[-1].body["messages"]
+    messages: list[dict[str, Any]] = stack.fake.requests[-1].body["messages"]
+    return messages
+
+
+def strict_cache(stack: Stack) -> StrictCache:
+    """The running relay's strict-provider cache."""
+    runtime = stack.relay.runtime
+    assert runtime is not None
+    return runtime.strict
 
 
 # --- the tool chain: off fails with the provider's 400, on succeeds ---------------------------
@@ -153,11 +163,13 @@ def test_on_the_tool_chain_succeeds_with_continuity(
         third = turn(stack, "deepseek/deepseek-chat", history, stream=stream)
         assert third["content"].startswith("Tool output: found x")
         assert continuity(third["content"]) == (2, 2, 0, 0)
-        assert stack.fake.requests[-1].continuity["items"] == [
+        probe = stack.fake.requests[-1].continuity
+        assert probe is not None
+        assert probe["items"] == [
             {"index": 1, "state": "exact", "tool_calls": 1},
             {"index": 3, "state": "exact", "tool_calls": 1},
         ]
-        metrics = stack.relay.runtime.strict.metrics
+        metrics = strict_cache(stack).metrics
         key = ("deepseek", "deepseek-chat")
         assert (metrics.hits[key], metrics.misses[key], metrics.replays[key]) == (3, 0, 2)
         assert metrics.captured[key] == 3
@@ -173,7 +185,7 @@ def test_a_cursor_style_echo_is_found_by_its_history_identity(tmp_path: Path) ->
                 call["function"]["arguments"] = json.dumps(arguments, separators=(",", ":"))
         third = turn(stack, "deepseek/deepseek-chat", history, stream=False)
         assert continuity(third["content"]) == (2, 2, 0, 0)
-        sources = stack.relay.runtime.strict.metrics.sources
+        sources = strict_cache(stack).metrics.sources
         assert sources["memory/identity"] >= 2  # the third turn: both by identity
 
 
@@ -184,7 +196,7 @@ def test_a_client_that_keeps_reasoning_is_forwarded_as_sent(tmp_path: Path) -> N
         kept = {**entry(first), "reasoning_content": first["_reasoning"]}
         turn(stack, "deepseek/deepseek-chat", [user, kept, result(first, "x")], stream=False)
         assert sent_messages(stack)[1] == kept
-        assert stack.relay.runtime.strict.metrics.hits == {}
+        assert strict_cache(stack).metrics.hits == {}
 
 
 # --- every turn once tools are present -------------------------------------------------------
@@ -220,7 +232,7 @@ def test_after_a_restart_the_first_lookup_is_served_from_disk(tmp_path: Path) ->
         stack.restart_relay()
         third = turn(stack, "deepseek/deepseek-chat", history, stream=True)
         assert continuity(third["content"]) == (2, 2, 0, 0)
-        sources = stack.relay.runtime.strict.metrics.sources
+        sources = strict_cache(stack).metrics.sources
         assert sources["disk/tool_call"] + sources["disk/identity"] == 2
         assert not any(name.startswith("memory/") for name in sources)
 
@@ -228,7 +240,7 @@ def test_after_a_restart_the_first_lookup_is_served_from_disk(tmp_path: Path) ->
 def test_ttl_expiry_by_a_clock_jump(tmp_path: Path) -> None:
     clock = ManualClock()
     with stack_for(tmp_path, ON, clock=clock) as stack:
-        strict = stack.relay.runtime.strict
+        strict = strict_cache(stack)
         assert strict._cleanup is not None and strict._cleanup.is_running()  # on the IOLoop
         user = {"role": "user", "content": "CALL_TOOL"}
         first = turn(stack, "deepseek/deepseek-chat", [user], stream=False)
@@ -267,7 +279,7 @@ def test_a_tampered_record_is_a_miss_not_a_forgery(tmp_path: Path) -> None:
                 stream=False,
             )
         assert "edited" not in json.dumps(sent_messages(stack))
-        assert stack.relay.runtime.strict.metrics.rejected["payload_digest_mismatch"] >= 1
+        assert strict_cache(stack).metrics.rejected["payload_digest_mismatch"] >= 1
 
 
 def test_records_land_in_the_shared_store(tmp_path: Path) -> None:
@@ -275,7 +287,7 @@ def test_records_land_in_the_shared_store(tmp_path: Path) -> None:
         user = {"role": "user", "content": "CALL_TOOL"}
         first = turn(stack, "deepseek/deepseek-chat", [user], stream=False)
         turn(stack, "deepseek/deepseek-chat", [{"role": "user", "content": "hi"}], stream=True)
-        strict = stack.relay.runtime.strict
+        strict = strict_cache(stack)
         page = on_loop(stack, lambda: strict.entries(provider="deepseek"))
         assert [e.model for e in page.entries] == ["deepseek-chat", "deepseek-chat"]
         assert page.entries[1].tool_call_ids == (first["tool_calls"][0]["id"],)
@@ -298,8 +310,8 @@ def test_non_strict_chat_upstreams_get_no_reasoning_content(
         kept = {**entry(first), "reasoning_content": first["_reasoning"]}
         turn(stack, "plain/gpt-4o", [user, kept, {"role": "user", "content": "more"}], stream=True)
         assert sent_messages(stack)[1] == entry(first)
-        assert stack.relay.runtime.strict.metrics.stripped[("plain", "gpt-4o")] == 1
-        assert stack.relay.runtime.strict.metrics.captured == {}
+        assert strict_cache(stack).metrics.stripped[("plain", "gpt-4o")] == 1
+        assert strict_cache(stack).metrics.captured == {}
 
 
 def test_legacy_deepseek_reasoner_gets_it_stripped(tmp_path: Path) -> None:
@@ -390,19 +402,20 @@ def test_a_responses_shaped_body_is_refused_for_a_chat_provider(tmp_path: Path) 
     ("status", "kind"), [(429, openai.RateLimitError), (500, openai.InternalServerError)]
 )
 def test_provider_http_errors_keep_their_status_and_envelope(
-    tmp_path: Path, status: int, kind: type
+    tmp_path: Path, status: int, kind: type[openai.APIStatusError]
 ) -> None:
     with stack_for(tmp_path, ON) as stack:
         stack.script({"http_error": {"status": status, "message": f"scripted {status}"}})
         with pytest.raises(kind) as caught:
             turn(stack, "deepseek/deepseek-chat", [{"role": "user", "content": "hi"}], stream=True)
         assert caught.value.status_code == status
+        assert isinstance(caught.value.body, dict)
         assert caught.value.body["message"] == f"scripted {status}"
 
 
 def raw_stream(stack: Stack) -> list[str]:
-    body = {"model": "deepseek/deepseek-chat", "stream": True,
-            "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
+    body: dict[str, Any] = {"model": "deepseek/deepseek-chat", "stream": True,
+                            "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
     answer = requests.post(stack.base_url + "/chat/completions", headers=stack.headers(),
                            json=body, timeout=10)  # fmt: skip
     assert answer.status_code == 200
@@ -431,7 +444,7 @@ def test_a_failed_stream_ends_with_an_error_frame_and_records_nothing(
         assert "data: [DONE]" not in frames
         last = json.loads(frames[-1].removeprefix("data: "))
         assert message in last["error"]["message"]
-        stats = on_loop(stack, stack.relay.runtime.strict.stats)
+        stats = on_loop(stack, strict_cache(stack).stats)
         assert stats.store is not None and stats.store.entries == 0
         stack.script(script)
         with pytest.raises(openai.APIError):

@@ -7,6 +7,7 @@ import json
 import socket
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import requests
@@ -14,7 +15,7 @@ import requests
 from relay.transport.downstream import Downstream
 from tests.support.stack import Stack
 
-BODY = {"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}]}
+BODY: dict[str, Any] = {"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}]}
 TEXT = {"output": [{"type": "message", "text": "hello world"}]}
 
 
@@ -54,7 +55,7 @@ def assert_stream_failed(resp: requests.Response, needle: str) -> None:
         ({"malformed_at_event": 5}, "JSON"),
     ],
 )
-def test_broken_streams_fail_visibly(stack: Stack, toxics: dict, needle: str) -> None:
+def test_broken_streams_fail_visibly(stack: Stack, toxics: dict[str, Any], needle: str) -> None:
     stack.script({**TEXT, "toxics": toxics})
     assert_stream_failed(post(stack, True), needle)
     stack.script({**TEXT, "toxics": toxics})
@@ -199,7 +200,7 @@ def test_a_stream_is_set_up_once_however_many_frames_go_before_the_first_flush(
 
     monkeypatch.setattr(Downstream, "start_keepalive", counted)
     stack.script(TEXT)
-    body = {**BODY, "stream": True}
+    body: dict[str, Any] = {**BODY, "stream": True}
     if path == "/responses":
         body = {"model": "gpt-5", "input": "hi", "stream": True}
     resp = requests.post(stack.base_url + path, json=body, headers=stack.headers(), timeout=20)

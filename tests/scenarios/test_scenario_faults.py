@@ -4,6 +4,7 @@ time, SQLITE_FULL via max_page_count, and the SQLite-style countdown under strac
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -148,7 +149,7 @@ def test_faults_stack_in_one_process(tmp_path: Path) -> None:
 
 def test_tmpfs_gives_real_enospc_and_is_unmounted(tmp_path: Path) -> None:
     needs(tmpfs_missing())
-    root = Path(shutil.os.path.realpath("/tmp")) / f"relay-scenario-test-{tmp_path.name}"
+    root = Path(os.path.realpath("/tmp")) / f"relay-scenario-test-{tmp_path.name}"
     mount = TmpfsMount(root / "data", 256 * 1024)
     try:
         mount.mount()

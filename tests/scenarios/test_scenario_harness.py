@@ -105,8 +105,9 @@ def _with(path: Path, lines: list[str], index: int, event: dict[str, object]) ->
 
 
 def test_failed_scenario_unmounts_and_reports_the_seed(seed: Seed) -> None:
-    if tmpfs_missing():
-        pytest.skip(tmpfs_missing())
+    missing = tmpfs_missing()
+    if missing:
+        pytest.skip(missing)
     s = Scenario("doomed", tmpfs_bytes=1 << 20)
     s >> Chat("hi", name="t1")
     s << ClientGot("t1", outcome="error")  # wrong on purpose

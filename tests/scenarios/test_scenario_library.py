@@ -21,7 +21,7 @@ KNOWN_RELAY_BUGS: dict[str, str] = {}
 
 
 def _params() -> list[object]:
-    params = []
+    params: list[object] = []
     for name, entry in sorted(REGISTRY.items()):
         marks: list[pytest.MarkDecorator] = [pytest.mark.scenario]
         if entry.slow:

@@ -88,7 +88,7 @@ NUMBERS: Final = (
     0, 1, -1, 2, 16, 1000, 2**31, 2**53 + 1, 2**63 - 1, 2**63, 2**64, -(2**63) - 1, 10**30,
     0.5, -0.0, 1e308, -1e308, 5e-324, 2.5, 1.0000000000000002,
 )  # fmt: skip
-HOSTILE: Final = (
+HOSTILE: Final[tuple[object, ...]] = (
     None, True, False, [], {}, [None], {"": None}, [[[[[]]]]], {"a": {"b": {"c": {}}}},
     *NUMBERS, *TEXTS[:24], *SPLICES,
 )  # fmt: skip

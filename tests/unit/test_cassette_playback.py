@@ -11,7 +11,7 @@ import pytest
 
 from fakeupstream.cassette import Cassette, Chunk, Ended, Interaction
 from fakeupstream.cassette_playback import Mismatch, Playback, first_difference, playback_ops
-from fakeupstream.toxics import End, Pause, Send, Toxics
+from fakeupstream.toxics import End, Op, Pause, Send, Toxics
 
 TOKEN = "gAAAAABciphertext-for-playback"
 DIGEST = "sha256:" + hashlib.sha256(TOKEN.encode()).hexdigest()
@@ -157,7 +157,9 @@ def chunks(*pairs: tuple[float, bytes]) -> tuple[Chunk, ...]:
     return tuple(Chunk(delay, data) for delay, data in pairs)
 
 
-def ops_for(interaction: Interaction, toxics: Toxics | None = None, timing: float = 1.0) -> list:
+def ops_for(
+    interaction: Interaction, toxics: Toxics | None = None, timing: float = 1.0
+) -> list[Op]:
     return playback_ops(interaction, timing=timing, toxics=toxics or Toxics(), rng=random.Random(1))
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from tornado.iostream import IOStream
 
@@ -26,7 +27,7 @@ def pair() -> tuple[IOStream, socket.socket]:
     return IOStream(ours), theirs
 
 
-def run(test: Callable[[], Awaitable[None]]) -> None:
+def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
     try:
         asyncio.run(test())  # the pool's expiry timers need a running loop
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -88,11 +89,11 @@ def test_short_secret_key_is_refused():
 # --- the probe -----------------------------------------------------------------------
 
 
-def opener(item_id: str, token: str):
+def opener(item_id: str, token: str) -> Sealed | None:
     return Cipher(KEY).open(token, api_key="sk-test", model="gpt-5", item_id=item_id)
 
 
-def reasoning(token: str, item_id: str = "rs_1") -> dict:
+def reasoning(token: str, item_id: str = "rs_1") -> dict[str, Any]:
     return {"type": "reasoning", "id": item_id, "summary": [], "encrypted_content": token}
 
 
@@ -166,7 +167,7 @@ def sealed_after(*history: object, instructions: str | None = INSTRUCTIONS) -> s
     return seal(Sealed(SEALED.secret, SEALED.followers, digest))
 
 
-def probed(items: list, instructions: str | None = INSTRUCTIONS) -> dict:
+def probed(items: list[Any], instructions: str | None = INSTRUCTIONS) -> dict[str, Any]:
     return probe(items, opener, instructions=instructions).to_json()
 
 

@@ -16,6 +16,7 @@ from openai import omit
 from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import Response, ResponseStreamEvent
 
+from fakeupstream.answers import Answer
 from fakeupstream.events import split_text, sse_frame
 from fakeupstream.fake import FakeUpstream
 from fakeupstream.scripts import parse_script
@@ -100,7 +101,7 @@ BEHAVIOURS: dict[str, dict[str, Any]] = {
 }
 
 
-def answer(script: dict[str, Any], **overrides: Any):
+def answer(script: dict[str, Any], **overrides: Any) -> Answer:
     fake = FakeUpstream(seed=7, secret=b"x" * 32)
     body = {**REQUEST, **overrides}
     return fake.answer(body, "sk-test", parse_script(script))[0]
@@ -120,7 +121,7 @@ def parse_sse(frames: list[bytes]) -> list[dict[str, Any]]:
 def check_stream(events: list[dict[str, Any]]) -> None:
     """Strict SDK validation plus the ordering rules the SDK's stream helper relies on."""
     state = ResponseStreamState(input_tools=omit, text_format=omit)
-    added: dict[int, dict[str, Any]] = {}
+    added: dict[int | None, dict[str, Any]] = {}
     for number, raw in enumerate(events):
         event = EVENT.validate_python(raw, strict=True)
         assert event.type == raw["type"]
@@ -178,7 +179,7 @@ def test_json_mode_error_event_is_a_500_envelope():
     }
 
 
-def by_type(events, kind):
+def by_type(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [e for e in events if e["type"] == kind]
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 import pytest
 
 from fakeupstream.ciphertext import Cipher, Follower, Ledger, Sealed, text_digest
@@ -18,48 +21,54 @@ KEY = "sk-test-key"
 CIPHER = Cipher(b"s" * 32)
 
 
-def token(item_id: str = "rs_1", *, model: str = "gpt-5", api_key: str = KEY, followers=()):
+def token(
+    item_id: str = "rs_1",
+    *,
+    model: str = "gpt-5",
+    api_key: str = KEY,
+    followers: Iterable[Follower] = (),
+) -> str:
     sealed = Sealed("secret", tuple(followers))
     return CIPHER.seal(
         sealed, api_key=api_key, model=model, item_id=item_id, nonce=b"0" * 16, issued_at=1
     )
 
 
-def run(body: dict, ledger: Ledger | None = None) -> None:
+def run(body: dict[str, Any], ledger: Ledger | None = None) -> None:
     model = str(body.get("model"))
 
-    def open_token(item_id, value):
+    def open_token(item_id: str, value: str) -> Sealed | None:
         return CIPHER.open(value, api_key=KEY, model=model, item_id=item_id)
 
     validate(body, open_token=open_token, ledger=ledger or Ledger())
 
 
-def reject(body: dict, ledger: Ledger | None = None) -> ApiError:
+def reject(body: dict[str, Any], ledger: Ledger | None = None) -> ApiError:
     with pytest.raises(ApiError) as caught:
         run(body, ledger)
     return caught.value
 
 
-def body(*items, **extra) -> dict:
+def body(*items: Any, **extra: Any) -> dict[str, Any]:
     return {"model": "gpt-5", "input": list(items), "store": False, **extra}
 
 
 USER = {"role": "user", "content": "hi"}
 
 
-def rs(item_id: str = "rs_1", **extra) -> dict:
+def rs(item_id: str = "rs_1", **extra: Any) -> dict[str, Any]:
     return {"type": "reasoning", "id": item_id, "summary": [], "encrypted_content": token(item_id)}
 
 
-def msg(text: str = "Hello", **extra) -> dict:
+def msg(text: str = "Hello", **extra: Any) -> dict[str, Any]:
     return {"type": "message", "role": "assistant", "content": text, **extra}
 
 
-def call(call_id: str = "call_1", **extra) -> dict:
+def call(call_id: str = "call_1", **extra: Any) -> dict[str, Any]:
     return {"type": "function_call", "call_id": call_id, "name": "f", "arguments": "{}", **extra}
 
 
-def output(call_id: str = "call_1") -> dict:
+def output(call_id: str = "call_1") -> dict[str, Any]:
     return {"type": "function_call_output", "call_id": call_id, "output": "ok"}
 
 

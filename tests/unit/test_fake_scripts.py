@@ -78,10 +78,9 @@ def test_full_script_parses_every_key(tmp_path):
 
 
 def test_http_error_type_defaults_by_status():
-    assert (
-        parse_script({"http_error": {"status": 503, "message": "x"}}).http_error.type
-        == "server_error"
-    )
+    http_error = parse_script({"http_error": {"status": 503, "message": "x"}}).http_error
+    assert http_error is not None
+    assert http_error.type == "server_error"
 
 
 @pytest.mark.parametrize(

@@ -36,12 +36,15 @@ def ask(
     return answer.status, answer.parsed, report
 
 
-def message_of(fake: FakeUpstream, messages: list[Any], script=None, **body) -> dict[str, Any]:
+def message_of(
+    fake: FakeUpstream, messages: list[Any], script: dict[str, Any] | None = None, **body: Any
+) -> dict[str, Any]:
     status, parsed, _ = ask(fake, messages, script, **body)
     assert status == 200, parsed
     completion = ChatCompletion.model_validate(parsed[0], strict=True)
     assert completion.object == "chat.completion"
-    return parsed[0]["choices"][0]["message"]
+    message: dict[str, Any] = parsed[0]["choices"][0]["message"]
+    return message
 
 
 def chunks_of(parsed: list[Any]) -> list[dict[str, Any]]:
@@ -90,7 +93,9 @@ def test_default_reply_echoes_with_signed_reasoning_and_the_probe_line():
     assert "tool_calls" not in message
     assert completion.usage is not None
     assert completion.usage.completion_tokens_details is not None
-    assert completion.usage.completion_tokens_details.reasoning_tokens > 0
+    reasoning_tokens = completion.usage.completion_tokens_details.reasoning_tokens
+    assert reasoning_tokens is not None
+    assert reasoning_tokens > 0
     assert report == {"restored": 0, "exact": 0, "wrong": 0, "missing": 0, "items": []}
 
 

@@ -35,17 +35,17 @@ def signed(message: dict[str, Any], text: str = "Thinking") -> dict[str, Any]:
     return {**message, "reasoning_content": SEAL.mint(text, assistant_key(message), "0badc0de")}
 
 
-SYSTEM = {"role": "system", "content": "be brief"}
-USER = {"role": "user", "content": "hi"}
-CALL = {
+SYSTEM: dict[str, Any] = {"role": "system", "content": "be brief"}
+USER: dict[str, Any] = {"role": "user", "content": "hi"}
+CALL: dict[str, Any] = {
     "role": "assistant",
     "content": None,
     "tool_calls": [
         {"id": "call_1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
     ],
 }
-TOOL = {"role": "tool", "tool_call_id": "call_1", "content": "42"}
-TEXT = {"role": "assistant", "content": "Hello there."}
+TOOL: dict[str, Any] = {"role": "tool", "tool_call_id": "call_1", "content": "42"}
+TEXT: dict[str, Any] = {"role": "assistant", "content": "Hello there."}
 TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {}}}]
 
 

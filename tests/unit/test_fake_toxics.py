@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fakeupstream.toxics import End, Pause, Send, Toxics, edit_frames, malformed, oversized, plan
+from fakeupstream.toxics import (
+    End,
+    Op,
+    Pause,
+    Send,
+    Toxics,
+    edit_frames,
+    malformed,
+    oversized,
+    plan,
+)
 
 FRAMES = [
     b'event: a\ndata: {"type":"a","n":0}\n\n',
@@ -18,11 +30,11 @@ FRAMES = [
 ]
 
 
-def sent(ops) -> bytes:
+def sent(ops: Sequence[Op]) -> bytes:
     return b"".join(op.data for op in ops if isinstance(op, Send))
 
 
-def run(**toxics):
+def run(**toxics: Any) -> list[Op]:
     return plan(FRAMES, Toxics(**toxics), random.Random(0))
 
 

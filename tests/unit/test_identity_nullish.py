@@ -77,7 +77,7 @@ ECHOES = [
 def test_an_echo_of_the_answer_hashes_where_capture_records_it(
     name: str, echo: dict[str, Any], text: str, calls: tuple[SentToolCall, ...]
 ) -> None:
-    plain = {"role": "assistant", "content": text}
+    plain: dict[str, Any] = {"role": "assistant", "content": text}
     if calls:
         plain["tool_calls"] = [CALL]
     assert end_digest(echo) == end_digest(plain) == predicted_end(text, calls)

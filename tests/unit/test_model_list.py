@@ -93,7 +93,7 @@ def test_no_aliases_and_no_upstream_models_is_an_empty_list() -> None:
     assert models_page([], ()) == {"object": "list", "data": []}
 
 
-NAMES = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1).filter(
+NAMES = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1).filter(
     str.strip
 )
 MODELS = st.builds(UpstreamModel, NAMES, st.integers(0, 2**40), st.text(min_size=1, max_size=12))
@@ -116,7 +116,7 @@ def test_page_lists_every_name_once_aliases_first(
 def test_parse_reads_back_what_openai_would_send(upstream: list[UpstreamModel]) -> None:
     body = json.dumps(models_page([], upstream)).encode()
     parsed = parse_upstream_models(body)
-    first = {}
+    first: dict[str, UpstreamModel] = {}
     for model in sorted(upstream, key=lambda m: m.id):
         first.setdefault(model.id, model)
     assert parsed == tuple(first.values())

@@ -139,8 +139,10 @@ def test_uncached_terminal_frames_carry_their_crash_points() -> None:
     feed_all(p, EVENTS[:-1])
     terminal = p.upstream_event(*EVENTS[-1])
     assert terminal[0] == StartDelivery()
+    queued = terminal[-2]
+    assert isinstance(queued, Queue)
     assert terminal[-2:] == [
-        Queue(terminal[-2].frame, crash_point="before_terminal_frame"),  # type: ignore[union-attr]
+        Queue(queued.frame, crash_point="before_terminal_frame"),
         Flush(crash_point="after_terminal_frame"),
     ]
     assert b'"finish_reason":"stop"' in chunks_of(terminal)[-1]

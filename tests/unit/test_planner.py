@@ -20,6 +20,7 @@ from relay.core.records import (
     EMPTY_PLAN,
     BlockRef,
     Observation,
+    PlanStamp,
     PlanText,
     StoredPayload,
     StoredSizeExceeded,
@@ -295,14 +296,15 @@ def _payload(b: Builder, o: Observation, items: Any) -> None:
     _replace(b, o, output_hash=hashlib.sha256(text.encode()).hexdigest())
 
 
-def _damaged(plan: PlanText) -> PlanText:
+def _damaged(plan: PlanText | PlanStamp) -> PlanText:
     """The plan's text as it would read back after damage that keeps its length."""
+    assert isinstance(plan, PlanText)
     return PlanText(plan.text.upper(), plan.count)
 
 
 # Mutations of the middle record (a3) of a 3-turn chain: every one must stop the whole
 # chain (a5 depends on a3) and fall back to a1 alone, which a3 and a5 were built upon.
-MUTATIONS: list[tuple[str, Callable[[Builder, Observation], None], Reason]] = [
+MUTATIONS: list[tuple[str, Callable[[Builder, Observation], object], Reason]] = [
     ("tampered-bytes", _tamper, Reason.PAYLOAD_DIGEST_MISMATCH),
     ("payload-gone", lambda b, o: b.source.payloads.pop(o.id), Reason.PAYLOAD_MISSING),
     (
@@ -363,7 +365,7 @@ MUTATIONS: list[tuple[str, Callable[[Builder, Observation], None], Reason]] = [
     ("mutate", "reason"), [pytest.param(m, r, id=name) for name, m, r in MUTATIONS]
 )
 def test_a_damaged_ancestor_stops_its_descendants(
-    mutate: Callable[[Builder, Observation], None], reason: Reason, hot: bool
+    mutate: Callable[[Builder, Observation], object], reason: Reason, hot: bool
 ) -> None:
     b = Builder()
     _, a3, _ = b.chain()

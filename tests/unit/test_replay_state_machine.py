@@ -65,7 +65,7 @@ from relay.core.capture import ClientProjection
 from relay.core.identity import HistoryDigests, Scope, history_digests
 from relay.core.planner import Plan, PlanLimits, plan_replay
 from relay.core.receipts import Reason
-from relay.core.records import BlockRef
+from relay.core.records import BlockRef, PlanText
 from relay.errors import UpstreamHTTPError
 from relay.model_alias import ModelAlias
 from relay.storage.replay_store import ReasoningStore
@@ -548,6 +548,7 @@ class ReplayMachine(RuleBasedStateMachine):
             assert len(new) == 1, f"expected one new observation, got {new}"
             row = new[0]
             assert row.id == record.key
+            assert isinstance(row.prior_plan, PlanText)
             assert (row.replayable, row.generation, row.intent_id, row.position) == (
                 record.admitted,
                 record.generation,

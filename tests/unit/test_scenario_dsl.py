@@ -333,7 +333,7 @@ class _StubHarness:
         self.fake = _StubFake(exchanges)
 
 
-def _call(index: int, items: list[object], output: list[object]) -> dict[str, object]:
+def _call(index: int, items: list[dict[str, str]], output: list[object]) -> dict[str, object]:
     return {"index": index, "path": "/v1/responses", "body": {"input": items},
             "continuity": {"replayed": sum(1 for i in items if "encrypted_content" in i)},
             "output": output, "events": []}  # fmt: skip

@@ -18,6 +18,7 @@ from relay.clock import ManualClock
 from relay.core.identity import ScopeTargeting
 from relay.core.records import (
     EMPTY_PLAN,
+    MAX_STORED_PLAN,
     BlockRef,
     MarkerKind,
     Observation,
@@ -31,7 +32,6 @@ from relay.errors import CacheUnavailable, StoreCorrupt, StoreError, StoreFull, 
 from relay.storage.replay_store import (
     _FEW,
     _REF_COLUMNS,
-    MAX_STORED_PLAN,
     IntentPhase,
     IntentRow,
     ReasoningStore,
@@ -514,6 +514,7 @@ def test_observation_round_trips_every_field(store: ReasoningStore) -> None:
     )  # fmt: skip
     (read,) = store.observations_at(sid, h(5))
     assert read == obs
+    assert isinstance(read.prior_plan, PlanText)
     assert read.prior_plan.refs() == plan
     assert (read.position, read.intent_id, read.replayable) == (4, "intent-1", False)
 
@@ -522,7 +523,7 @@ def test_repeats_match_every_recorded_field(store: ReasoningStore) -> None:
     sid = scope_id(store)
     plan = [BlockRef(h(1), h(2))]
     obs = observe(store, sid, end=h(5), start=h(3), position=4, plan=plan, payload=h("p"))
-    same = {
+    same: dict[str, Any] = {
         "generation": 1, "position": 4, "start_digest": h(3), "end_digest": h(5),
         "envelope_fingerprint": h("e"), "payload_fingerprint": h("p"),
         "prior_plan": PlanText.of(plan),

@@ -212,9 +212,9 @@ def test_a_version_1_file_is_migrated(db_path: Path) -> None:
     with ReasoningStore.open(db_path, clock=ManualClock()) as store:
         assert store.secret == b"s" * 32  # the old secret, so old scopes keep matching
         assert store.find_scope("d" * 64) is not None
-        conn = store._conn
-        assert conn is not None
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        migrated = store._conn
+        assert migrated is not None
+        assert migrated.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
         assert put(store.strict, 1).id == 1
         assert store.integrity_check() == ["ok"]
     with ReasoningStore.open(db_path, clock=ManualClock()) as again:  # idempotent

@@ -466,7 +466,7 @@ def test_compact_json_is_the_compact_stdlib_encoding(allow_nan: bool) -> None:
 
 
 def test_responses_events_are_compact_and_pass_nan_on_as_before() -> None:
-    data = {"type": "response.output_text.delta", "delta": "é", "n": float("nan")}
+    data: dict[str, Any] = {"type": "response.output_text.delta", "delta": "é", "n": float("nan")}
     expected = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
     assert encode_event(data["type"], data) == (
         f"event: response.output_text.delta\ndata: {expected}\n\n".encode()
@@ -510,8 +510,8 @@ def chunk_like(draw: st.DrawFn) -> dict[str, Any]:
     that compare equal (1, 1.0, True), other keys and key orders, finish reasons, usage,
     lone surrogates."""
     kind = draw(st.sampled_from(["content", "reasoning_content", "refusal"]))
-    choice = {"index": 0, "delta": {kind: draw(st.text(max_size=6))}, "finish_reason": None,
-              "logprobs": None}  # fmt: skip
+    choice: dict[str, Any] = {"index": 0, "delta": {kind: draw(st.text(max_size=6))},
+                              "finish_reason": None, "logprobs": None}  # fmt: skip
     chunk: dict[str, Any] = {"id": draw(st.sampled_from(["chatcmpl-9", 'é"\n'])),
                              "object": "chat.completion.chunk", "created": 42,
                              "model": "gpt-5", "choices": [choice]}  # fmt: skip

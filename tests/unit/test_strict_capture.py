@@ -162,12 +162,17 @@ def test_tool_call_deltas_join_by_index() -> None:
     )
 
 
+def exhausted(capture: ChatCapture) -> bool:
+    """Read through a call: mypy would keep the attribute narrowed across ``feed_chunk``."""
+    return capture.exhausted
+
+
 def test_over_the_byte_limit_nothing_is_kept() -> None:
     capture = ChatCapture(max_bytes=10)
     capture.feed_chunk({"choices": [{"index": 0, "delta": {"reasoning_content": "ééééé"}}]})
-    assert not capture.exhausted  # 10 bytes: at the limit
+    assert not exhausted(capture)  # 10 bytes: at the limit
     capture.feed_chunk({"choices": [{"index": 0, "delta": {"content": "x"}}]})
-    assert capture.exhausted
+    assert exhausted(capture)
     assert capture.turns() == []
     capture.feed_chunk({"choices": [{"index": 0, "delta": {"content": "more"}}]})
     assert capture.turns() == []

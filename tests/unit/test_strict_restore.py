@@ -31,7 +31,13 @@ USER = {"role": "user", "content": "hi"}
 PLAIN = {"role": "assistant", "content": "hello"}
 TOOL_TURN = {"role": "assistant", "content": None, "tool_calls": [call("c1"), call("c2")]}
 RESULT = {"role": "tool", "tool_call_id": "c1", "content": "x"}
-HISTORY = [USER, PLAIN, {"role": "user", "content": "more"}, TOOL_TURN, RESULT]
+HISTORY: list[dict[str, Any]] = [
+    USER,
+    PLAIN,
+    {"role": "user", "content": "more"},
+    TOOL_TURN,
+    RESULT,
+]
 ENDS = [f"end{i}" for i in range(len(HISTORY))]
 
 

@@ -8,7 +8,9 @@ from relay.strict.rules import (
     FORCED,
     MODEL_RULES,
     PROVIDER_RULES,
+    ModelPattern,
     OnMiss,
+    ProviderName,
     StrictRule,
     Turns,
     rule_for,
@@ -53,7 +55,7 @@ def test_every_row_has_a_case() -> None:
 
 
 @pytest.mark.parametrize("row", MODEL_RULES, ids=lambda row: row.pattern)
-def test_model_row(row) -> None:
+def test_model_row(row: ModelPattern) -> None:
     matching, other, turns, on_miss = MODEL_CASES[row.pattern]
     assert (row.turns, row.on_miss) == (turns, on_miss)
     for model in matching:
@@ -67,7 +69,7 @@ def test_model_row(row) -> None:
 
 
 @pytest.mark.parametrize("row", PROVIDER_RULES, ids=lambda row: row.name)
-def test_provider_row(row) -> None:
+def test_provider_row(row: ProviderName) -> None:
     turns, on_miss = PROVIDER_CASES[row.name]
     rule = StrictRule(f"provider:{row.name}", turns, on_miss)
     assert strictness(row.name, "some-plain-model") == rule
@@ -121,5 +123,7 @@ def test_first_matching_model_row_wins() -> None:
         (True, "plain", "deepseek-reasoner", FORCED),
     ],
 )
-def test_rule_for_the_provider_setting(strict, provider, model, expected) -> None:
+def test_rule_for_the_provider_setting(
+    strict: bool | None, provider: str, model: str, expected: StrictRule | None
+) -> None:
     assert rule_for(strict, provider, model) == expected
