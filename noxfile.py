@@ -77,7 +77,7 @@ def scenarios(session: nox.Session) -> None:
     # The replay state machine again, with its long budget (the fast suite runs a short one).
     session.run(
         "pytest",
-        "tests/unit/test_replay_state_machine.py",
+        "tests/unit/cache/test_replay_state_machine.py",
         *session.posargs,
         env={"RELAY_SCENARIO_BUDGET": "long"},
     )

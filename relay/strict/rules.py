@@ -1,7 +1,7 @@
 """Which Chat Completions upstreams need ``reasoning_content`` passed back, and where.
 
 Everything that decides strictness is data in this module: two tables and one combining
-function, each row with a unit test (``tests/unit/test_strict_rules.py``). A rule says
+function, each row with a unit test (``tests/unit/strict/test_rules.py``). A rule says
 
 - ``turns``: which assistant messages must carry their reasoning —
   ``tool_calls`` (messages with tool calls: DeepSeek's thinking-mode documentation, Kimi's

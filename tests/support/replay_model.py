@@ -1,6 +1,6 @@
 """A reference model of which cached output blocks may be replayed (design §2-§4).
 
-Used by ``tests/unit/test_replay_state_machine.py`` as the oracle for the real planner,
+Used by ``tests/unit/cache/test_replay_state_machine.py`` as the oracle for the real planner,
 session and store. It deliberately imports nothing from ``relay``: it speaks of visible
 messages (canonical JSON text, as the client sends them) and exact payload bytes, never
 of digests, and every rule below is a sentence of the spec:

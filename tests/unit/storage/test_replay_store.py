@@ -38,7 +38,7 @@ from relay.storage.replay_store import (
 )
 from relay.storage.schema import APPLICATION_ID, IN_CHUNK, MIGRATIONS, SCHEMA_VERSION
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TARGET = ScopeTargeting(credential="c" * 64, model="gpt-5", caller=None)
 MARKER = "PAYLOAD-MARKER-7f3a"  # must never appear in an error message
 

@@ -9,7 +9,7 @@ import pytest
 
 from relay.core.receipts import Reason
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 SOURCES = "\n".join(
     p.read_text(encoding="utf-8") for p in (ROOT / "relay").rglob("*.py") if p.name != "receipts.py"
