@@ -7,7 +7,7 @@ from enum import StrEnum
 from typing import Any
 
 from relay.errors import RelayError
-from relay.pipeline.actions import Action
+from relay.pipeline.actions import Action, Flush, StartStream
 
 
 class Phase(StrEnum):
@@ -29,6 +29,8 @@ class Pipeline:
     defaults refuse the input (a pipeline overrides those its requests can see)."""
 
     phase = Phase.NEW
+    streaming = False  # the answer is an event stream (a subclass sets it per request)
+    _stream_started = False  # StartStream was returned
 
     def start(self) -> list[Action]:
         raise NotImplementedError
@@ -40,8 +42,8 @@ class Pipeline:
         return self._refuse("upstream_event")
 
     def batch_done(self) -> list[Action]:
-        """Every event of one upstream read was handled (default: nothing to do)."""
-        return []
+        """Every event of one upstream read was handled: what a stream queued goes out."""
+        return [Flush()] if self.streaming and self.phase is Phase.UPSTREAM else []
 
     def upstream_done(self) -> list[Action]:
         return self._refuse("upstream_done")
@@ -60,6 +62,12 @@ class Pipeline:
 
     def client_gone(self, frames: int) -> list[Action]:
         raise NotImplementedError
+
+    def _stream_started_once(self) -> list[Action]:
+        if self._stream_started:
+            return []
+        self._stream_started = True
+        return [StartStream()]
 
     def _expect(self, *phases: Phase) -> None:
         if self.phase not in phases:

@@ -39,7 +39,6 @@ from relay.pipeline.actions import (
     Respond,
     SendUpstream,
     StartDelivery,
-    StartStream,
 )
 from relay.pipeline.base import Phase, Pipeline
 from relay.translate.chat_sse import DONE, encode_chunk, encode_error
@@ -75,7 +74,7 @@ class ChatPipeline(Pipeline):
             reasoning_summaries=reasoning_summaries,
         )
         self.phase = Phase.NEW
-        self._stream_started = False  # StartStream was returned
+        self.streaming = request.stream
         self._answered = False  # an upstream event arrived for the current send
         self._resent = False  # the one resend after a refusal was made
         self._output_flushed = False  # the first output chunk was flushed
@@ -125,10 +124,6 @@ class ChatPipeline(Pipeline):
             self._output_flushed = True
             actions.append(Flush())
         return actions
-
-    def batch_done(self) -> list[Action]:
-        """The shell converted every event of one upstream read: what is queued goes out."""
-        return [Flush()] if self.phase is Phase.UPSTREAM and self.request.stream else []
 
     def upstream_done(self) -> list[Action]:
         """The upstream's stream ended (after its terminal event)."""
@@ -221,12 +216,6 @@ class ChatPipeline(Pipeline):
         self.phase = Phase.UPSTREAM
         self._answered = False
         return [SendUpstream(body, buffered=not self.request.stream)]
-
-    def _stream_started_once(self) -> list[Action]:
-        if self._stream_started:
-            return []
-        self._stream_started = True
-        return [StartStream()]
 
     def _terminal_frames(self) -> list[Action]:
         self.phase = Phase.DELIVERING

@@ -20,7 +20,6 @@ from relay.pipeline.actions import (
     Queue,
     Respond,
     SendUpstream,
-    StartStream,
     Stop,
 )
 from relay.pipeline.base import Phase, Pipeline
@@ -32,8 +31,7 @@ class ResponsesPassthrough(Pipeline):
     def __init__(self, body: dict[str, Any], *, request_id: str, stream: bool) -> None:
         self.body = body
         self.request_id = request_id
-        self.stream = stream
-        self._started = False  # StartStream was returned
+        self.streaming = stream
         self._forwarded_error = False  # the upstream's own error event went to the client
         self._final: dict[str, Any] | None = None  # JSON: the terminal event's response
 
@@ -42,8 +40,8 @@ class ResponsesPassthrough(Pipeline):
         self.phase = Phase.UPSTREAM
         log = Log("responses_passthrough", {"request_id": self.request_id,
                                             "model": self.body.get("model"),
-                                            "stream": self.stream})  # fmt: skip
-        return [log, SendUpstream(self.body, buffered=not self.stream)]
+                                            "stream": self.streaming})  # fmt: skip
+        return [log, SendUpstream(self.body, buffered=not self.streaming)]
 
     def upstream_event(self, event_type: str, data: dict[str, Any]) -> list[Action]:
         self._expect(Phase.UPSTREAM)
@@ -52,29 +50,25 @@ class ResponsesPassthrough(Pipeline):
             if event_type == "error"
             else None
         )
-        if not self.stream:
+        if not self.streaming:
             if failure is not None:
                 return [Stop(failure)]
             if event_type in TERMINAL_EVENTS and isinstance(data.get("response"), dict):
                 self._final = data["response"]
             return []
-        actions: list[Action] = [] if self._started else [StartStream()]
-        self._started = True
+        actions = self._stream_started_once()
         actions.append(Queue(encode_event(event_type, data)))
         if failure is not None:  # the upstream's own failure: forwarded, then the end
             self._forwarded_error = True
             actions += [Flush(), Stop(failure)]
         return actions
 
-    def batch_done(self) -> list[Action]:
-        return [Flush()] if self.stream and self.phase is Phase.UPSTREAM else []
-
     def upstream_done(self) -> list[Action]:
         if self.phase is Phase.DONE:
             return []
         self._expect(Phase.UPSTREAM)
         self.phase = Phase.DELIVERING
-        if self.stream:
+        if self.streaming:
             self.phase = Phase.DONE
             return [Flush(), Finish()]
         if self._final is None:
@@ -92,7 +86,7 @@ class ResponsesPassthrough(Pipeline):
         if self.phase is Phase.DONE:
             return []
         self.phase = Phase.DONE
-        if not self.stream or self._forwarded_error:
+        if not self.streaming or self._forwarded_error:
             return [Fail(error)]
         return [Fail(error, encode_event("error", error.envelope()["error"]))]
 

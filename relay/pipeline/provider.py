@@ -22,7 +22,6 @@ from relay.pipeline.actions import (
     Respond,
     SendUpstream,
     StartDelivery,
-    StartStream,
 )
 from relay.pipeline.base import Phase, Pipeline
 from relay.strict.chat_capture import ChatCapture
@@ -42,41 +41,36 @@ class ChatProviderPipeline(Pipeline):
         self.body = body
         self.request_id = request_id
         self._client_model = client_model
-        self.stream = stream
+        self.streaming = stream
         self._capture = capture
-        self._started = False  # StartStream was returned
         self._completion: dict[str, Any] = {}  # JSON: the provider's answer
         self.finish_reason: str | None = None
 
     def start(self) -> list[Action]:
         self._expect(Phase.NEW)
         self.phase = Phase.UPSTREAM
-        return [SendUpstream(self.body, buffered=not self.stream)]
+        return [SendUpstream(self.body, buffered=not self.streaming)]
 
     def upstream_event(self, event_type: str, data: dict[str, Any]) -> list[Action]:
         self._expect(Phase.UPSTREAM)
-        if not self.stream:
+        if not self.streaming:
             self._completion.update(data)
             return []
         self._observe(data, whole=False)
-        actions: list[Action] = [] if self._started else [StartStream()]
-        self._started = True
+        actions = self._stream_started_once()
         return [*actions, Queue(encode_chunk(data))]
-
-    def batch_done(self) -> list[Action]:
-        return [Flush()] if self.stream and self.phase is Phase.UPSTREAM else []
 
     def upstream_done(self) -> list[Action]:
         if self.phase is Phase.DONE:
             return []
         self._expect(Phase.UPSTREAM)
         self.phase = Phase.DELIVERING
-        if not self.stream:
+        if not self.streaming:
             self._observe(self._completion, whole=True)
             return [Record(), Respond(self._completion)]  # recorded before the answer
         self.phase = Phase.DONE
-        started: list[Action] = [] if self._started else [StartStream()]
-        return [Record(), StartDelivery(), *started, Queue(DONE), Flush(), self._done(), Finish()]
+        return [Record(), StartDelivery(), *self._stream_started_once(), Queue(DONE), Flush(),
+                self._done(), Finish()]  # fmt: skip
 
     def responded(self) -> list[Action]:
         self._expect(Phase.DELIVERING)
@@ -87,7 +81,7 @@ class ChatProviderPipeline(Pipeline):
         if self.phase is Phase.DONE:
             return []
         self.phase = Phase.DONE
-        return [Fail(error, encode_error(error.envelope()) if self.stream else None)]
+        return [Fail(error, encode_error(error.envelope()) if self.streaming else None)]
 
     def client_gone(self, frames: int) -> list[Action]:
         if self.phase is Phase.DONE:
