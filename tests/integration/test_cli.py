@@ -7,6 +7,8 @@ import signal
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import requests
@@ -17,19 +19,25 @@ def relay_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return {**env, "RELAY_PORT": "0", "RELAY_DATA_DIR": str(tmp_path / "data"), **extra}
 
 
-def test_serve_without_key_uses_offline_fake_and_says_so(tmp_path: Path) -> None:
+@contextmanager
+def serving(env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    """``relay serve`` as a real process; killed (and reaped) however the test ends."""
     with subprocess.Popen(
         [sys.executable, "-m", "relay", "serve"],
-        env=relay_env(tmp_path),
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     ) as proc:
-        _check_offline_relay(proc, tmp_path)
+        try:
+            yield proc
+        finally:
+            proc.kill()
+            proc.wait()
 
 
-def _check_offline_relay(proc: subprocess.Popen[str], tmp_path: Path) -> None:
-    try:
+def test_serve_without_key_uses_offline_fake_and_says_so(tmp_path: Path) -> None:
+    with serving(relay_env(tmp_path)) as proc:
         assert proc.stdout is not None
         banner = [proc.stdout.readline() for _ in range(4)]
         assert banner[0].startswith("relay listening on http://127.0.0.1:")
@@ -52,9 +60,6 @@ def _check_offline_relay(proc: subprocess.Popen[str], tmp_path: Path) -> None:
         assert proc.wait(10) == 0
         assert proc.stderr is not None
         assert token not in proc.stderr.read()
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def test_invalid_config_stops_startup_with_one_line(tmp_path: Path) -> None:
@@ -74,35 +79,25 @@ def test_invalid_config_stops_startup_with_one_line(tmp_path: Path) -> None:
 
 def test_a_second_relay_on_the_same_cache_is_refused_clearly(tmp_path: Path) -> None:
     env = relay_env(tmp_path, REASONING_CACHE_ENABLED="1")
-    with subprocess.Popen(
-        [sys.executable, "-m", "relay", "serve"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as first:
-        try:
-            assert first.stdout is not None
-            banner = [first.stdout.readline() for _ in range(4)]
-            assert banner[3].startswith("reasoning cache: on (")
-            second = subprocess.run(
-                [sys.executable, "-m", "relay", "serve"],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=False,
-            )
-            assert second.returncode == 1
-            lines = second.stderr.strip().splitlines()
-            assert len(lines) == 1, lines
-            assert lines[0].startswith("relay: cannot open the reasoning cache: ")
-            assert "another relay process" in lines[0]
-            first.send_signal(signal.SIGTERM)
-            assert first.wait(10) == 0
-        finally:
-            first.kill()
-            first.wait()
+    with serving(env) as first:
+        assert first.stdout is not None
+        banner = [first.stdout.readline() for _ in range(4)]
+        assert banner[3].startswith("reasoning cache: on (")
+        second = subprocess.run(
+            [sys.executable, "-m", "relay", "serve"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert second.returncode == 1
+        lines = second.stderr.strip().splitlines()
+        assert len(lines) == 1, lines
+        assert lines[0].startswith("relay: cannot open the reasoning cache: ")
+        assert "another relay process" in lines[0]
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(10) == 0
 
 
 def test_an_existing_data_dir_is_made_private_even_with_relay_token(tmp_path: Path) -> None:
@@ -110,23 +105,13 @@ def test_an_existing_data_dir_is_made_private_even_with_relay_token(tmp_path: Pa
     data.mkdir(mode=0o755)
     data.chmod(0o755)
     env = relay_env(tmp_path, RELAY_TOKEN="a-token-of-sixteen-or-more")
-    with subprocess.Popen(
-        [sys.executable, "-m", "relay", "serve"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as proc:
-        try:
-            assert proc.stdout is not None
-            assert proc.stdout.readline().startswith("relay listening on")
-            assert stat.S_IMODE(data.stat().st_mode) == 0o700
-            assert not (data / "relay-token").exists()
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(10) == 0
-        finally:
-            proc.kill()
-            proc.wait()
+    with serving(env) as proc:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("relay listening on")
+        assert stat.S_IMODE(data.stat().st_mode) == 0o700
+        assert not (data / "relay-token").exists()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
 
 
 def test_a_data_dir_that_cannot_be_private_stops_startup_with_one_line(tmp_path: Path) -> None:
