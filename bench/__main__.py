@@ -5,7 +5,9 @@ client is a raw streaming HTTP client in this process that keeps one connection 
 server alive, as Cursor does. Each round sends one request directly, one through the
 relay with the cache off and one through a relay with the cache on, so machine noise hits
 them alike, and reports medians; each round does so for a burst stream (throughput) and a
-paced one (time to first token), see :func:`run_servers`.
+paced one (time to first token), see :func:`run_servers`. The same at a long Cursor
+conversation (201 messages / 108 KB and 1,000), where the cache on replays the earlier
+turns, with a cProfile breakdown of what the cache adds: :mod:`bench.conversation`.
 
 In-process sections (identity, cache path, commits) compare the relay's code against a
 stdlib baseline measured on the same data in the same process (see ``bench_identity`` and
@@ -20,18 +22,15 @@ import http.client
 import json
 import os
 import platform
-import pstats
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from bench.cache import bench_cache_scaling, bench_commits, profile_cache_path
+from bench.conversation import SIZES as CONVERSATIONS
+from bench.conversation import run_conversations
 from bench.identity import (
     SIZES,
     bench_canonical_vs_stdlib,
@@ -39,9 +38,18 @@ from bench.identity import (
     cursor_history,
     paired_ratio,
 )
+from bench.servers import (
+    KEY,
+    TOKEN,
+    Sample,
+    enqueue,
+    events_to_first_delta,
+    process,
+    relay_env,
+    relay_profile,
+    stream_once,
+)
 
-TOKEN = "bench-relay-token-0123456789"
-KEY = "sk-bench"
 DELTAS = 300
 MODES = ("direct", "relay", "relay_cache")
 STREAMS = ("burst", "paced")
@@ -52,79 +60,6 @@ SERVER_ROWS = {
     "total_burst_s": "total, burst (ms)", "events_per_s": "events/s, burst",
 }  # fmt: skip
 LABELS = {"direct": "direct", "relay": "relay (cache off)", "relay_cache": "relay (cache on)"}
-
-
-@contextmanager
-def process(args: list[str], env: dict[str, str], banner: str) -> Iterator[int]:
-    proc = subprocess.Popen(
-        args,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith(banner):
-                port = int(line.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
-                break
-        else:
-            raise RuntimeError(f"{' '.join(args[1:])} exited before printing its address")
-        yield port
-    finally:
-        proc.terminate()
-        proc.wait(30)
-
-
-Sample = tuple[float, float, int]  # seconds to first content, total seconds, content frames
-
-
-def stream_once(
-    conn: http.client.HTTPConnection,
-    path: str,
-    body: dict[str, Any],
-    headers: dict[str, str],
-    is_content: Callable[[bytes], bool],
-) -> Sample:
-    """(seconds to first content frame, total seconds, content frames) over ``conn``, a
-    connection the caller keeps alive between requests, as Cursor does."""
-    payload = json.dumps(body).encode()
-    start = time.perf_counter()
-    conn.request("POST", path, payload, {**headers, "Content-Type": "application/json"})
-    resp = conn.getresponse()
-    assert resp.status == 200, resp.read()[:300]
-    first = None
-    frames = 0
-    buffer = b""
-    while chunk := resp.read1(65536):
-        buffer += chunk
-        *complete, buffer = buffer.split(b"\n\n")
-        for frame in complete:
-            if is_content(frame):
-                frames += 1
-                if first is None:
-                    first = time.perf_counter() - start
-    total = time.perf_counter() - start
-    return (first if first is not None else total), total, frames
-
-
-def enqueue(port: int, script: dict[str, Any]) -> None:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    conn.request(
-        "POST", "/__fake/scripts", json.dumps(script), {"Content-Type": "application/json"}
-    )
-    assert conn.getresponse().status == 200
-    conn.close()
-
-
-def relay_env(env: dict[str, str], fake_port: int, data: str, *, cache: bool) -> dict[str, str]:
-    return {
-        **env, "RELAY_PORT": "0", "RELAY_TOKEN": TOKEN, "RELAY_DATA_DIR": data,
-        "OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": f"http://127.0.0.1:{fake_port}/v1",
-        "RELAY_LOG_LEVEL": "warning", "REASONING_CACHE_ENABLED": "1" if cache else "0",
-    }  # fmt: skip
 
 
 def run_servers(iterations: int, *, profile: Path | None = None) -> dict[str, Any]:
@@ -201,16 +136,6 @@ def run_servers(iterations: int, *, profile: Path | None = None) -> dict[str, An
     return summarize(samples, leading)
 
 
-def events_to_first_delta(
-    conn: http.client.HTTPConnection, body: dict[str, Any], headers: dict[str, str]
-) -> int:
-    """How many events the fake sends up to and including the first text delta."""
-    conn.request("POST", "/v1/responses", json.dumps(body).encode(),
-                 {**headers, "Content-Type": "application/json"})  # fmt: skip
-    frames = conn.getresponse().read().split(b"\n\n")
-    return next(n for n, frame in enumerate(frames, 1) if b"output_text.delta" in frame)
-
-
 def summarize(samples: dict[str, dict[str, list[Sample]]], leading: int) -> dict[str, Any]:
     """Medians per mode; each ratio is the median of the rounds' ratios (the modes of a
     round ran back to back, see :func:`bench.identity.paired_ratio`)."""
@@ -237,21 +162,6 @@ def summarize(samples: dict[str, dict[str, list[Sample]]], leading: int) -> dict
         "iterations": len(samples["burst"]["relay"]), "content_frames": sorted(frames),
         "rows": rows, "target_ttft_ratio_cache": 1.5,
     }  # fmt: skip
-
-
-def relay_profile(path: Path, requests: int, *, top: int = 15) -> list[dict[str, Any]]:
-    """Top functions of a profiled relay by own time per request (idle waits left out;
-    startup is amortized over the requests)."""
-    stats = pstats.Stats(str(path))
-    rows = []
-    for (file, line, name), (_, _, own, cumulative, _) in stats.stats.items():  # type: ignore[attr-defined]
-        if "select.epoll" in name or "selectors.py" in file:
-            continue  # waiting for the network, not work
-        label = f"{Path(file).name}:{line}({name})" if line else name
-        rows.append({"function": label, "own_ms": own / requests * 1000,
-                     "cumulative_ms": cumulative / requests * 1000})  # fmt: skip
-    rows.sort(key=lambda row: row["own_ms"], reverse=True)
-    return rows[:top]
 
 
 # --- output ----------------------------------------------------------------------------
@@ -296,6 +206,9 @@ def report(result: dict[str, Any]) -> str:
             "fake and the relay work through later events. "
             "Target: ttft (paced) cache on / direct ≤ 1.5x."
         )
+    conversations = result.get("conversations")
+    if conversations:
+        out += conversation_report(conversations)
     canonical = result["canonical"]
     out.append(f"### Canonicalize + hash vs stdlib floor ({canonical['messages']} messages, "
                f"{canonical['canonical_bytes'] / 1e6:.1f} MB canonical; times: best of runs, ratios: median of paired runs)")  # fmt: skip
@@ -364,6 +277,67 @@ def report(result: dict[str, Any]) -> str:
     return "\n\n".join(out)
 
 
+def conversation_report(result: dict[str, Any]) -> list[str]:
+    out = [f"### Time to first token at a long Cursor conversation ({result['iterations']} "
+           f"paired rounds, {result['deltas']}-delta paced stream; medians)"]  # fmt: skip
+    body = []
+    for row in result["rows"]:
+        probe = row["continuity"]["before"]["relay_cache"]
+        target = row["target_ms"]
+        difference = row["on_minus_off_s"] * 1000
+        verdict = "-" if target is None else (
+            f"≤ {target:g}: {'met' if difference <= target else 'MISSED'}"
+        )  # fmt: skip
+        body.append([
+            str(row["messages"]), f"{row['history_bytes'] / 1000:.0f}",
+            f"{row['assistant_turns']} / {probe['replayed']}",
+            *(ms(row[f"{mode}_s"]) for mode in ("direct", "direct_replay", "relay", "relay_cache")),
+            f"{difference:.3f}", f"{row['relay_share_s'] * 1000:.3f}", verdict,
+        ])  # fmt: skip
+    out.append(table(
+        ["messages", "history KB", "assistant turns / replayed", "direct ms",
+         "direct, replaying body ms", "cache off ms", "cache on ms", "on - off ms",
+         "relay's share ms", "target (ms)"], body,
+    ))  # fmt: skip
+    out.append(
+        "The conversation was grown through a cache-on relay first (each assistant turn "
+        "admitted as the answer to the history before it); the fake's continuity probe "
+        "confirmed, before and after timing, that the cache-on request replays that many "
+        "reasoning items, all intact (cache off: none). on - off is the median of the "
+        "rounds' differences. Direct, replaying body: the fake sent what the cache-on relay "
+        "sends it (the same history plus the replayed items), so that minus direct is the "
+        "upstream's share of on - off and the relay's share is the rest (median of the "
+        "rounds' (on - off) - (replaying - direct)). "
+        "Target: on - off ≤ 2 ms at 201 messages, ≤ 8 ms at 1,000."
+    )
+    out.append(table(
+        ["messages", "upstream body KB, cache off / on", "grow s", "rounds s", "profile s"],
+        [[str(row["messages"]),
+          f"{row['upstream_bytes']['relay'] / 1000:.0f} / "
+          f"{row['upstream_bytes']['relay_cache'] / 1000:.0f}",
+          *(f"{row['phases'][key]:.1f}" for key in ("grow_s", "rounds_s", "profile_s"))]
+         for row in result["rows"]],
+    ))  # fmt: skip
+    for row in result["rows"]:
+        profile = row["profile"]
+        out.append(
+            f"#### Where the cache-on difference goes at {row['messages']} messages "
+            f"(cProfile, {result['profile_rounds']} requests to each relay; per request, "
+            "cache on minus cache off, profiled times inflated by cProfile; all own time: "
+            f"{profile['on_total_own_ms']:.2f} on - {profile['off_total_own_ms']:.2f} off = "
+            f"{profile['total_own_ms']:.2f} ms)"
+        )  # fmt: skip
+        for key, what in (("by_cumulative", "cumulative"), ("by_own", "own")):
+            out.append(f"Top by {what} difference"
+                       f"{' (relay code)' if what == 'cumulative' else ''}:")  # fmt: skip
+            out.append(table(
+                ["function", "Δ cumulative ms", "Δ own ms", "cache-on cumulative ms"],
+                [[r["function"], f"{r['cumulative_ms']:.3f}", f"{r['own_ms']:.3f}",
+                  f"{r['on_cumulative_ms']:.3f}"] for r in profile[key]],
+            ))  # fmt: skip
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--iterations", type=int, default=25, help="relay rounds")
@@ -372,12 +346,20 @@ def main() -> None:
     parser.add_argument("--no-servers", action="store_true", help="in-process sections only")
     parser.add_argument("--profile", action="store_true",
                         help="also cProfile the cache-on relay and the cache path")  # fmt: skip
+    parser.add_argument("--conversation-iterations", type=int, default=30,
+                        help="rounds per long-conversation row")  # fmt: skip
+    parser.add_argument("--conversation-sizes", type=int, nargs="*", default=list(CONVERSATIONS),
+                        help="messages of the long-conversation rows (none: skip them)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("bench-results/bench.json"))
     args = parser.parse_args()
     sizes = sorted(args.sizes)
     result: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine()}
     if not args.no_servers:
         result["servers"] = run_servers(args.iterations)
+        if args.conversation_sizes:
+            result["conversations"] = run_conversations(
+                tuple(args.conversation_sizes), iterations=args.conversation_iterations
+            )
     result["canonical"] = bench_canonical_vs_stdlib(cursor_history(sizes[-1]), repeat=args.repeat)
     result["identity"] = bench_identity_scaling(sizes, repeat=args.repeat)
     result["cache_path"] = bench_cache_scaling(sizes, repeat=args.repeat)
