@@ -17,7 +17,6 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Final
-from urllib.parse import urlsplit
 
 from tornado.httpclient import HTTPClientError
 from tornado.iostream import StreamClosedError
@@ -28,7 +27,10 @@ from relay.clock import Clock
 from relay.model_list import MalformedModelList, UpstreamModel, parse_upstream_models
 from relay.runtime import Runtime
 from relay.transport.deadline import Deadline
-from relay.transport.upstream import _AbortableRequest  # abortable, as a model call's request
+from relay.transport.upstream import (  # abortable, as a model call's request
+    _AbortableRequest,
+    origin_of,
+)
 
 TTL_S: Final = 300.0
 RETRY_S: Final = 30.0
@@ -106,14 +108,6 @@ async def fetch_models(
         raise ModelsUnavailable("malformed", response.code) from None
 
 
-def safe_origin(url: str) -> str:
-    """Scheme, host and port: what a log line may say of a URL (never its user:password)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    host = f"[{host}]" if ":" in host else host
-    return f"{parts.scheme}://{host}" + (f":{parts.port}" if parts.port is not None else "")
-
-
 class UpstreamModels:
     def __init__(
         self,
@@ -151,7 +145,7 @@ class UpstreamModels:
                 max_bytes=runtime.config.max_response_bytes,
             )
 
-        return cls(fetch, runtime.clock, origin=safe_origin(url))
+        return cls(fetch, runtime.clock, origin=origin_of(url))
 
     async def current(self) -> tuple[UpstreamModel, ...]:
         """The upstream's models; ``()`` while it cannot say. Never raises."""

@@ -196,8 +196,12 @@ def make_http_client(clock: Clock, pool: ConnectionPool | None = None) -> Simple
 
 
 def origin_of(url: str) -> str:
+    """Scheme, host and port: what an error or a log line may say of a URL (never the
+    ``user:password`` an OPENAI_BASE_URL may carry)."""
     parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}"
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme}://{host}" + (f":{parts.port}" if parts.port is not None else "")
 
 
 @dataclass(eq=False)  # identity semantics: live exchanges are kept in a set

@@ -13,7 +13,8 @@ import pytest
 
 from relay.clock import ManualClock
 from relay.model_list import UpstreamModel
-from relay.upstream_models import RETRY_S, TTL_S, ModelsUnavailable, UpstreamModels, safe_origin
+from relay.transport.upstream import origin_of
+from relay.upstream_models import RETRY_S, TTL_S, ModelsUnavailable, UpstreamModels
 
 GPT5 = (UpstreamModel("gpt-5", 1, "system"),)
 O3 = (UpstreamModel("o3", 2, "system"),)
@@ -166,5 +167,5 @@ def test_the_wall_clock_does_not_age_a_listing() -> None:
         ("http://[::1]:9000/v1/models", "http://[::1]:9000"),
     ],
 )
-def test_the_logged_origin_never_carries_credentials(url: str, origin: str) -> None:
-    assert safe_origin(url) == origin
+def test_the_origin_in_logs_and_errors_never_carries_credentials(url: str, origin: str) -> None:
+    assert origin_of(url) == origin
