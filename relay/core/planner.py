@@ -303,12 +303,15 @@ def _check_descendants(state: _Planning, head: Observation, chain_plan: PlanText
             continue
         for later in state.source.observations_at(block.end_digest):
             state.spend()
-            # A damaged plan says nothing about what the later record saw: reject too.
+            # A damaged plan says nothing about what the later record saw: reject too. A
+            # text equal to the chain's own (valid) plan is that plan: no parse needed,
+            # and past the plan limit every later record's plan is exactly that one.
             plan = later.prior_plan
             if not (
                 isinstance(plan, PlanText)
-                and plan.refs() is not None
-                and plan.starts_with(chain_plan)
+                and (
+                    plan == chain_plan or (plan.refs() is not None and plan.starts_with(chain_plan))
+                )
             ):
                 raise _Rejected(Reason.DESCENDANT_WITHOUT_BLOCK, later)
 

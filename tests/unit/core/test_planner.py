@@ -268,6 +268,28 @@ def test_fallback_stops_where_a_descendant_was_generated_without_the_block() -> 
     assert reasons(plan) == [Reason.NOT_REPLAYABLE, Reason.DESCENDANT_WITHOUT_BLOCK]
 
 
+def test_past_the_plan_limit_a_descendant_on_the_chain_is_not_parsed_and_damage_still_stops() -> (
+    None
+):
+    # Past the plan-record limit every later record was dispatched on the same fallback
+    # chain, so its plan is that chain's text exactly: equal to a valid plan, not parsed.
+    b = Builder()
+    a1 = b.record(1)
+    a3 = b.record(3, [a1])
+    a5 = b.record(5, [a1, a3])
+    assert isinstance(a5.prior_plan, PlanText)
+    unread = PlanText(a5.prior_plan.text, a5.prior_plan.count)  # as read back: not parsed
+    _replace(b, a5, prior_plan=unread)
+    plan = b.plan(max_plan_records=2)  # a5 is one record too long
+    assert positions(plan) == [1, 3]
+    assert reasons(plan) == [Reason.PLAN_TOO_LONG]
+    assert unread._refs is None
+    _replace(b, a5._replace(prior_plan=unread), prior_plan=_damaged(unread))
+    plan = b.plan(max_plan_records=2)
+    assert plan.blocks == ()  # a damaged later plan stops every chain beneath it
+    assert Reason.DESCENDANT_WITHOUT_BLOCK in reasons(plan)
+
+
 def test_own_intent_does_not_compete_but_another_does() -> None:
     b = Builder()
     a1 = b.record(1)
