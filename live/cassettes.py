@@ -37,12 +37,13 @@ from tornado.httpclient import HTTPRequest
 from tornado.httpserver import HTTPServer
 from tornado.iostream import IOStream, StreamClosedError
 from tornado.netutil import bind_sockets
-from tornado.simple_httpclient import HTTPStreamClosedError, SimpleAsyncHTTPClient, _HTTPConnection
+from tornado.simple_httpclient import SimpleAsyncHTTPClient
 
 from fakeupstream.cassette import Cassette, Chunk, Ended, Interaction, dumps, scrub_cassette
 from fakeupstream.cassette_scrub import scrub_uri
 from relay.clock import Clock, SystemClock
 from relay.transport.chunked import ChunkedDecoder
+from relay.transport.upstream import ResetSafeConnection
 
 T = TypeVar("T")
 
@@ -321,7 +322,7 @@ class _PassThroughHTTP1Connection(HTTP1Connection):
             await self._deliver_body(delegate, data)
 
 
-class _ProxiedConnection(_HTTPConnection):
+class _ProxiedConnection(ResetSafeConnection):
     """Tornado's client connection, abortable, handing the answer's head over at once."""
 
     def __init__(self, client: Any, request: Any, *args: Any) -> None:
@@ -350,12 +351,6 @@ class _ProxiedConnection(_HTTPConnection):
         if self._proxied is not None and not interim:
             assert isinstance(first_line, httputil.ResponseStartLine)
             await self._proxied.on_headers(first_line, headers)
-
-    def on_connection_close(self) -> None:
-        # Tornado re-raises a reset's error here without ending the fetch; end it instead.
-        if self.final_callback is not None:
-            error = self.stream.error or HTTPStreamClosedError("Connection closed")
-            self._handle_exception(type(error), error, None)
 
 
 class _Client(SimpleAsyncHTTPClient):

@@ -104,7 +104,18 @@ class _AbortableRequest(HTTPRequest):
     pending_abort: BaseException | None = None  # aborted before a connection existed
 
 
-class _AbortableConnection(_HTTPConnection):
+class ResetSafeConnection(_HTTPConnection):
+    """Tornado's client connection, completing a fetch that a connection reset ends."""
+
+    def on_connection_close(self) -> None:
+        # Tornado re-raises a reset's socket error from this callback without completing
+        # the fetch, which leaves the request hanging; complete it with that error instead.
+        if self.final_callback is not None:
+            error = self.stream.error or HTTPStreamClosedError("Connection closed")
+            self._handle_exception(type(error), error, None)
+
+
+class _AbortableConnection(ResetSafeConnection):
     def __init__(self, client: Any, request: Any, *args: Any) -> None:
         # ``request`` is Tornado's defaults proxy; the real request sits behind it.
         real = getattr(request, "request", request)
@@ -145,13 +156,6 @@ class _AbortableConnection(_HTTPConnection):
             self.tcp_client.pool.checkin(self.connection.detach())
         else:
             self.stream.close()
-
-    def on_connection_close(self) -> None:
-        # Tornado re-raises a reset's socket error from this callback without completing
-        # the fetch, which leaves the request hanging; complete it with that error instead.
-        if self.final_callback is not None:
-            error = self.stream.error or HTTPStreamClosedError("Connection closed")
-            self._handle_exception(type(error), error, None)
 
 
 class _Client(SimpleAsyncHTTPClient):
