@@ -18,6 +18,7 @@ from relay.core.resources import BudgetTooSmall, CacheBudget
 from relay.errors import ConfigError
 from relay.model_alias import ModelAlias
 from relay.providers import BUILTIN, Provider, check_base_url, parse_providers
+from relay.tunnel_command import TunnelCommand, parse_tunnel_command
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
@@ -55,6 +56,7 @@ class Config:
     delivery_timeout_ms: int = 30_000
     sse_keepalive_ms: int = 15_000
     log_level: str = "info"
+    tunnel_command: TunnelCommand | None = None  # RELAY_TUNNEL_CMD (relay.tunnel)
 
     @property
     def responses_url(self) -> str:
@@ -250,6 +252,7 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
         delivery_timeout_ms=_int(env, "RELAY_DELIVERY_TIMEOUT_MS", 30_000, minimum=1),
         sse_keepalive_ms=_int(env, "RELAY_SSE_KEEPALIVE_MS", 15_000, minimum=0),
         log_level=log_level,
+        tunnel_command=parse_tunnel_command(env.get("RELAY_TUNNEL_CMD"), env.get("PATH")),
     )
     if config.reasoning_cache_enabled:
         try:

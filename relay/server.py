@@ -27,6 +27,7 @@ from relay.runtime import Runtime
 from relay.strict.strict_cache import StrictCache
 from relay.transport.http_server import RelayHTTPServer
 from relay.transport.upstream import ClientGone, make_http_client
+from relay.tunnel import Tunnel
 from relay.upstream_models import UpstreamModels
 
 EMBEDDED_FAKE_KEY = "sk-embedded-offline-fake"
@@ -61,6 +62,7 @@ class RelayServer:
     # one, relay.offline); the running one is ``fake``.
     offline: OfflineUpstreamFactory | None = None
     fake: OfflineUpstream | None = None
+    tunnel: Tunnel | None = None  # RELAY_TUNNEL_CMD's program, started last, stopped first
     _http: RelayHTTPServer | None = None
 
     async def start(self) -> int:
@@ -127,6 +129,21 @@ class RelayServer:
         strict.start_cleanup()
         return self.port
 
+    async def start_tunnel(self) -> None:
+        """Start ``RELAY_TUNNEL_CMD``'s program, if set, once the banner is out (what it
+        prints then follows the banner)."""
+        if self.config.tunnel_command is None or self.runtime is None or self.port is None:
+            return
+        self.tunnel = Tunnel.for_relay(
+            self.config,
+            clock=self.clock,
+            port=self.port,
+            relay_token=self.runtime.relay_token,
+            token_path=self.token_path,
+            upstream_key=self.runtime.upstream_api_key,
+        )
+        await self.tunnel.start()
+
     def banner(self) -> list[str]:
         assert self.runtime is not None
         assert self.port is not None
@@ -156,6 +173,8 @@ class RelayServer:
 
     async def stop(self) -> None:
         """Stop new work, abort live generations, close connections, then the rest."""
+        if self.tunnel is not None:
+            await self.tunnel.stop()  # first: no new public traffic
         if self.runtime is not None:
             self.runtime.shutting_down = True
         if self._http is not None:
@@ -180,5 +199,6 @@ async def serve_forever(server: RelayServer, stop_event: asyncio.Event) -> None:
     await server.start()
     for line in server.banner():
         print(line, flush=True)
+    await server.start_tunnel()
     await stop_event.wait()
     await server.stop()
