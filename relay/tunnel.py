@@ -23,6 +23,7 @@ The child's environment is the relay's without the relay's own settings and cred
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -281,10 +282,8 @@ class Tunnel:
     def _signal_group(self, sig: signal.Signals) -> None:
         if self.pid is None:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is empty
             os.killpg(self.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass  # the group is empty already
 
     async def _wait(self, awaitable: Awaitable[Any], seconds: float) -> bool:
         """Await it for at most ``seconds`` on the injected clock; ``True`` if it finished."""

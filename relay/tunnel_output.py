@@ -41,7 +41,9 @@ _BAD_LEVELS = {"warn", "warning", "eror", "err", "error", "crit", "critical", "f
 _LEVEL_WORD = re.compile(r"^(?:\S+\s+)?(WRN|WARN|WARNING|ERR|ERROR|EROR|CRIT|FTL|FATAL)\b")
 _LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
 
-_SECRET_NAME = r"[\w.-]*(?:token|secret|passw(?:or)?d|api[_-]?key|authorization|credential)[\w.-]*"
+# The names of secrets, not one.
+_SECRET_WORDS = r"(?:token|secret|passw(?:or)?d|api[_-]?key|authorization|credential)"  # noqa: S105
+_SECRET_NAME = rf"[\w.-]*{_SECRET_WORDS}[\w.-]*"
 _NAMED_SECRET = re.compile(
     rf"""(?ix)
     (?P<name>"?{_SECRET_NAME}"?)

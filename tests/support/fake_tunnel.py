@@ -102,7 +102,7 @@ def death_lines(style: str, leaked: str | None) -> list[str]:
             "ERROR:  ERR_NGROK_107",
         ]
     return [
-        f"{stamp()}Z ERR Connection terminated error=\"token {secret} revoked\"",
+        f'{stamp()}Z ERR Connection terminated error="token {secret} revoked"',
         f"{stamp()}Z ERR failed to serve tunnel connection {secret}",
     ]
 

@@ -43,12 +43,17 @@ def test_unset_or_blank_means_no_tunnel() -> None:
         ("ngrok http '{port}' --url='my name'", 9, ["ngrok", "http", "9", "--url=my name"]),
         ("ngrok http {port}{port}", 1, ["ngrok", "http", "11"]),
         # Braces that do not hold a bare name are not placeholders.
-        ("""ngrok http {port} --metadata '{"a": 1}'""", 5, ["ngrok", "http", "5", "--metadata",
-                                                         '{"a": 1}']),
+        (
+            """ngrok http {port} --metadata '{"a": 1}'""",
+            5,
+            ["ngrok", "http", "5", "--metadata", '{"a": 1}'],
+        ),
         ("ngrok start relay", 5, ["ngrok", "start", "relay"]),  # a config file's tunnel
     ],
 )
-def test_the_port_is_substituted_at_start(raw: str, port: int, argv: list[str], bin_dir: str) -> None:
+def test_the_port_is_substituted_at_start(
+    raw: str, port: int, argv: list[str], bin_dir: str
+) -> None:
     command = parse_tunnel_command(raw, bin_dir)
     assert command is not None
     assert command.argv(port) == argv

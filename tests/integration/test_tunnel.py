@@ -1,0 +1,235 @@
+"""The tunnel supervisor over a real child process: the stand-in in tests/support."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from relay.clock import SystemClock
+from relay.config import Config
+from relay.providers import Provider
+from relay.tunnel import Tunnel, child_environment, describe_status, secret_values
+from relay.tunnel_command import TunnelCommand
+from tests.support import fake_tunnel
+from tests.support.processes import running, wait_gone
+
+T = TypeVar("T")
+LOCAL = "http://127.0.0.1:8787/v1"
+AUTHTOKEN = "2AbCdEfGhIjKlMnOpQrStUvWx_test"
+RELAY_TOKEN = "relay-token-0123456789abcdef"
+
+
+class Console:
+    """What the tunnel announces, awaitable line by line."""
+
+    def __init__(self) -> None:
+        self.said: list[str] = []
+        self._changed = asyncio.Event()
+
+    def __call__(self, text: str) -> None:
+        self.said.append(text)
+        self._changed.set()
+
+    async def wait_for(self, needle: str) -> str:
+        async def find() -> str:
+            while True:
+                for text in self.said:
+                    if needle in text:
+                        return text
+                self._changed.clear()
+                await self._changed.wait()
+
+        return await asyncio.wait_for(find(), 30)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.said)
+
+
+def stand_in(state: Path, *args: str) -> TunnelCommand:
+    return TunnelCommand(
+        (sys.executable, fake_tunnel.__file__, "--port", "{port}", "--state", str(state), *args)
+    )
+
+
+def tunnel(command: TunnelCommand, console: Console, **kwargs: float) -> Tunnel:
+    env = {**os.environ, "NGROK_AUTHTOKEN": AUTHTOKEN}
+    return Tunnel(
+        command,
+        clock=SystemClock(),
+        port=8787,
+        local_url=LOCAL,
+        token_hint="the relay token stored in data/relay-token",
+        env=env,
+        secrets=[RELAY_TOKEN, None],
+        announce=console,
+        **kwargs,
+    )
+
+
+def run(test: Callable[[], Awaitable[T]]) -> T:
+    return asyncio.run(test())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("style", ["ngrok", "ngrok-json", "cloudflared"])
+def test_the_url_is_announced_with_the_cursor_settings_and_stop_is_clean(
+    tmp_path: Path, style: str
+) -> None:
+    async def scenario() -> None:
+        console = Console()
+        t = tunnel(stand_in(tmp_path, "--style", style), console)
+        assert await t.start()
+        url = fake_tunnel.DEFAULT_URLS[style]
+        said = await console.wait_for("tunnel: public URL")
+        assert said.splitlines() == [
+            f"tunnel: public URL {url} (from {Path(sys.executable).name}, pid {t.pid})",
+            "  In Cursor > Settings > Models:",
+            f"    Override OpenAI Base URL: {url}/v1",
+            "    OpenAI API Key: the relay token stored in data/relay-token",
+        ]
+        assert t.url == url
+        assert (tmp_path / "port").read_text() == "8787"
+        assert int((tmp_path / "pid").read_text()) == t.pid
+        await t.stop()
+        assert t.returncode == 0 and not t.forced
+        assert t.pid is not None and not running(t.pid)
+        assert "exited" not in console.text  # a stop is not reported as a death
+
+    run(scenario)
+
+
+def test_a_tunnel_ignoring_sigterm_is_killed_with_its_group(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        console = Console()
+        command = stand_in(tmp_path, "--style", "ngrok", "--ignore-sigterm", "--grandchild")
+        t = tunnel(command, console, stop_grace_s=0.5)
+        assert await t.start()
+        await console.wait_for("tunnel: public URL")
+        grandchild = int((tmp_path / "grandchild").read_text())
+        assert running(grandchild)
+        await t.stop()
+        assert t.forced
+        assert t.returncode == -signal.SIGKILL
+        assert t.pid is not None and not running(t.pid)
+        assert await asyncio.to_thread(wait_gone, grandchild, 10)
+
+    run(scenario)
+
+
+def test_a_grandchild_is_stopped_with_the_tunnel_too(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        console = Console()
+        t = tunnel(stand_in(tmp_path, "--style", "cloudflared", "--grandchild"), console)
+        assert await t.start()
+        await console.wait_for("tunnel: public URL")
+        grandchild = int((tmp_path / "grandchild").read_text())
+        await t.stop()
+        assert t.returncode == 0 and not t.forced
+        assert await asyncio.to_thread(wait_gone, grandchild, 10)
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("style", ["ngrok", "cloudflared"])
+def test_a_dying_tunnel_is_reported_with_sanitized_output(tmp_path: Path, style: str) -> None:
+    async def scenario() -> None:
+        console = Console()
+        command = stand_in(
+            tmp_path, "--style", style, "--leak-env", "NGROK_AUTHTOKEN", "--exit-code", "7"
+        )
+        t = tunnel(command, console)
+        assert await t.start()
+        await console.wait_for("tunnel: public URL")
+        assert t.pid is not None
+        os.kill(t.pid, signal.SIGUSR1)
+        report = await console.wait_for("exited with status 7")
+        await asyncio.wait_for(t.exited.wait(), 10)
+        url = fake_tunnel.DEFAULT_URLS[style]
+        first, *rest = report.splitlines()
+        assert first == (
+            f"tunnel: {Path(sys.executable).name} (pid {t.pid}) exited with status 7 and is not "
+            f"restarted; the relay keeps serving locally at {LOCAL}; {url} no longer reaches it"
+        )
+        assert rest[0] == "tunnel: its last output (sanitized):"
+        assert 1 <= len(rest[1:]) <= 5 and all(line.startswith("  | ") for line in rest[1:])
+        assert "ERR" in rest[-1]  # the death lines themselves are there ...
+        assert "[redacted]" in report  # ... with the token taken out
+        assert AUTHTOKEN not in console.text
+        assert t.returncode == 7
+        await t.stop()  # after a death: nothing left to stop, and no second report
+        assert console.text.count("exited with status") == 1
+
+    run(scenario)
+
+
+def test_a_program_that_cannot_run_is_reported_and_nothing_else_happens(tmp_path: Path) -> None:
+    program = tmp_path / "tunnel-program"
+    program.write_text("#!/bin/sh\n")  # executable bit missing: exec fails
+
+    async def scenario() -> None:
+        console = Console()
+        t = tunnel(TunnelCommand((str(program), "{port}")), console)
+        assert not await t.start()
+        assert console.said == [
+            f"tunnel: cannot start tunnel-program: Permission denied; the relay keeps serving "
+            f"locally at {LOCAL}"
+        ]
+        assert t.exited.is_set() and t.pid is None
+        await t.stop()
+
+    run(scenario)
+
+
+def test_no_url_in_the_output_is_said_once(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        console = Console()
+        t = tunnel(stand_in(tmp_path, "--style", "silent"), console, url_wait_s=0.2)
+        assert await t.start()
+        said = await console.wait_for("has reported no public https URL")
+        assert said.endswith(f"(ngrok needs --log stdout); the relay is serving locally at {LOCAL}")
+        await t.stop()
+        assert t.url is None and t.returncode == 0
+
+    run(scenario)
+
+
+def test_the_tunnel_gets_none_of_the_relays_settings_or_keys() -> None:
+    environ = {
+        "PATH": "/bin",
+        "HOME": "/root",
+        "NGROK_AUTHTOKEN": AUTHTOKEN,
+        "RELAY_TOKEN": RELAY_TOKEN,
+        "RELAY_TUNNEL_CMD": "ngrok",
+        "OPENAI_API_KEY": "sk-openai",
+        "DEEPSEEK_API_KEY": "sk-deepseek",
+        "SHORT_KEY": "abc",
+    }
+    deepseek = Provider(
+        "deepseek",
+        "chat",
+        "https://api.deepseek.com",
+        "sk-deepseek",
+        api_key_env="DEEPSEEK_API_KEY",
+    )
+    env = child_environment(environ, Config(providers={"deepseek": deepseek}))
+    assert env == {
+        "PATH": "/bin",
+        "HOME": "/root",
+        "NGROK_AUTHTOKEN": AUTHTOKEN,
+        "SHORT_KEY": "abc",
+    }
+    assert secret_values(env) == [AUTHTOKEN]  # redacted from shown output
+
+
+def test_exit_statuses_read_like_sentences() -> None:
+    assert describe_status(0) == "exited with status 0"
+    assert describe_status(3) == "exited with status 3"
+    assert describe_status(-signal.SIGKILL) == "was killed by SIGKILL"
+    assert describe_status(-200) == "was killed by signal 200"
