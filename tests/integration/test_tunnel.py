@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -59,9 +60,23 @@ def stand_in(state: Path, *args: str) -> TunnelCommand:
     )
 
 
+STARTED: list[Tunnel] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers() -> Iterator[None]:
+    """A failed test must not leave a stand-in (or its grandchild) running."""
+    yield
+    while STARTED:
+        pid = STARTED.pop().pid
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+
+
 def tunnel(command: TunnelCommand, console: Console, **kwargs: float) -> Tunnel:
     env = {**os.environ, "NGROK_AUTHTOKEN": AUTHTOKEN}
-    return Tunnel(
+    started = Tunnel(
         command,
         clock=SystemClock(),
         port=8787,
@@ -72,10 +87,12 @@ def tunnel(command: TunnelCommand, console: Console, **kwargs: float) -> Tunnel:
         announce=console,
         **kwargs,
     )
+    STARTED.append(started)
+    return started
 
 
-def run(test: Callable[[], Awaitable[T]]) -> T:
-    return asyncio.run(test())  # type: ignore[arg-type]
+def run(test: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    return asyncio.run(test())
 
 
 @pytest.mark.parametrize("style", ["ngrok", "ngrok-json", "cloudflared"])
@@ -142,7 +159,9 @@ def test_a_dying_tunnel_is_reported_with_sanitized_output(tmp_path: Path, style:
     async def scenario() -> None:
         console = Console()
         command = stand_in(
-            tmp_path, "--style", style, "--leak-env", "NGROK_AUTHTOKEN", "--exit-code", "7"
+            tmp_path,
+            *("--style", style, "--leak-env", "NGROK_AUTHTOKEN", "--exit-code", "7"),
+            "--grandchild",  # left behind by the dying program: killed with its group
         )
         t = tunnel(command, console)
         assert await t.start()
@@ -163,6 +182,8 @@ def test_a_dying_tunnel_is_reported_with_sanitized_output(tmp_path: Path, style:
         assert "[redacted]" in report  # ... with the token taken out
         assert AUTHTOKEN not in console.text
         assert t.returncode == 7
+        grandchild = int((tmp_path / "grandchild").read_text())
+        assert await asyncio.to_thread(wait_gone, grandchild, 10)
         await t.stop()  # after a death: nothing left to stop, and no second report
         assert console.text.count("exited with status") == 1
 
