@@ -254,3 +254,30 @@ def test_exit_statuses_read_like_sentences() -> None:
     assert describe_status(3) == "exited with status 3"
     assert describe_status(-signal.SIGKILL) == "was killed by SIGKILL"
     assert describe_status(-200) == "was killed by signal 200"
+
+
+def test_a_repeated_url_is_said_once_and_a_new_one_again(tmp_path: Path) -> None:
+    script = (
+        "import signal\n"
+        "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n"
+        "for host in ('a', 'a', 'b'):\n"
+        "    print(f'Forwarding https://{host}.example.com -> http://localhost:8787')\n"
+        "print('done', flush=True)\n"
+        "signal.sigwait({signal.SIGTERM})\n"
+    )
+
+    async def scenario() -> None:
+        console = Console()
+        t = tunnel(TunnelCommand((sys.executable, "-c", script)), console)
+        assert await t.start()
+        said = await console.wait_for("public URL changed to")
+        assert said.splitlines()[0].startswith(
+            "tunnel: public URL changed to https://b.example.com"
+        )
+        assert "    Override OpenAI Base URL: https://b.example.com/v1" in said
+        assert console.text.count("tunnel: public URL https://a.example.com") == 1
+        assert t.url == "https://b.example.com"
+        await t.stop()
+        assert t.returncode == 0
+
+    run(scenario)
