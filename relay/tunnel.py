@@ -76,6 +76,8 @@ def describe_status(returncode: int) -> str:
 
 
 class Tunnel:
+    """One run of the tunnel program: :meth:`start`, then :meth:`stop` with the relay."""
+
     def __init__(
         self,
         command: TunnelCommand,
@@ -147,10 +149,6 @@ class Tunnel:
                 *(provider.api_key for provider in config.providers.values()),
             ],
         )
-
-    @property
-    def running(self) -> bool:
-        return self._transport is not None and not self._process_gone.is_set()
 
     async def start(self) -> bool:
         """Start the program; ``False`` (after saying why) if it could not be started."""
