@@ -9,7 +9,9 @@ startup) and lives in memory only.
 
 :class:`RetentionCleanup` runs :meth:`ReasoningStore.cleanup.reclaim` every
 ``REASONING_CACHE_CLEANUP_INTERVAL_MS`` (an hour by default) on the IOLoop, the thread
-that owns the store's connection. A run deletes nothing while the barrier is closed;
+that owns the store's connection. It is scheduled with asyncio's ``call_later``, whose
+clock is monotonic: Tornado's ``PeriodicCallback`` follows ``time.time()``, so a wall
+clock stepped back two days would stall it for two days. A run deletes nothing while the barrier is closed;
 otherwise it reclaims what the cutoff (``REASONING_CACHE_RETENTION_DAYS``) and the
 storage rules allow. Each run logs ``cache_cleanup`` with counts only; a store failure is
 logged and the next run tries again (it never fails a request).
@@ -17,10 +19,9 @@ logged and the next run tries again (it never fails a request).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
-
-from tornado.ioloop import PeriodicCallback
 
 from relay import log
 from relay.clock import Clock
@@ -78,7 +79,8 @@ class RetentionCleanup:
     retention_s: float
     every_s: float = 3600.0
     totals: RetentionTotals = field(default_factory=RetentionTotals)
-    _timer: PeriodicCallback | None = None
+    _timer: asyncio.TimerHandle | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
 
     def run(self) -> CleanupResult | None:
         """One cleanup run now; ``None`` when the barrier kept it from deleting anything
@@ -97,6 +99,7 @@ class RetentionCleanup:
                 barrier="closed",
                 barrier_remaining_s=round(barrier.remaining_s, 3),
                 reclaimed=0,
+                total_reclaimed=totals.reclaimed,
             )
             return None
         try:
@@ -126,18 +129,22 @@ class RetentionCleanup:
         return result
 
     def start(self) -> None:
-        """Run every ``every_s`` on the current IOLoop."""
-        if self._timer is None:
-            self._timer = PeriodicCallback(self._tick, self.every_s * 1000)
-            self._timer.start()
+        """Run every ``every_s`` on the running event loop (call from it)."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+            self._timer = self._loop.call_later(self.every_s, self._tick)
 
     def _tick(self) -> None:
-        self.run()
+        try:
+            self.run()
+        finally:
+            if self._loop is not None:  # not stopped meanwhile
+                self._timer = self._loop.call_later(self.every_s, self._tick)
 
     def stop(self) -> None:
         if self._timer is not None:
-            self._timer.stop()
-            self._timer = None
+            self._timer.cancel()
+        self._timer = self._loop = None
 
     def to_json(self) -> dict[str, object]:
         """For the cache API (``encryptedRecords.retention``): counts and times only.
