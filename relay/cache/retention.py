@@ -11,10 +11,11 @@ startup) and lives in memory only.
 ``REASONING_CACHE_CLEANUP_INTERVAL_MS`` (an hour by default) on the IOLoop, the thread
 that owns the store's connection. It is scheduled with asyncio's ``call_later``, whose
 clock is monotonic: Tornado's ``PeriodicCallback`` follows ``time.time()``, so a wall
-clock stepped back two days would stall it for two days. A run deletes nothing while the barrier is closed;
-otherwise it reclaims what the cutoff (``REASONING_CACHE_RETENTION_DAYS``) and the
-storage rules allow. Each run logs ``cache_cleanup`` with counts only; a store failure is
-logged and the next run tries again (it never fails a request).
+clock stepped back two days would stall it for two days. A run deletes nothing while
+the barrier is closed; otherwise it reclaims what the cutoff
+(``REASONING_CACHE_RETENTION_DAYS``) and the storage rules allow. Each run logs
+``cache_cleanup`` with counts only; a store failure is logged and the next run tries
+again (it never fails a request).
 """
 
 from __future__ import annotations

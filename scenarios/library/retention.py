@@ -57,9 +57,7 @@ class AwaitCleanup(Action):
         second = proc.wait_for_stderr(_RUN.pattern, self.timeout, first.end())
         [(_, fields)] = parse_relay_events(second.group(0))
         incarnation = ctx.harness.require_relay().incarnation
-        ctx.harness.history.record(
-            "note", note="retention_run", incarnation=incarnation, **fields
-        )
+        ctx.harness.history.record("note", note="retention_run", incarnation=incarnation, **fields)
 
 
 @dataclass
@@ -196,9 +194,7 @@ def retention_reclaims_after_cutoff_and_barrier(seed: Seed) -> Scenario:
 def retention_pinned_ancestor_outlives_descendants(seed: Seed) -> Scenario:
     """A generation in flight on top of t1 pins it: a month later its idle descendants go
     first and t1 survives; once that generation ends, t1 goes too. Counts are exact."""
-    s = Scenario(
-        "retention_pinned_ancestor_outlives_descendants", clock="both", relay=RETAIN
-    )
+    s = Scenario("retention_pinned_ancestor_outlives_descendants", clock="both", relay=RETAIN)
     turns(s, "t1", "t2", "t3")
     s >> Branch("t1", conv="side")
     s >> Upstream(reply("held " * 20, reasoning=["r"], deltas=20, hang_after_events=3))

@@ -73,7 +73,7 @@ from relay.storage.replay_store import ReasoningStore
 from relay.translate.body_encoding import encode_body
 from relay.translate.request import translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion
-from tests.support.replay_model import RETENTION, DAY, History, Model, Record, is_prefix
+from tests.support.replay_model import DAY, RETENTION, History, Model, Record, is_prefix
 
 LONG = os.environ.get("RELAY_SCENARIO_BUDGET") == "long"
 GPT5 = ModelAlias("gpt-5", "gpt-5")

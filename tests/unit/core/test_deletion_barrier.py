@@ -102,7 +102,9 @@ def test_a_restart_begins_the_barrier_again() -> None:
 
 moves = st.lists(
     st.one_of(
-        st.tuples(st.just("both"), st.sampled_from([1.0, 59.0, 3600.0, DAY_S, 7 * DAY_S, 16 * DAY_S])),
+        st.tuples(
+            st.just("both"), st.sampled_from([1.0, 59.0, 3600.0, DAY_S, 7 * DAY_S, 16 * DAY_S])
+        ),
         st.tuples(st.just("both"), st.floats(0, 40 * DAY_S)),
         st.tuples(st.just("wall"), st.floats(-50 * DAY_S, 50 * DAY_S)),
         st.tuples(st.just("wall"), st.sampled_from([-262.0, 262.0, -59.0, 59.0, -61.0, 61.0])),

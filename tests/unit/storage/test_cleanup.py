@@ -175,7 +175,9 @@ def test_a_sibling_in_use_keeps_its_position(store: ReasoningStore) -> None:
 
 def test_at_most_the_limit_per_run(store: ReasoningStore) -> None:
     sid = scope(store)
-    recs = [admit(store, sid, 1 + 2 * (i % 7), touched=OLD) for i in range(MAX_RECLAIMED_PER_RUN + 30)]
+    recs = [
+        admit(store, sid, 1 + 2 * (i % 7), touched=OLD) for i in range(MAX_RECLAIMED_PER_RUN + 30)
+    ]
     first = store.cleanup.reclaim(CUTOFF)
     assert (first.reclaimed, first.capped) == (MAX_RECLAIMED_PER_RUN, True)
     second = store.cleanup.reclaim(CUTOFF)
@@ -225,7 +227,11 @@ def reference_fixpoint(forest: Forest, cutoff: float) -> set[int]:
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 2**32), size=st.integers(1, 24), limits=st.lists(st.integers(1, 5), min_size=1, max_size=40))
+@given(
+    seed=st.integers(0, 2**32),
+    size=st.integers(1, 24),
+    limits=st.lists(st.integers(1, 5), min_size=1, max_size=40),
+)
 def test_reclaimed_counts_are_exact_and_ancestors_outlive_descendants(
     tmp_path_factory: pytest.TempPathFactory, seed: int, size: int, limits: Sequence[int]
 ) -> None:
