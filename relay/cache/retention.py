@@ -49,9 +49,9 @@ class WatchedClock:
         sample = self._sample()
         barrier = self.barrier.observe(sample)
         if barrier.resets != self.barrier.resets:
+            # Info, not a warning: a laptop waking from suspend does this every time.
             log.event(
                 "retention_barrier_reset",
-                logging.WARNING,
                 cause=barrier.cause.value,
                 drift_s=round(self.barrier.drift(sample), 3),
             )
