@@ -25,7 +25,12 @@ planner's plan is checked against the model:
 
 Each completion is also checked against the model's admission decision (the rows and
 markers ``_observe`` wrote), and after every step the store's unresolved intents and
-markers must be exactly the model's.
+markers must be exactly the model's. Retention: the clocks move (time passes on both,
+a month passes, the wall clock alone steps ±30 s, ±262 s, -2 or ±40 days), every
+dispatch's touched records must be retained, unexpired records of its own history, and
+a cleanup run must reclaim exactly the payloads the model lets go (none while its
+deletion barrier is closed); after every step the payloads kept, each one's touch time
+and whether the barrier is open must be the model's.
 
 Budget: 5-10 s by default; ``RELAY_SCENARIO_BUDGET=long`` searches about 25 times longer
 with longer runs. A failure prints the shrunk step sequence (a runnable program) and a
