@@ -107,7 +107,9 @@ moves = st.lists(
         ),
         st.tuples(st.just("both"), st.floats(0, 40 * DAY_S)),
         st.tuples(st.just("wall"), st.floats(-50 * DAY_S, 50 * DAY_S)),
+        st.tuples(st.just("both"), st.sampled_from([BARRIER_S, BARRIER_S + DAY_S])),
         st.tuples(st.just("wall"), st.sampled_from([-262.0, 262.0, -59.0, 59.0, -61.0, 61.0])),
+        st.tuples(st.just("wall"), st.sampled_from([40 * DAY_S, -2 * DAY_S, 29 * DAY_S])),
         st.tuples(st.just("touch"), st.just(0.0)),
         st.tuples(st.just("restart"), st.just(0.0)),
     ),
@@ -119,6 +121,7 @@ moves = st.lists(
 class Payload:
     touched_at: float  # wall clock, max of every touch
     touched_mono: float  # monotonic time of the newest touch
+    epoch: tuple[int, int] = (0, 0)  # (startups, resets) of the barrier it was touched in
 
 
 @settings(max_examples=400, deadline=None)
@@ -132,6 +135,7 @@ def test_nothing_is_let_go_early(moves: list[tuple[str, float]], retention_days:
     wall, mono = WALL0, MONO0
     barrier = DeletionBarrier.at_startup(ClockSample(wall, mono))
     payload = Payload(wall, mono)
+    startups = 0
     for kind, seconds in moves:
         if kind == "both":
             wall, mono = wall + seconds, mono + seconds
@@ -139,12 +143,14 @@ def test_nothing_is_let_go_early(moves: list[tuple[str, float]], retention_days:
             wall += seconds
         elif kind == "restart":
             barrier = DeletionBarrier.at_startup(ClockSample(wall, mono))
+            startups += 1
         barrier = barrier.observe(ClockSample(wall, mono))
+        epoch = (startups, barrier.resets)
         if kind == "touch":
-            payload = Payload(max(payload.touched_at, wall), mono)
+            payload = Payload(max(payload.touched_at, wall), mono, epoch)
         cutoff = barrier.idle_cutoff(retention_s)
         if cutoff is not None and payload.touched_at < cutoff:
             idle = mono - payload.touched_mono
             assert idle >= BARRIER_S - 2 * DRIFT_LIMIT_S, (idle, barrier)
-            if payload.touched_mono >= barrier.since.monotonic:
+            if payload.epoch == epoch:  # touched while this very barrier was running
                 assert idle >= retention_s - 2 * DRIFT_LIMIT_S, (idle, barrier)
