@@ -40,6 +40,7 @@ class Config:
     reasoning_cache_enabled: bool = False
     reasoning_cache_path: Path | None = None  # None: <data_dir>/reasoning-cache.sqlite
     reasoning_cache_retention_days: int = 30
+    reasoning_cache_cleanup_interval_ms: int = 3_600_000  # retention cleanup runs this often
     reasoning_cache_max_entry_bytes: int = 4 * 1024 * 1024
     reasoning_cache_max_replay_bytes: int = 16 * 1024 * 1024
     reasoning_cache_max_plan_records: int = 256
@@ -224,6 +225,9 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
         reasoning_cache_enabled=_bool(env, "REASONING_CACHE_ENABLED", False),
         reasoning_cache_path=_path(env, "REASONING_CACHE_PATH"),
         reasoning_cache_retention_days=_int(env, "REASONING_CACHE_RETENTION_DAYS", 30, minimum=30),
+        reasoning_cache_cleanup_interval_ms=_int(
+            env, "REASONING_CACHE_CLEANUP_INTERVAL_MS", 3_600_000, minimum=100
+        ),
         reasoning_cache_max_entry_bytes=_int(
             env, "REASONING_CACHE_MAX_ENTRY_BYTES", 4 * 1024 * 1024, minimum=64 * 1024
         ),

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
 
 from relay.cache.replay_cache import ReplayCache, UpstreamIdentity
+from relay.cache.retention import RetentionCleanup
 from relay.cache.session import CacheSession
 from relay.clock import Clock
 from relay.config import Config
@@ -28,6 +29,7 @@ class Runtime:
     cache: ReplayCache
     strict: StrictCache
     providers: Mapping[str, Provider]  # the configured ones and the built-in "openai"
+    retention: RetentionCleanup | None = None  # payload cleanup, when caching is on
     shutting_down: bool = False
     active: set[UpstreamExchange] = field(default_factory=set)
     sessions: set[CacheSession] = field(default_factory=set)

@@ -14,6 +14,7 @@ from tornado.web import Application
 from relay import log
 from relay.auth import ensure_private_dir, load_or_create_token
 from relay.cache.replay_cache import ReplayCache
+from relay.cache.retention import RetentionCleanup, WatchedClock
 from relay.clock import Clock, SystemClock
 from relay.config import Config
 from relay.handlers.base import HealthHandler, NotFoundHandler
@@ -84,9 +85,11 @@ class RelayServer:
             base_url, api_key = config.openai_base_url, config.openai_api_key
         builtin = Provider(BUILTIN, "responses", base_url, api_key, api_key_env="OPENAI_API_KEY")
         upstream_url = builtin.url
+        # The cache's wall readings feed the retention deletion barrier, begun here.
+        cache_clock = WatchedClock(self.clock)
         cache = ReplayCache.open(
             config,
-            self.clock,
+            cache_clock,
             upstream_url=upstream_url,
             upstream_credential=api_key,
             relay_token=token,
@@ -111,6 +114,13 @@ class RelayServer:
             strict=strict,
             providers={**config.providers, BUILTIN: builtin},
         )
+        if cache.enabled and cache.store is not None:
+            self.runtime.retention = RetentionCleanup(
+                cache.store,
+                cache_clock,
+                retention_s=config.reasoning_cache_retention_days * 86_400.0,
+                every_s=config.reasoning_cache_cleanup_interval_ms / 1000,
+            )
         self._http = RelayHTTPServer(
             make_app(self.runtime),
             idle_connection_timeout=config.idle_timeout_ms / 1000,
@@ -127,6 +137,8 @@ class RelayServer:
         self._http.add_sockets(sockets)
         self.port = sockets[0].getsockname()[1]
         strict.start_cleanup()
+        if self.runtime.retention is not None:
+            self.runtime.retention.start()
         return self.port
 
     async def start_tunnel(self) -> None:
@@ -189,6 +201,8 @@ class RelayServer:
         if self.runtime is not None:
             self.runtime.http_client.close()
             self.runtime.strict.stop_cleanup()
+            if self.runtime.retention is not None:
+                self.runtime.retention.stop()
             self.runtime.cache.close()
         if self.fake is not None:
             await self.fake.stop()

@@ -167,6 +167,7 @@ class CacheSession:
                 limits=self._ctx.plan_limits,
                 hot=self._ctx.hot_blocks,
             )
+            validated = self.plan.validated  # touched even when the plan is dropped below
             if not self._ctx.capacity.try_grow(self._lease, self.plan.replay_bytes):
                 rejection = Rejection(Reason.MEMORY_PRESSURE, self.position)
                 self.plan = Plan((), (*self.plan.rejections, rejection), self.plan.unmatched)
@@ -182,7 +183,7 @@ class CacheSession:
                 deadline_at=now + self._ctx.idle_timeout_s,
             )
             self._store.pin(intent, ids)
-            self._store.touch_payloads(ids, now)
+            self._store.touch_payloads(validated, now)
         # Only a committed intent means a generation may follow: a dispatch that failed
         # sent nothing, so closing it must not poison the position.
         self._intent = intent
@@ -296,6 +297,8 @@ class CacheSession:
         now = self._ctx.clock.wall()
         with self._store.transaction():
             outcome = self._observe(result, now)
+            # Referenced in publication: the blocks this generation was made on.
+            self._store.touch_payloads([b.observation.id for b in self.plan.blocks], now)
             self._store.set_intent_phase(self._intent, "delivery")
         self._completed = True
         self._ctx.metrics.observations[outcome] += 1

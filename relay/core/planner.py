@@ -99,6 +99,9 @@ class Plan:
     # edit, an answer it never saw): "why no replay?" for a message with no receipt. When
     # the verification budget ran out, only the messages examined before.
     unmatched: int = 0
+    # Records whose payload passed every check while planning (the selected ones and any
+    # inspected for a candidate that failed later): retention touches them all.
+    validated: tuple[int, ...] = ()
 
     @property
     def refs(self) -> tuple[BlockRef, ...]:
@@ -197,11 +200,11 @@ def plan_replay(
                     rejections.append(Rejection(err.reason, failed.position, failed.id))
                     continue
                 below = _unmatched_below(state, index, chain)
-                return Plan(chain, tuple(rejections), unmatched + below)
+                return Plan(chain, tuple(rejections), unmatched + below, tuple(state.verified))
     except _BudgetExhausted:
         position = history.assistant_blocks[-1].position if history.assistant_blocks else 0
         rejections.append(Rejection(Reason.VERIFICATION_BUDGET, position))
-    return Plan((), tuple(rejections), unmatched)
+    return Plan((), tuple(rejections), unmatched, tuple(state.verified))
 
 
 def _unmatched_below(state: _Planning, index: int, chain: Sequence[SelectedBlock]) -> int:

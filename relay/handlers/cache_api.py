@@ -174,6 +174,7 @@ class CacheApiHandler(BaseHandler):
         now = self.runtime.clock.wall()
         counts = store.stats()
         hot = self.runtime.cache.hot_blocks
+        retention = self.runtime.retention
         return {
             "observations": counts["observations"],
             "payloads": counts["payloads"],
@@ -185,6 +186,8 @@ class CacheApiHandler(BaseHandler):
                 "capacityBytes": hot.capacity_bytes,
                 "hits": hot.hits,
             },
+            # Payload cleanup since startup and the deletion barrier (relay.cache.retention).
+            "retention": None if retention is None else retention.to_json(),
             "recent": [
                 {
                     "id": r.id,

@@ -54,6 +54,7 @@ from relay.core.records import (
     plan_text_length,
 )
 from relay.errors import StoreCorrupt, StoreError, StoreFull, StoreIOError, StoreLocked
+from relay.storage.cleanup import PayloadCleanup
 from relay.storage.schema import (
     TABLES,
     SchemaRefused,
@@ -212,6 +213,8 @@ class ReasoningStore:
         self._malformed_plans = 0
         # The strict-provider records (relay.strict), on this same connection.
         self.strict = StrictEntries(self._sqlite, self._writer, self.transaction)
+        # Payload reclamation (relay.storage.cleanup), on this same connection.
+        self.cleanup = PayloadCleanup(self._sqlite, self._writer, self.transaction)
 
     # --- lifecycle -------------------------------------------------------------------
 

@@ -15,7 +15,13 @@ of digests, and every rule below is a sentence of the spec:
   whose plan-determining record has an accepted model snapshot;
 - nothing is replayed beneath a later record (of this history) generated without it;
 - the same visible identity seen with a different payload or a different prior plan is a
-  conflict; seen again with the same payload, plan and generation it is a repeat.
+  conflict; seen again with the same payload, plan and generation it is a repeat;
+- retention: a payload's touch time moves only forward (``max``); cleanup deletes a
+  payload only when it is idle longer than the window, the deletion barrier is open (30
+  days of monotonic time since startup or since the wall clock last went back or drifted
+  over 60 s from the monotonic one), no open intent depends on it or produced it, no
+  record at the same start keeps a payload still in use, and no record built on it keeps
+  its payload; a reclaimed payload never replays.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from typing import Final
 
 DAY: Final = 24 * 3600.0
 RETENTION: Final = 30 * DAY
+BARRIER: Final = 30 * DAY
+DRIFT_LIMIT: Final = 60.0
 SNAPSHOT_WINDOW: Final = DAY
 
 History = tuple[str, ...]  # visible messages, each as canonical JSON
@@ -48,6 +56,7 @@ class Record:
     intent: str
     snapshot: str
     observed_at: float
+    prior_keys: tuple[int, ...] = ()  # the handles of the records dispatched beneath it
 
     @property
     def end(self) -> History:
@@ -78,6 +87,11 @@ class Model:
     intents: dict[str, History] = field(default_factory=dict)  # unresolved: id → start
     touched: dict[int, float] = field(default_factory=dict)  # admitted key → touched_at
     latest_snapshot: str | None = None
+    reclaimed: set[int] = field(default_factory=set)  # admitted keys whose payload is gone
+    pins: dict[str, tuple[int, ...]] = field(default_factory=dict)  # intent → plan keys
+    # The deletion barrier: (wall, monotonic) when it began, and the newest reading.
+    barrier_since: tuple[float, float] = (0.0, 0.0)
+    barrier_last: tuple[float, float] = (0.0, 0.0)
 
     # --- queries ------------------------------------------------------------------------
 
@@ -116,6 +130,7 @@ class Model:
                 for intent, start in self.intents.items()
             )
             and self.touched.get(record.key, float("-inf")) >= self.now - RETENTION
+            and record.key not in self.reclaimed
         )
 
     def _snapshot_ok(self, record: Record) -> bool:
@@ -156,10 +171,17 @@ class Model:
 
     # --- transitions --------------------------------------------------------------------
 
-    def dispatch(self, intent: str, start: History, plan: list[Record]) -> None:
+    def dispatch(
+        self, intent: str, start: History, plan: list[Record], validated: Sequence[int] = ()
+    ) -> None:
+        """A generation goes out with ``plan``; it and every record whose payload passed
+        its checks while planning (``validated``) are touched."""
         self.intents[intent] = start
+        self.pins[intent] = tuple(record.key for record in plan)
         for record in plan:
             self.touch(record.key)
+        for key in validated:
+            self.touch(key)
 
     def touch(self, key: int) -> None:
         if key in self.touched:
@@ -176,6 +198,7 @@ class Model:
         generation: int,
         intent: str,
         snapshot: str,
+        prior_keys: tuple[int, ...] = (),
     ) -> Observed:
         end = (*start, envelope)
         existing = self.at(end)
@@ -201,6 +224,7 @@ class Model:
             intent=intent,
             snapshot=snapshot,
             observed_at=self.now,
+            prior_keys=prior_keys,
         )
         self.records.append(record)
         self.latest_snapshot = snapshot
@@ -221,3 +245,49 @@ class Model:
 
     def resolve(self, intent: str) -> None:
         del self.intents[intent]
+        self.pins.pop(intent, None)
+
+    # --- retention ----------------------------------------------------------------------
+
+    def start_barrier(self, wall: float, monotonic: float) -> None:
+        """A startup: the barrier begins at this reading."""
+        self.barrier_since = self.barrier_last = (wall, monotonic)
+
+    def clock_read(self, wall: float, monotonic: float) -> None:
+        """The relay read its clocks: a wall clock behind the last reading, or a
+        wall/monotonic offset more than the drift limit from the barrier's, restarts it."""
+        since_offset = self.barrier_since[0] - self.barrier_since[1]
+        if wall < self.barrier_last[0] or abs(wall - monotonic - since_offset) > DRIFT_LIMIT:
+            self.barrier_since = (wall, monotonic)
+        self.barrier_last = (wall, monotonic)
+
+    @property
+    def barrier_open(self) -> bool:
+        return self.barrier_last[1] - self.barrier_since[1] >= BARRIER
+
+    def cleanup(self) -> set[int]:
+        """The payloads one cleanup run reclaims (every deletable one: fewer than the
+        per-run limit exist here), descendants before ancestors."""
+        if not self.barrier_open:
+            return set()
+        cutoff = self.barrier_last[0] - RETENTION
+        kept = {key for key in self.touched if key not in self.reclaimed}
+        pinned = {key for keys in self.pins.values() for key in keys}
+        producing = set(self.intents)
+        gone: set[int] = set()
+        while True:
+            alive = kept - gone
+            more = {
+                r.key for r in self.records
+                if r.key in alive
+                and self.touched[r.key] < cutoff
+                and r.key not in pinned
+                and r.intent not in producing
+                and not any(o.key in alive and o.key != r.key and o.start == r.start
+                            and self.touched[o.key] >= cutoff for o in self.records)
+                and not any(o.key in alive and r.key in o.prior_keys for o in self.records)
+            }  # fmt: skip
+            if not more:
+                self.reclaimed |= gone
+                return gone
+            gone |= more

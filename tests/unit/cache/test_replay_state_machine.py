@@ -25,7 +25,12 @@ planner's plan is checked against the model:
 
 Each completion is also checked against the model's admission decision (the rows and
 markers ``_observe`` wrote), and after every step the store's unresolved intents and
-markers must be exactly the model's.
+markers must be exactly the model's. Retention: the clocks move (time passes on both,
+a month passes, the wall clock alone steps ±30 s, ±262 s, -2 or ±40 days), every
+dispatch's touched records must be retained, unexpired records of its own history, and
+a cleanup run must reclaim exactly the payloads the model lets go (none while its
+deletion barrier is closed); after every step the payloads kept, each one's touch time
+and whether the barrier is open must be the model's.
 
 Budget: 5-10 s by default; ``RELAY_SCENARIO_BUDGET=long`` searches about 25 times longer
 with longer runs. A failure prints the shrunk step sequence (a runnable program) and a
@@ -47,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -58,6 +63,7 @@ from hypothesis.stateful import (
 )
 
 from relay.cache.replay_cache import ReplayCache
+from relay.cache.retention import RetentionCleanup, WatchedClock
 from relay.cache.session import CacheSession, ScopedSource
 from relay.clock import ManualClock
 from relay.config import Config
@@ -72,7 +78,7 @@ from relay.storage.replay_store import ReasoningStore
 from relay.translate.body_encoding import encode_body
 from relay.translate.request import translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion
-from tests.support.replay_model import DAY, History, Model, Record
+from tests.support.replay_model import DAY, RETENTION, History, Model, Record, is_prefix
 
 LONG = os.environ.get("RELAY_SCENARIO_BUDGET") == "long"
 GPT5 = ModelAlias("gpt-5", "gpt-5")
@@ -198,15 +204,22 @@ class Relay:
         return ident
 
     def _open(self, *, enabled: bool = True) -> ReplayCache:
+        # Each open is a startup: the cache's clock begins a new deletion barrier.
+        self.watched = WatchedClock(self.clock)
         config = Config(
             reasoning_cache_enabled=enabled,
             reasoning_cache_path=self.path,
             reasoning_cache_max_concurrent=MAX_CONCURRENT,
         )
         return ReplayCache.open(
-            config, self.clock, upstream_url=UPSTREAM_URL, upstream_credential="sk-test",
+            config, self.watched, upstream_url=UPSTREAM_URL, upstream_credential="sk-test",
             relay_token="relay-token", new_id=self._new_id,
         )  # fmt: skip
+
+    @property
+    def cleanup(self) -> RetentionCleanup:
+        """The hourly cleanup of this incarnation (run by hand here)."""
+        return RetentionCleanup(self.store, self.watched, retention_s=30 * DAY)
 
     def _scope(self) -> Scope:
         probe = self.session((canonical({"role": "user", "content": "probe"}),))
@@ -300,6 +313,7 @@ class Pending:
     prior: tuple[tuple[History, str], ...]  # the dispatched plan, as model refs
     refs: tuple[BlockRef, ...]  # the dispatched plan, as the relay names it
     completed: bool = False  # observation committed, delivery not finished ("held")
+    keys: tuple[int, ...] = ()  # the dispatched plan, as observation ids
 
 
 # --- the plan check (after every step, and at every dispatch) --------------------------------
@@ -351,6 +365,7 @@ class ReplayMachine(RuleBasedStateMachine):
         self.clock = ManualClock()
         self.relay = Relay(self.dir / "cache.sqlite", self.clock)
         self.model = Model(now=self.clock.wall())
+        self.model.start_barrier(self.clock.wall(), self.clock.monotonic())
         self.histories: list[History] = []
         self.pending: list[Pending] = []
         self.n = 0
@@ -440,9 +455,18 @@ class ReplayMachine(RuleBasedStateMachine):
             at = [i for i in range(len(inputs)) if inputs[i : i + len(items)] == items]
             assert len(at) == 1, f"a selected block is in the upstream input {len(at)} times"
             assert block.text[1:-1].encode() in encoded, "a block was not sent as stored"
+        keys = tuple(block.observation.id for block in plan.blocks)
         pending = Pending(session, request, self.relay.last_intent, self.model.generation,
-                          tuple(r.ref for r in chain), plan.refs)  # fmt: skip
-        self.model.dispatch(pending.intent, request, chain)
+                          tuple(r.ref for r in chain), plan.refs, keys=keys)  # fmt: skip
+        # Touched: the plan, and every record whose payload passed its checks, each of
+        # which must be a retained, unexpired, untampered record of this very history.
+        assert set(keys) <= set(plan.validated)
+        for key in plan.validated:
+            record = self.model.by_key(key)
+            assert record is not None and record.admitted and is_prefix(record.end, request)
+            assert key not in self.model.reclaimed and key not in self.model.tampered
+            assert self.model.touched[key] >= self.model.now - RETENTION
+        self.model.dispatch(pending.intent, request, chain, plan.validated)
         return pending
 
     def choose_visible(self, request: History, pick: int, shape: str) -> tuple[Message, Message]:
@@ -509,10 +533,12 @@ class ReplayMachine(RuleBasedStateMachine):
             observed = self.model.observe(
                 start=request, envelope=canonical(visible), payload=payload_text(items),
                 admissible=reasoning, prior=pending.prior, generation=pending.generation,
-                intent=pending.intent, snapshot=self.snapshot,
+                intent=pending.intent, snapshot=self.snapshot, prior_keys=pending.keys,
             )  # fmt: skip
             self.check_observed(pending, end, end_digest, before, observed.record)
             self.remember((*end, canonical(follow)))
+        for key in pending.keys:  # referenced in publication: touched again at the commit
+            self.model.touch(key)
         pending.completed = True
         if not hold:
             self.deliver(pending)
@@ -750,6 +776,7 @@ class ReplayMachine(RuleBasedStateMachine):
         for start in poisoned:
             self.check_poisoned(start)
         self.model.generation += int(exists and how == "disabled_in_between")
+        self.model.start_barrier(self.clock.wall(), self.clock.monotonic())
 
     @rule()
     def advance_generation(self) -> None:
@@ -772,6 +799,7 @@ class ReplayMachine(RuleBasedStateMachine):
         self.model.generation += int(exists)
 
     @precondition(lambda self: any(r.admitted and r.key not in self.model.tampered
+                                   and r.key not in self.model.reclaimed
                                    for r in self.model.records))  # fmt: skip
     @rule(pick=picks, where=picks)
     def tamper_payload(self, pick: int, where: int) -> None:
@@ -779,7 +807,8 @@ class ReplayMachine(RuleBasedStateMachine):
         replays again, and a plan that would have used it names the digest mismatch."""
         self.model.now = self.clock.wall()
         candidates = [r for r in self.model.records
-                      if r.admitted and r.key not in self.model.tampered]  # fmt: skip
+                      if r.admitted and r.key not in self.model.tampered
+                      and r.key not in self.model.reclaimed]  # fmt: skip
         record = candidates[pick % len(candidates)]
         relied_on = [
             h for h in self.histories
@@ -799,10 +828,59 @@ class ReplayMachine(RuleBasedStateMachine):
         """Payloads idle past retention expire; an older model snapshot stops being
         accepted a day after it was last seen, unless it is still the latest."""
         self.clock.advance(seconds)
+        self.clocks_read()
         if new_snapshot:
             self.snapshot = f"gpt-5-snapshot-{self.fresh()}"
 
+    def clocks_read(self) -> None:
+        """The relay reads its clock after every move (its next request or cleanup run
+        would): the deletion barrier sees each clock state."""
+        self.relay.watched.wall()
+        self.model.clock_read(self.clock.wall(), self.clock.monotonic())
+
+    @rule(days=st.sampled_from([29.0, 30.0, 31.0]))
+    def weeks_pass(self, days: float) -> None:
+        """About a month passes on both clocks: the deletion barrier opens at 30 days."""
+        self.clock.advance(days * DAY)
+        self.clocks_read()
+
+    @rule(seconds=st.sampled_from([40 * DAY, -2 * DAY, 262.0, -262.0, 30.0, -30.0, -40 * DAY]))
+    def wall_clock_moves(self, seconds: float) -> None:
+        """The wall clock steps (NTP, a manual change, a restored VM) while monotonic time
+        stands still: a step back, or a drift over 60 s, restarts the deletion barrier."""
+        self.clock.jump_wall(seconds)
+        self.clocks_read()
+
+    @rule()
+    def cleanup_runs(self) -> None:
+        """An hourly cleanup run: exactly the payloads the model lets go are reclaimed
+        (none while the barrier is closed); observations and markers all stay."""
+        self.model.now = self.clock.wall()
+        before = self.relay.store.stats()
+        expected = self.model.cleanup()
+        result = self.relay.cleanup.run()
+        assert (result is not None) == self.model.barrier_open
+        reclaimed = 0 if result is None else result.reclaimed
+        assert reclaimed == len(expected), (result, sorted(expected))
+        event(f"cleanup: barrier {'open' if result else 'closed'}, reclaimed {min(reclaimed, 3)}+")
+        after = self.relay.store.stats()
+        assert after["payloads"] == before["payloads"] - reclaimed
+        for table in ("observations", "markers", "scopes", "dependencies"):
+            assert after[table] == before[table], table
+
     # --- invariants -----------------------------------------------------------------------------
+
+    @invariant()
+    def retention_matches(self) -> None:
+        """The payloads kept, their touch times and the barrier are exactly the model's."""
+        model = self.model
+        kept = {key for key in model.touched if key not in model.reclaimed}
+        loaded = self.relay.store.load_payloads(list(model.touched), max_bytes=1 << 20)
+        assert set(loaded) == kept
+        for key in kept:
+            row = loaded[key]
+            assert not isinstance(row, Exception) and row.touched_at == model.touched[key], key
+        assert self.relay.watched.barrier.open == model.barrier_open
 
     @invariant()
     def generation_matches(self) -> None:
