@@ -159,14 +159,14 @@ class Snapshotter:
     ) -> int:
         turn, stepped = threading.Semaphore(0), threading.Semaphore(0)
         ended = threading.Event()
-        report = [0, 0]
+        report = [0, 0, 0]  # remaining, total, steps taken
 
         def wait_turn() -> None:
             if not turn.acquire(timeout=STEP_TIMEOUT_S):
                 raise CopyFailed("the relay stopped handing out copy steps")
 
         def on_step(remaining: int, total: int) -> None:
-            report[:] = [remaining, total]
+            report[:] = [remaining, total, report[2] + 1]
             stepped.release()
 
         def worker() -> None:
@@ -179,21 +179,23 @@ class Snapshotter:
                 stepped.release()  # the loop may be waiting for a step that never came
 
         future = loop.run_in_executor(None, worker)
+        reported = 0
         try:
             while True:
                 turn.release()  # one step; the loop thread waits for it (a few ms at most)
                 if not stepped.acquire(timeout=STEP_TIMEOUT_S):
                     raise SnapshotRefused("copy_stuck", "a copy step did not finish in time")
-                if ended.is_set():
+                remaining, total, steps = report
+                if steps == reported:  # no step: the worker ended (an error, or done)
                     break
-                remaining, total = report
+                reported = steps
                 progress = self.progress
                 if progress is not None:
                     progress.copied_pages, progress.total_pages = total - remaining, total
                     if listener is not None:
                         with contextlib.suppress(Exception):  # a client gone: copy on
                             listener(progress)
-                if remaining == 0:
+                if remaining == 0 or ended.is_set():
                     break
                 await asyncio.sleep(0)  # requests run between steps
         finally:
