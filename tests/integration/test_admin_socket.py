@@ -63,7 +63,10 @@ def conversation(stack: Stack, turns: int) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = [{"role": "user", "content": "hello"}]
     for turn in range(turns):
         text = chat(stack, messages)
-        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": f"q{turn}"}]
+        messages += [
+            {"role": "assistant", "content": text},
+            {"role": "user", "content": f"q{turn}"},
+        ]
     return messages
 
 
@@ -98,7 +101,8 @@ def settle(stack: Stack) -> None:
     assert runtime is not None
 
     async def idle() -> None:
-        while runtime.sessions or runtime.active:
+        # No event marks a session's end: look again after every other callback has run.
+        while runtime.sessions or runtime.active:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
 
     stack.loop.run(idle(), timeout=10)
@@ -115,7 +119,7 @@ def store_checksum(stack: Stack) -> str:
         digest = hashlib.sha256()
         tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY 1")
         for (table,) in tables.fetchall():
-            for row in conn.execute(f"SELECT * FROM {table} ORDER BY 1"):  # noqa: S608
+            for row in conn.execute(f"SELECT * FROM {table} ORDER BY 1"):
                 digest.update(repr(row).encode())
         return digest.hexdigest()
 
@@ -138,7 +142,7 @@ def test_the_socket_is_private_and_nothing_of_it_is_on_http(tmp_path: Path) -> N
         public = f"http://127.0.0.1:{stack.relay.port}"
         assert requests.get(f"{public}/metrics", timeout=10).status_code == 404
         assert stack.relay.ops is not None and stack.relay.ops.metrics_http is not None
-        listener = stack.relay.ops.metrics_http._server._sockets  # type: ignore[attr-defined]
+        listener = stack.relay.ops.metrics_http._server._sockets
         assert {s.getsockname()[0] for s in listener.values()} == {"127.0.0.1"}
     assert not sock.exists()  # removed at shutdown
 
@@ -189,9 +193,9 @@ def test_startup_refuses_a_socket_directory_open_to_others(tmp_path: Path, mode:
     try:
         private.chmod(mode)
         env = {"REASONING_CACHE_ENABLED": "1", "RELAY_ADMIN_SOCKET": str(private / "a.sock")}
-        with pytest.raises(ConfigError, match=r"RELAY_ADMIN_SOCKET: .* open to others"):
-            with running_stack(tmp_path / "data", env):
-                pass
+        refused = pytest.raises(ConfigError, match=r"RELAY_ADMIN_SOCKET: .* open to others")
+        with refused, running_stack(tmp_path / "data", env):
+            pass
         # The store's lock was released: a relay without the socket starts on it.
         with running_stack(tmp_path / "data", {"REASONING_CACHE_ENABLED": "1"}) as stack:
             assert stack.relay.runtime is not None and stack.relay.runtime.cache.enabled
@@ -298,7 +302,9 @@ def test_strict_restores_are_counted_by_provider(tmp_path: Path) -> None:
             first = client.chat.completions.create(
                 model="deepthink/deepthink-reasoner", messages=messages, tools=tools
             )
-            call = first.choices[0].message.tool_calls[0]  # type: ignore[index]
+            calls = first.choices[0].message.tool_calls
+            assert calls
+            call = calls[0]
             messages += [
                 {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
                 {"role": "tool", "tool_call_id": call.id, "content": "file text"},
@@ -322,9 +328,12 @@ def test_a_snapshot_during_two_streaming_generations_is_consistent(tmp_path: Pat
         answers: list[str] = []
 
         def stream() -> None:
-            with stack.openai() as client, client.chat.completions.create(
-                model="gpt-5", messages=messages, stream=True
-            ) as chunks:
+            with (
+                stack.openai() as client,
+                client.chat.completions.create(
+                    model="gpt-5", messages=messages, stream=True
+                ) as chunks,
+            ):
                 answers.append("".join(c.choices[0].delta.content or "" for c in chunks))
 
         threads = [threading.Thread(target=stream) for _ in range(2)]

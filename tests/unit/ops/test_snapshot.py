@@ -9,6 +9,7 @@ import stat
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,7 +49,7 @@ def fill(store: ReasoningStore, n: int, *, start: int = 0) -> None:
 
 
 def rows(conn: sqlite3.Connection, table: str) -> list[tuple[object, ...]]:
-    return conn.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall()  # noqa: S608
+    return conn.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall()
 
 
 def open_copy(path: Path) -> sqlite3.Connection:
@@ -101,7 +102,7 @@ def test_requests_run_between_steps_and_their_writes_reach_the_copy(
         if progress.copied_pages == PAGES_PER_STEP:
             first_step.set()
 
-    async def other_work(task: asyncio.Future[object]) -> None:
+    async def other_work(task: asyncio.Task[Any]) -> None:
         """What the loop does meanwhile: ticks, and one write after the first step."""
         await first_step.wait()
         fill(store, 50, start=300)  # on the loop thread, between two steps

@@ -34,7 +34,10 @@ def doc(**overrides: Any) -> dict[str, Any]:
 def test_plain_table_says_everything_asked_for() -> None:
     text = render(doc(), colour=False)
     assert "\033[" not in text
-    lines = dict(line.split(None, 1) if " " in line else (line, "") for line in text.splitlines())
+    lines: dict[str, str] = {}
+    for line in text.splitlines():
+        label, value = line.split(None, 1)
+        lines[label] = value
     assert lines["uptime"].startswith("2h 03m")
     assert lines["upstream"].strip() == "https://api.openai.com"
     assert lines["cache"].strip() == "on"

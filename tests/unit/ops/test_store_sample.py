@@ -23,7 +23,9 @@ def test_aggregates_are_read_at_most_once_per_ttl(tmp_path: Path) -> None:
         clock.advance(TTL_S - 0.001)
         cached = sampler.sample()
         assert cached is not None and sampler.reads == 1
-        assert cached.aggregates == first.aggregates and cached.age_s == pytest.approx(TTL_S - 0.001)
+        assert cached.aggregates == first.aggregates and cached.age_s == pytest.approx(
+            TTL_S - 0.001
+        )
         clock.advance(0.001)
         fresh = sampler.sample()
         assert fresh is not None and sampler.reads == 2 and fresh.age_s == 0
