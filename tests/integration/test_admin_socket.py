@@ -10,6 +10,7 @@ import shutil
 import socket
 import sqlite3
 import stat
+import subprocess
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -419,3 +420,42 @@ def test_shutdown_waits_for_a_pending_snapshot(tmp_path: Path) -> None:
         stack.loop.run(stack.relay.start())
         assert request(sock, "status")["ok"]
         assert os.listdir(tmp_path / "inspection") == [path.name]
+
+
+def test_a_refused_replay_is_counted_by_reason(tmp_path: Path) -> None:
+    with admin_stack(tmp_path) as (stack, sock):
+        messages = conversation(stack, 2)
+        stack.fake.rotate_key()  # every stored ciphertext is now refused
+        chat(stack, messages)  # refused, then resent once without replay
+        values = scrape(stack)
+        rejected = ("relay_replay_rejected_total",
+                    (("kind", "chat"), ("reason", "invalid_encrypted_content")))  # fmt: skip
+        assert values[rejected] == 1
+        assert values["relay_replay_resent_total", (("kind", "chat"),)] == 1
+        assert values["relay_replay_dispatched_total", (("kind", "chat"),)] == 2
+        assert values["relay_replay_accepted_total", (("kind", "chat"),)] == 1
+        status = request(sock, "status")
+        assert status["replay"]["rejectedByReason"] == {"invalid_encrypted_content": 1}
+
+
+def test_another_user_cannot_reach_the_socket(tmp_path: Path) -> None:
+    """The private directory alone keeps other users out (the socket is 0600 too)."""
+    with admin_stack(tmp_path) as (_stack, sock):
+        probe = (
+            "import socket, sys\n"
+            "s = socket.socket(socket.AF_UNIX)\n"
+            "try:\n"
+            f"    s.connect({str(sock)!r})\n"
+            "except PermissionError:\n"
+            "    sys.exit(13)\n"
+        )
+        nobody = 65534
+        # The system's interpreter: the test's own may sit where that user cannot read.
+        python = Path("/usr/bin/python3")
+        if os.geteuid() != 0 or not python.exists():
+            pytest.skip("needs root (to run as another user) and /usr/bin/python3")
+        done = subprocess.run(
+            [str(python), "-c", probe], user=nobody, group=nobody, extra_groups=[],
+            capture_output=True, timeout=30, check=False, cwd="/",
+        )  # fmt: skip
+        assert done.returncode == 13, done.stderr

@@ -16,6 +16,7 @@ import pytest
 from relay.clock import ManualClock
 from relay.core.identity import ScopeTargeting
 from relay.core.records import EMPTY_PLAN
+from relay.ops import snapshot
 from relay.ops.snapshot import PAGES_PER_STEP, Progress, SnapshotRefused, Snapshotter
 from relay.storage.replay_store import ReasoningStore
 
@@ -200,3 +201,26 @@ def test_no_copy_without_the_free_space_margin(store: ReasoningStore, tmp_path: 
         assert os.listdir(small) == []
     finally:
         subprocess.run(["umount", str(small)], check=True)
+
+
+def test_no_copy_of_a_store_over_the_ceiling(
+    store: ReasoningStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ceiling is checked against the store's real page count (lowered here: a
+    256 MiB store is too slow to build in a unit test)."""
+    monkeypatch.setattr(snapshot, "SOURCE_CEILING_BYTES", store.source_bytes() - 1)
+    snapper = Snapshotter(store, tmp_path / "inspection", ManualClock())
+
+    async def run() -> str:
+        with pytest.raises(SnapshotRefused) as refused:
+            snapper.start()
+        return refused.value.code
+
+    assert asyncio.run(run()) == "source_too_large"
+    assert not (tmp_path / "inspection").exists()  # refused before anything was made
+    monkeypatch.setattr(snapshot, "SOURCE_CEILING_BYTES", store.source_bytes())
+    assert asyncio.run(_snapshot(snapper)).exists()  # exactly at the ceiling: copied
+
+
+async def _snapshot(snapper: Snapshotter) -> Path:
+    return (await snapper.start()).path
