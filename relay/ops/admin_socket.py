@@ -77,6 +77,7 @@ class AdminSocket(TCPServer):
         super().__init__(max_buffer_size=64 * 1024)
         self.service = service
         self.path: Path | None = None
+        self._clients: set[IOStream] = set()
 
     def listen_at(self, path: Path) -> None:
         path = private_socket_path(path)
@@ -85,13 +86,18 @@ class AdminSocket(TCPServer):
         self.path = path
 
     def close(self) -> None:
+        """Stop listening and drop connected clients (a running snapshot goes on: the
+        server waits for it before closing the store)."""
         self.stop()
+        for stream in list(self._clients):
+            stream.close()
         if self.path is not None:
             with contextlib.suppress(OSError):
                 self.path.unlink()
             self.path = None
 
     async def handle_stream(self, stream: IOStream, address: Any) -> None:
+        self._clients.add(stream)
         try:
             uid = _peer_uid(stream)
             if uid is not None and uid not in (os.geteuid(), 0):
@@ -113,6 +119,7 @@ class AdminSocket(TCPServer):
         except StreamClosedError:
             pass  # the client left; a running snapshot carries on
         finally:
+            self._clients.discard(stream)
             stream.close()
 
     async def _read_line(self, stream: IOStream) -> bytes | None:

@@ -24,6 +24,8 @@ from relay.ops.store_sample import StoreSampler
 if TYPE_CHECKING:
     from relay.runtime import Runtime
 
+BODY_SHAPES = ("chat", "responses")  # ReplayStats' scope kinds
+
 
 def replay_totals(stats: ReplayStats) -> dict[str, int]:
     """Dispatched, accepted and resent since startup, over every scope."""
@@ -55,7 +57,11 @@ class RuntimeCollector(Collector):
 
     def _replay(self) -> Iterator[Metric]:
         stats = self.runtime.cache.metrics.replay
-        by_kind: dict[str, Counter[str]] = {}
+        # Both body shapes always, so a rate over them never starts from a missing series.
+        by_kind: dict[str, Counter[str]] = {
+            outcome: Counter(dict.fromkeys(BODY_SHAPES, 0))
+            for outcome in ("dispatched", "accepted", "resent")
+        }
         for (kind, _model, outcome), n in stats.outcomes.items():
             by_kind.setdefault(outcome, Counter())[kind] += n
         for outcome, text in (

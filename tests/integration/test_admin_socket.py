@@ -459,3 +459,18 @@ def test_another_user_cannot_reach_the_socket(tmp_path: Path) -> None:
             capture_output=True, timeout=30, check=False, cwd="/",
         )  # fmt: skip
         assert done.returncode == 13, done.stderr
+
+
+def test_a_silent_client_neither_blocks_others_nor_shutdown(tmp_path: Path) -> None:
+    with admin_stack(tmp_path) as (stack, sock):
+        silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        silent.settimeout(10)
+        try:
+            silent.connect(str(sock))
+            assert request(sock, "status")["ok"]  # served meanwhile
+            stack.loop.run(stack.relay.stop())
+            assert silent.recv(100) == b""  # dropped at shutdown, not left hanging
+        finally:
+            silent.close()
+        stack.relay = RelayServer(stack.config, clock=stack.clock)
+        stack.loop.run(stack.relay.start())
