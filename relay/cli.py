@@ -1,4 +1,4 @@
-"""``relay`` command line: ``relay serve``."""
+"""``relay`` command line: ``relay serve``, and the admin socket's clients (relay.ops.commands)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from relay import __version__, log
 from relay.config import load_config
 from relay.errors import ConfigError, StoreError
 from relay.offline import load_offline_upstream
+from relay.ops import commands as ops_commands
 from relay.server import RelayServer, serve_forever
 
 
@@ -54,8 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"relay {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("serve", help="run the relay HTTP server")
+    ops_commands.register(commands)  # relay admin ..., relay status
     args = parser.parse_args(argv)
-    assert args.command == "serve"  # argparse rejects anything else
+    if args.command != "serve":
+        return int(args.run(args))
     return _serve()
 
 

@@ -58,6 +58,10 @@ class Config:
     sse_keepalive_ms: int = 15_000
     log_level: str = "info"
     tunnel_command: TunnelCommand | None = None  # RELAY_TUNNEL_CMD (relay.tunnel)
+    # Operating (relay.ops): the admin socket, its inspection snapshots, /metrics on loopback.
+    admin_socket: Path | None = None  # RELAY_ADMIN_SOCKET: off unless set
+    admin_snapshot_dir: Path = Path("~/.openai-relay-inspection")  # RELAY_ADMIN_SNAPSHOT_DIR
+    metrics_port: int | None = None  # RELAY_METRICS_PORT: off unless set (0: any free port)
 
     @property
     def responses_url(self) -> str:
@@ -98,6 +102,16 @@ def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0) -
 def _path(env: Mapping[str, str], name: str) -> Path | None:
     raw = env.get(name, "").strip()
     return Path(raw) if raw else None
+
+
+def _optional_port(env: Mapping[str, str], name: str) -> int | None:
+    """A TCP port, ``None`` when unset (the listener is off)."""
+    if env.get(name, "").strip() == "":
+        return None
+    port = _int(env, name, 0)
+    if port > 65535:
+        raise ConfigError(f"{name}={port}: expected a TCP port from 0 to 65535")
+    return port
 
 
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -257,6 +271,10 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
         sse_keepalive_ms=_int(env, "RELAY_SSE_KEEPALIVE_MS", 15_000, minimum=0),
         log_level=log_level,
         tunnel_command=parse_tunnel_command(env.get("RELAY_TUNNEL_CMD"), env.get("PATH")),
+        admin_socket=_path(env, "RELAY_ADMIN_SOCKET"),
+        admin_snapshot_dir=_path(env, "RELAY_ADMIN_SNAPSHOT_DIR")
+        or Path("~/.openai-relay-inspection"),
+        metrics_port=_optional_port(env, "RELAY_METRICS_PORT"),
     )
     if config.reasoning_cache_enabled:
         try:

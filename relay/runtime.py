@@ -13,6 +13,7 @@ from relay.cache.retention import RetentionCleanup
 from relay.cache.session import CacheSession
 from relay.clock import Clock
 from relay.config import Config
+from relay.ops.metrics import RelayMetrics
 from relay.providers import BUILTIN, Provider
 from relay.strict.strict_cache import StrictCache
 from relay.transport.upstream import UpstreamExchange, UpstreamLimits
@@ -33,6 +34,7 @@ class Runtime:
     shutting_down: bool = False
     active: set[UpstreamExchange] = field(default_factory=set)
     sessions: set[CacheSession] = field(default_factory=set)
+    metrics: RelayMetrics = field(default_factory=RelayMetrics)  # relay.ops: this relay's own
 
     @property
     def upstream_limits(self) -> UpstreamLimits:

@@ -23,6 +23,7 @@ from relay.handlers.chat import ChatCompletionsHandler
 from relay.handlers.models import ModelsHandler
 from relay.handlers.responses import ResponsesHandler
 from relay.offline import OfflineUpstream, OfflineUpstreamFactory, load_offline_upstream
+from relay.ops.services import Operations
 from relay.providers import BUILTIN, Provider
 from relay.runtime import Runtime
 from relay.strict.strict_cache import StrictCache
@@ -65,6 +66,7 @@ class RelayServer:
     fake: OfflineUpstream | None = None
     tunnel: Tunnel | None = None  # RELAY_TUNNEL_CMD's program, started last, stopped first
     _http: RelayHTTPServer | None = None
+    ops: Operations | None = None  # admin socket, /metrics (relay.ops)
 
     async def start(self) -> int:
         config = self.config
@@ -129,9 +131,12 @@ class RelayServer:
             max_body_size=2**62,
             new_id=Runtime.new_id,
         )
+        self.ops = Operations(self.runtime, offline_fake=self.fake is not None)
         try:
+            self.ops.start()
             sockets = bind_sockets(config.port, config.host, family=socket.AF_UNSPEC)
-        except OSError:
+        except BaseException:
+            await self.ops.stop()
             cache.close()  # release the store's exclusive lock for the next attempt
             raise
         self._http.add_sockets(sockets)
@@ -181,6 +186,8 @@ class RelayServer:
             lines.append(f"reasoning cache: on ({self.config.cache_path})")
         else:
             lines.append("reasoning cache: off (REASONING_CACHE_ENABLED=1 turns it on)")
+        if self.ops is not None:
+            lines += self.ops.banner()
         return lines
 
     async def stop(self) -> None:
@@ -198,6 +205,8 @@ class RelayServer:
                 session.abort("shutdown")  # poisons what was generating, before the store closes
         if self._http is not None:
             await self._http.close_all_connections()
+        if self.ops is not None:
+            await self.ops.stop()  # waits for a running snapshot: the store closes below
         if self.runtime is not None:
             self.runtime.http_client.close()
             self.runtime.strict.stop_cleanup()

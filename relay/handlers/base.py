@@ -18,14 +18,19 @@ from relay.errors import (
     ShuttingDown,
     Unauthorized,
 )
+from relay.ops.hooks import request_finished
 from relay.runtime import Runtime
 
 
 class BaseHandler(RequestHandler):
     requires_auth = True
 
+    _counted = False  # this request's outcome is in the metrics (relay.ops)
+    outcome_code: str | None = None  # a failure's reason code, for the metrics
+
     def initialize(self, runtime: Runtime) -> None:
         self.runtime = runtime
+        self.arrived_at = runtime.clock.monotonic()
 
     def set_default_headers(self) -> None:
         # Tornado calls this from __init__, before initialize(), and again on clear().
@@ -88,6 +93,7 @@ class BaseHandler(RequestHandler):
         # Client and upstream faults are expected: one line with a reason code, no traceback
         # (a traceback's locals could carry request bodies).
         if isinstance(value, RelayError):
+            self.outcome_code = value.code
             log.event(
                 "request_failed",
                 request_id=self.request_id,
@@ -105,7 +111,15 @@ class BaseHandler(RequestHandler):
                 exc_info=(typ, value, tb) if typ is not None and value is not None else None,
             )
 
+    def count_request(self, code: str | None = None) -> None:
+        """Count this request once in the metrics (finished, or its client gone)."""
+        if not self._counted:
+            self._counted = True
+            status = self.get_status()
+            request_finished(self.runtime, self.request.path, status, code or self.outcome_code)
+
     def on_finish(self) -> None:
+        self.count_request()
         log.event(
             "request_done",
             level=logging.DEBUG,

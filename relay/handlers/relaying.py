@@ -12,6 +12,7 @@ from tornado.web import stream_request_body
 from relay.crashpoints import crash_point
 from relay.errors import PayloadTooLarge
 from relay.handlers.base import BaseHandler
+from relay.ops.metrics import CLIENT_GONE
 from relay.providers import Provider
 from relay.request_body import parse_json_object
 from relay.translate.body_encoding import encode_body
@@ -54,6 +55,7 @@ class RelayingHandler(BaseHandler):
         self._body += chunk
 
     def on_connection_close(self) -> None:
+        self.count_request(CLIENT_GONE)
         if self._exchange is not None:
             self._exchange.abort(ClientGone())
 

@@ -14,6 +14,7 @@ from relay.cache.session import CacheSession
 from relay.crashpoints import crash_point
 from relay.errors import RelayError
 from relay.handlers.relaying import RelayingHandler
+from relay.ops.metrics import CLIENT_GONE
 from relay.pipeline.actions import (
     Abort,
     Action,
@@ -60,6 +61,7 @@ class PipelineShell:
         self.session = session
         self.record = record
         self.down = handler.downstream(keepalive_frame=keepalive)
+        self._first_byte_seen = False  # for relay_time_to_first_byte_seconds
 
     async def run(self) -> None:
         try:
@@ -77,6 +79,7 @@ class PipelineShell:
             try:
                 follow = await self._one(action)
             except ClientGone:
+                self.handler.outcome_code = CLIENT_GONE
                 follow = self.pipeline.client_gone(self.down.frames_sent)
             except RelayError as err:
                 follow = self.pipeline.failed(err)
@@ -100,6 +103,7 @@ class PipelineShell:
             self._cache().feed(action.event_type, action.data)
         elif isinstance(action, Flush):
             await down.drain()
+            self._first_byte()
             if action.crash_point:
                 crash_point(action.crash_point)
         elif isinstance(action, StartStream):
@@ -125,6 +129,7 @@ class PipelineShell:
         elif isinstance(action, Respond):
             crash_point("before_terminal_frame")
             await handler.send_json(action.answer)
+            self._first_byte()
             crash_point("after_terminal_frame")
             return pipeline.responded()
         elif isinstance(action, Resolve):
@@ -148,6 +153,7 @@ class PipelineShell:
         if not handler._headers_written:
             raise action.error  # nothing reached the client: the handler answers with it
         log.event("stream_failed", request_id=handler.request_id, code=action.error.code)
+        handler.outcome_code = action.error.code or "stream_failed"
         if action.frame is not None:
             with contextlib.suppress(ClientGone):
                 await self.down.send(action.frame)
@@ -155,7 +161,14 @@ class PipelineShell:
             handler.finish()
 
     async def _send(self, action: SendUpstream) -> None:
+        clock, metrics = self.handler.runtime.clock, self.handler.runtime.metrics
+        sent_at, answered = clock.monotonic(), False
+
         async def sink(event_type: str, data: dict[str, Any]) -> None:
+            nonlocal answered
+            if not answered:
+                answered = True
+                metrics.observe_upstream(self.provider.name, clock.monotonic() - sent_at)
             await self._streamed(self.pipeline.upstream_event(event_type, data))
 
         async def batch_done() -> None:
@@ -177,7 +190,18 @@ class PipelineShell:
                 batch_done=batch,
                 dialect=Dialect.CHAT_JSON if action.buffered else Dialect.CHAT_STREAM,
             )
-        await handler.run_exchange(exchange)
+        try:
+            await handler.run_exchange(exchange)
+        finally:
+            if not answered:  # an error answer, a timeout: its latency still counts
+                metrics.observe_upstream(self.provider.name, clock.monotonic() - sent_at)
+
+    def _first_byte(self) -> None:
+        handler = self.handler
+        if not self._first_byte_seen and handler._headers_written:
+            self._first_byte_seen = True
+            seconds = handler.runtime.clock.monotonic() - handler.arrived_at
+            handler.runtime.metrics.observe_first_byte(handler.request.path, seconds)
 
     def _cache(self) -> CacheSession:
         assert self.session is not None, "a cache action without a cache session"

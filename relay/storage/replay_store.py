@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import secrets
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
@@ -54,7 +54,9 @@ from relay.core.records import (
     plan_text_length,
 )
 from relay.errors import StoreCorrupt, StoreError, StoreFull, StoreIOError, StoreLocked
+from relay.storage.aggregates import StoreAggregates, read_aggregates, source_bytes
 from relay.storage.cleanup import PayloadCleanup
+from relay.storage.inspection_copy import copy_pages
 from relay.storage.schema import (
     TABLES,
     SchemaRefused,
@@ -244,7 +246,9 @@ class ReasoningStore:
                 "directory and its permissions"
             ) from None
         try:
-            conn = sqlite3.connect(path, timeout=0, isolation_level=None)
+            # check_same_thread off for one caller only: the inspection copy's worker thread,
+            # which steps the backup while the IOLoop waits (relay.storage.inspection_copy).
+            conn = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
             raise _store_error(exc, path, "open") from None
         try:
@@ -785,6 +789,30 @@ class ReasoningStore:
             RecordSummary(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6][:12], r[7], r[8])
             for r in rows
         ]
+
+    def aggregates(self, *, scan_rows: int) -> StoreAggregates:
+        """Bounded, read-only counts for the admin socket (relay.storage.aggregates)."""
+        with self._sqlite("read aggregates") as conn:
+            return read_aggregates(conn, self._path, scan_rows=scan_rows)
+
+    def source_bytes(self) -> int:
+        """What an inspection copy would copy: the main file's pages, in bytes."""
+        with self._sqlite("read the page count") as conn:
+            return source_bytes(conn)
+
+    def copy_for_inspection(
+        self,
+        target: Path,
+        *,
+        pages: int,
+        wait_turn: Callable[[], None],
+        stepped: Callable[[int, int], None],
+    ) -> None:
+        """The online backup into ``target`` (on a worker thread, in lockstep with the
+        IOLoop: relay.storage.inspection_copy)."""
+        if self._conn is None:
+            raise StoreError(f"reasoning cache {self._path} is closed")
+        copy_pages(self._conn, target, pages=pages, wait_turn=wait_turn, stepped=stepped)
 
     def stats(self) -> dict[str, int]:
         """Row counts per table plus stored payload bytes, for diagnostics."""

@@ -1,0 +1,187 @@
+"""What the caches already count, exposed when the registry is collected.
+
+Read at scrape time from the stats objects the relay keeps anyway (the replay cache's
+``CacheMetrics`` and ``ReplayStats``, the capacity ledger, the strict cache's
+``StrictMetrics``) and from the store's five-second sample -- no second set of counters
+to keep in step. Labels: body shapes, reason codes (fixed enums), configured provider
+names; never a model name a client chose or an id.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from relay.core.receipts import Reason
+from relay.core.replay_stats import ReplayStats
+from relay.errors import StoreError
+from relay.ops.store_sample import StoreSampler
+
+if TYPE_CHECKING:
+    from relay.runtime import Runtime
+
+BODY_SHAPES = ("chat", "responses")  # ReplayStats' scope kinds
+
+
+def replay_totals(stats: ReplayStats) -> dict[str, int]:
+    """Dispatched, accepted and resent since startup, over every scope."""
+    totals = {"dispatched": 0, "accepted": 0, "resent": 0}
+    for (_, _, outcome), n in stats.outcomes.items():
+        totals[outcome] += n
+    return totals
+
+
+class RuntimeCollector(Collector):
+    def __init__(self, runtime: Runtime, sampler: StoreSampler) -> None:
+        self.runtime = runtime
+        self.sampler = sampler
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # collected lazily: registering must not read the store
+
+    def collect(self) -> Iterator[Metric]:
+        runtime = self.runtime
+        clock = runtime.clock
+        metrics = runtime.metrics
+        uptime = GaugeMetricFamily("relay_uptime_seconds", "Seconds since the relay started")
+        uptime.add_metric([], clock.monotonic() - metrics.started_monotonic)
+        yield uptime
+        yield from self._replay()
+        yield from self._cache()
+        yield from self._strict()
+        yield from self._store()
+
+    def _replay(self) -> Iterator[Metric]:
+        stats = self.runtime.cache.metrics.replay
+        # Both body shapes always, so a rate over them never starts from a missing series.
+        by_kind: dict[str, Counter[str]] = {
+            outcome: Counter(dict.fromkeys(BODY_SHAPES, 0))
+            for outcome in ("dispatched", "accepted", "resent")
+        }
+        for (kind, _model, outcome), n in stats.outcomes.items():
+            by_kind.setdefault(outcome, Counter())[kind] += n
+        for outcome, text in (
+            ("dispatched", "Requests sent upstream with at least one replayed block"),
+            ("accepted", "Replaying requests the upstream answered 2xx"),
+            ("resent", "Refused replays sent once more without replay"),
+        ):
+            family = CounterMetricFamily(f"relay_replay_{outcome}", text, labels=["kind"])
+            for kind, n in sorted(by_kind.get(outcome, Counter()).items()):
+                family.add_metric([kind], n)
+            yield family
+        rejected = CounterMetricFamily(
+            "relay_replay_rejected",
+            "Replaying requests the upstream refused, by rejection reason",
+            labels=["kind", "reason"],
+        )
+        tally: Counter[tuple[str, str]] = Counter()
+        for (kind, _model, why), n in stats.rejected.items():
+            tally[kind, why.value] += n
+        for (kind, label), n in sorted(tally.items()):
+            rejected.add_metric([kind, label], n)
+        yield rejected
+
+    def _cache(self) -> Iterator[Metric]:
+        cache = self.runtime.cache
+        m = cache.metrics
+        requests = CounterMetricFamily(
+            "relay_cache_requests", "Requests the replay cache considered"
+        )
+        requests.add_metric([], m.requests)
+        yield requests
+        skipped = CounterMetricFamily(
+            "relay_cache_skipped", "Requests sent without the cache, by reason", labels=["reason"]
+        )
+        for reason, n in sorted(m.skipped.items()):
+            skipped.add_metric([reason], n)
+        yield skipped
+        bypasses = CounterMetricFamily(
+            "relay_cache_bypasses",
+            "Generations sent unobserved because no cache session could be afforded",
+        )
+        bypasses.add_metric([], m.skipped.get(Reason.CAPACITY_BYPASS.value, 0))
+        yield bypasses
+        blocks = CounterMetricFamily(
+            "relay_cache_replayed_blocks", "Replayed blocks dispatched (not acceptance)"
+        )
+        blocks.add_metric([], m.replayed_blocks)
+        yield blocks
+        fenced = CounterMetricFamily(
+            "relay_cache_fenced", "Unobservable generations that fenced their scopes"
+        )
+        fenced.add_metric([], m.fenced)
+        yield fenced
+        capacity = cache.capacity
+        sessions = GaugeMetricFamily("relay_cache_sessions", "Cache sessions in progress")
+        sessions.add_metric([], capacity.sessions)
+        yield sessions
+        limit = GaugeMetricFamily("relay_cache_sessions_limit", "REASONING_CACHE_MAX_CONCURRENT")
+        limit.add_metric([], capacity.budget.max_concurrent)
+        yield limit
+        budget = GaugeMetricFamily(
+            "relay_cache_capacity_bytes",
+            "Session accounting bytes in use and available",
+            labels=["state"],
+        )
+        budget.add_metric(["in_use"], capacity.in_use)
+        budget.add_metric(["limit"], capacity.budget.session_bytes)
+        yield budget
+
+    def _strict(self) -> Iterator[Metric]:
+        m = self.runtime.strict.metrics
+        for name, counter, text in (
+            ("relay_strict_restored", m.hits, "Messages whose reasoning_content was restored"),
+            ("relay_strict_missed", m.misses, "Messages that needed reasoning none was stored"),
+            ("relay_strict_stripped", m.stripped, "Messages whose reasoning_content was stripped"),
+        ):
+            by_provider: Counter[str] = Counter()
+            for (provider, _model), n in counter.items():
+                by_provider[provider] += n
+            family = CounterMetricFamily(name, text, labels=["provider"])
+            for provider, n in sorted(by_provider.items()):
+                family.add_metric([provider], n)
+            yield family
+
+    def _store(self) -> Iterator[Metric]:
+        try:
+            sample = self.sampler.sample()
+        except StoreError:
+            sample = None  # the scrape still answers; status shows the error
+        if sample is None:
+            return
+        agg = sample.aggregates
+        size = GaugeMetricFamily(
+            "relay_store_size_bytes", "The store's files on disk", labels=["file"]
+        )
+        size.add_metric(["main"], agg.file_bytes)
+        size.add_metric(["wal"], agg.wal_bytes)
+        yield size
+        payloads = GaugeMetricFamily(
+            "relay_store_payloads", "Stored payloads (a lower bound when not exact)"
+        )
+        payloads.add_metric([], agg.counts["payloads"].value)
+        yield payloads
+        payload_bytes = GaugeMetricFamily(
+            "relay_store_payload_bytes", "Serialized payload bytes (a lower bound when not exact)"
+        )
+        payload_bytes.add_metric([], agg.payload_bytes.value)
+        yield payload_bytes
+        exact = GaugeMetricFamily(
+            "relay_store_aggregate_exact",
+            "1 when a store aggregate is exact, 0 when its bounded scan stopped early",
+            labels=["aggregate"],
+        )
+        exact.add_metric(["payloads"], int(agg.counts["payloads"].exact))
+        exact.add_metric(["payload_bytes"], int(agg.payload_bytes.exact))
+        yield exact
+        if agg.oldest_payload_touched_at is not None:
+            age = GaugeMetricFamily(
+                "relay_store_oldest_payload_age_seconds",
+                "Idle age of the least recently touched payload",
+            )
+            age.add_metric([], max(0.0, sample.sampled_wall - agg.oldest_payload_touched_at))
+            yield age

@@ -1,0 +1,18 @@
+"""The request shell's calls into the counters, kept to one line at each call site."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from relay.ops.collector import replay_totals
+
+if TYPE_CHECKING:
+    from relay.runtime import Runtime
+
+
+def request_finished(runtime: Runtime, path: str, status: int, code: str | None) -> None:
+    """Count a finished (or abandoned) request, and sample the replay totals for the
+    last-hour rate (at most once a minute: relay.ops.window.CounterHistory)."""
+    clock, metrics = runtime.clock, runtime.metrics
+    metrics.request_finished(path, status, code, clock.wall())
+    metrics.replay_history.record(clock.monotonic(), replay_totals(runtime.cache.metrics.replay))

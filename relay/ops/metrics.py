@@ -1,0 +1,96 @@
+"""The relay's own counters and histograms, in a registry of its own.
+
+A :class:`RelayMetrics` belongs to one relay (``Runtime.metrics``): tests run several relays
+in one process, so nothing goes to prometheus_client's global registry. The request shell
+feeds it (relay.handlers.base/shell); what the caches already count is read when the
+registry is collected (relay.ops.collector). Labels are bounded: routes from a fixed table,
+outcomes from :func:`relay.ops.window.bounded_code`, configured provider names.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+from relay.ops.window import CounterHistory, ErrorTally
+
+# Paths the relay serves -> route labels; anything else (404s, probes) is "other".
+ROUTES: Final = {
+    "/v1/chat/completions": "chat_completions",
+    "/chat/completions": "chat_completions",
+    "/v1/responses": "responses",
+    "/responses": "responses",
+    "/v1/models": "models",
+    "/api/cache/reasoning": "cache_api",
+    "/healthz": "healthz",
+}
+# From a local fake's milliseconds to a slow model's first token.
+LATENCY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+OK: Final = "ok"
+CLIENT_GONE: Final = "client_gone"
+
+
+def route_of(path: str) -> str:
+    return ROUTES.get(path, "other")
+
+
+class RelayMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "relay_requests",
+            "HTTP requests finished, by route and outcome (ok, client_gone, the error's "
+            "reason code, or http_<status>)",
+            ["route", "outcome"],
+            registry=self.registry,
+        )
+        self.first_byte = Histogram(
+            "relay_time_to_first_byte_seconds",
+            "From a request's arrival to the first byte of its answer",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.upstream_latency = Histogram(
+            "relay_upstream_latency_seconds",
+            "From sending a request upstream to its first event (or its end, without one)",
+            ["provider"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.errors = ErrorTally()
+        self.replay_history = CounterHistory()  # dispatched/accepted, for the last hour
+        self.started_monotonic = 0.0
+        self.started_wall = 0.0
+
+    def started(self, monotonic: float, wall: float) -> None:
+        self.started_monotonic, self.started_wall = monotonic, wall
+
+    def request_finished(self, path: str, status: int, code: str | None, wall: float) -> str:
+        """Count one finished request; its outcome label is returned."""
+        outcome = code if code is not None else OK if status < 400 else f"http_{status:d}"
+        if outcome != OK:
+            outcome = self.errors.add(outcome, wall)
+        self.requests.labels(route_of(path), outcome).inc()
+        return outcome
+
+    def observe_first_byte(self, path: str, seconds: float) -> None:
+        self.first_byte.labels(route_of(path)).observe(max(0.0, seconds))
+
+    def observe_upstream(self, provider: str, seconds: float) -> None:
+        self.upstream_latency.labels(provider).observe(max(0.0, seconds))
+
+    def request_counts(self) -> dict[str, dict[str, int]]:
+        """Requests by route, then outcome (for status)."""
+        out: dict[str, dict[str, int]] = {}
+        for family in self.requests.collect():
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    route, outcome = sample.labels["route"], sample.labels["outcome"]
+                    out.setdefault(route, {})[outcome] = int(sample.value)
+        return out
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of everything in the registry."""
+        return generate_latest(self.registry)

@@ -1,0 +1,56 @@
+"""What the server starts for operating the relay, and stops before the store closes."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from relay.ops.admin_protocol import AdminService
+from relay.ops.admin_socket import AdminSocket
+from relay.ops.collector import RuntimeCollector
+from relay.ops.metrics_http import MetricsListener
+from relay.ops.snapshot import Snapshotter
+from relay.ops.store_sample import StoreSampler
+
+if TYPE_CHECKING:
+    from relay.runtime import Runtime
+
+
+class Operations:
+    def __init__(self, runtime: Runtime, *, offline_fake: bool) -> None:
+        config, clock = runtime.config, runtime.clock
+        runtime.metrics.started(clock.monotonic(), clock.wall())
+        self.sampler = StoreSampler(runtime.cache.store, clock)
+        self.snapshots = Snapshotter(runtime.cache.store, config.admin_snapshot_dir, clock)
+        runtime.metrics.registry.register(RuntimeCollector(runtime, self.sampler))
+        self.service = AdminService(
+            runtime, self.sampler, self.snapshots, offline_fake=offline_fake
+        )
+        self.admin: AdminSocket | None = None
+        self.metrics_http: MetricsListener | None = None
+        self._runtime = runtime
+
+    def start(self) -> None:
+        """Open the listeners that are configured (raises ConfigError/OSError)."""
+        config = self._runtime.config
+        if config.admin_socket is not None:
+            self.admin = AdminSocket(self.service)
+            self.admin.listen_at(config.admin_socket)
+        if config.metrics_port is not None:
+            self.metrics_http = MetricsListener(self._runtime.metrics)
+            self.metrics_http.listen(config.metrics_port)
+
+    def banner(self) -> list[str]:
+        lines = []
+        if self.admin is not None and self.admin.path is not None:
+            lines.append(f"admin socket: {self.admin.path} (relay status, relay admin ...)")
+        if self.metrics_http is not None:
+            lines.append(f"metrics: http://127.0.0.1:{self.metrics_http.port}/metrics")
+        return lines
+
+    async def stop(self) -> None:
+        """Close the listeners, then wait for a running snapshot (the store closes next)."""
+        if self.admin is not None:
+            self.admin.close()
+        if self.metrics_http is not None:
+            await self.metrics_http.close()
+        await self.snapshots.wait_idle()

@@ -1,0 +1,104 @@
+"""``relay status``: the admin status as a compact table for a person.
+
+Colour (ANSI) only when writing to a terminal and ``NO_COLOR`` is unset; plain text
+otherwise, so a pipe or a log gets no escape codes.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+GREEN, YELLOW, RED, DIM, RESET = "\033[32m", "\033[33m", "\033[31m", "\033[2m", "\033[0m"
+
+
+def duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m {secs:02d}s"
+    return f"{secs}s"
+
+
+def size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def clock_time(wall: float) -> str:
+    return datetime.fromtimestamp(wall, UTC).strftime("%H:%M:%SZ")
+
+
+def _rate(accepted: int, dispatched: int) -> str:
+    if dispatched == 0:
+        return "none dispatched"
+    return f"{accepted}/{dispatched} accepted ({100 * accepted // dispatched}%)"
+
+
+def _bounded(entry: dict[str, Any], text: str) -> str:
+    return text if entry["exact"] else f">= {text}"
+
+
+def render(doc: dict[str, Any], *, colour: bool) -> str:
+    def paint(code: str, text: str) -> str:
+        return f"{code}{text}{RESET}" if colour else text
+
+    relay, replay, cache = doc["relay"], doc["replay"], doc["cache"]
+    rows: list[tuple[str, str]] = []
+    rows.append(("uptime", f"{duration(relay['uptimeSeconds'])} (relay {relay['version']})"))
+    rows.append(("upstream", relay["upstream"]))
+    state = relay["cache"]
+    rows.append(("cache", paint(GREEN if state == "on" else YELLOW, state)))
+    hour = replay["lastHour"]
+    window = "last hour" if hour["windowSeconds"] >= 3600 else (
+        f"last {duration(hour['windowSeconds'])}")  # fmt: skip
+    rows.append(("replay", f"{window}: {_rate(hour['accepted'], hour['dispatched'])}; "
+                 f"since start: {_rate(replay['accepted'], replay['dispatched'])}"))  # fmt: skip
+    if replay["rejected"]:
+        reasons = ", ".join(f"{k} {v}" for k, v in replay["rejectedByReason"].items())
+        rows.append(("rejected", paint(YELLOW, f"{replay['rejected']} ({reasons})")))
+    rows.append(("sessions", f"{cache['activeSessions']} active of {cache['sessionLimit']}, "
+                 f"{cache['bypasses']} bypassed"))  # fmt: skip
+    latest = doc["errors"]["latest"]
+    if latest:
+        text = ", ".join(f"{e['code']} x{e['count']} (last {clock_time(e['lastAt'])})"
+                         for e in latest)  # fmt: skip
+        rows.append(("last errors", paint(RED, text)))
+    else:
+        rows.append(("last errors", paint(GREEN, "none")))
+    rows.append(("store", _store(doc.get("store"), relay["now"])))
+    snapshot = doc["snapshot"]
+    if snapshot["running"] and snapshot["progress"]:
+        p = snapshot["progress"]
+        rows.append(("snapshot", f"copying {p['copiedPages']}/{p['totalPages']} pages"))
+    elif snapshot["last"]:
+        rows.append(("snapshot", f"last: {snapshot['last']['path']}"))
+    width = max(len(label) for label, _ in rows)
+    return "\n".join(f"{paint(DIM, label.ljust(width))}  {value}" for label, value in rows)
+
+
+def _store(store: dict[str, Any] | None, now: float) -> str:
+    if store is None:
+        return "none (the cache has never been enabled)"
+    if "error" in store:
+        return f"unreadable: {store['error']}"
+    payloads = store["counts"]["payloads"]
+    parts = [
+        f"{size(store['fileBytes'])} (WAL {size(store['walBytes'])})",
+        _bounded(payloads, f"{payloads['value']} payloads"),
+        _bounded(store["payloadBytes"], size(store["payloadBytes"]["value"])),
+    ]
+    oldest = store["oldestPayloadTouchedAt"]
+    if oldest is not None:
+        parts.append(f"oldest touched {duration(now - oldest)} ago")
+    return ", ".join(parts)

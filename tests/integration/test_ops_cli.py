@@ -1,0 +1,94 @@
+"""``relay status`` and ``relay admin ...`` as real processes against ``relay serve`` with
+the embedded fake (relay.ops.commands)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.integration.test_cli import relay_env, serving
+
+
+def relay(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "relay", *args],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def sock() -> Iterator[Path]:
+    private = Path(tempfile.mkdtemp(prefix="relay-cli-"))
+    yield private / "admin.sock"
+    shutil.rmtree(private, ignore_errors=True)
+
+
+def test_not_enabled_is_one_clear_line(tmp_path: Path) -> None:
+    for args in (("status",), ("admin", "status"), ("status", "--json")):
+        done = relay(*args, env=relay_env(tmp_path))
+        assert done.returncode == 1 and done.stdout == ""
+        assert done.stderr.count("\n") == 1 and "admin socket is not enabled" in done.stderr
+        assert "RELAY_ADMIN_SOCKET" in done.stderr
+
+
+def test_not_reachable_is_one_clear_line(tmp_path: Path, sock: Path) -> None:
+    done = relay("status", env=relay_env(tmp_path, RELAY_ADMIN_SOCKET=str(sock)))
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"relay status: no relay answers on {sock}: is it running with RELAY_ADMIN_SOCKET={sock}?\n"
+    )
+
+
+def test_status_metrics_and_snapshot_against_a_running_relay(tmp_path: Path, sock: Path) -> None:
+    snaps = tmp_path / "inspection"
+    env = relay_env(
+        tmp_path, REASONING_CACHE_ENABLED="1", RELAY_ADMIN_SOCKET=str(sock),
+        RELAY_ADMIN_SNAPSHOT_DIR=str(snaps),
+    )  # fmt: skip
+    with serving(env) as proc:
+        assert proc.stdout is not None
+        banner = [proc.stdout.readline() for _ in range(5)]
+        assert banner[4] == f"admin socket: {sock} (relay status, relay admin ...)\n"
+        base = banner[0].split()[-1]
+        token = (tmp_path / "data" / "relay-token").read_text().strip()
+        messages = [{"role": "user", "content": "ping"}]
+        for _ in range(2):
+            answer = requests.post(
+                f"{base}/chat/completions", json={"model": "gpt-5", "messages": messages},
+                headers={"Authorization": f"Bearer {token}"}, timeout=10,
+            ).json()  # fmt: skip
+            messages += [answer["choices"][0]["message"], {"role": "user", "content": "again"}]
+
+        table = relay("status", env=env)
+        assert table.returncode == 0, table.stderr
+        assert "\033[" not in table.stdout  # a pipe: no colour
+        rows = dict(line.split(None, 1) for line in table.stdout.splitlines())
+        assert rows["upstream"] == "offline fake" and rows["cache"] == "on"
+        assert "since start: 1/1 accepted (100%)" in rows["replay"]
+        assert "2 payloads" in rows["store"]
+        print(table.stdout)  # the closing note's sample output
+
+        doc = json.loads(relay("status", "--json", env=env).stdout)
+        assert doc["replay"]["dispatched"] == 1 and doc["relay"]["cache"] == "on"
+
+        metrics = relay("admin", "metrics", env=env)
+        families = {f.name: f for f in text_string_to_metric_families(metrics.stdout)}
+        assert families["relay_requests"].type == "counter"
+        ok = [s for s in families["relay_requests"].samples
+              if s.labels == {"route": "chat_completions", "outcome": "ok"}]  # fmt: skip
+        assert ok[0].value == 2
+
+        snapshot = relay("admin", "snapshot", env=env)
+        assert snapshot.returncode == 0, snapshot.stderr
+        assert "pages" in snapshot.stderr.splitlines()[-1]  # progress
+        written = snapshot.stdout.split()[2]
+        assert Path(written).parent == snaps and Path(written).exists()

@@ -1,0 +1,71 @@
+"""The relay's own counters (relay.ops.metrics), read back with prometheus_client's parser."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from relay.ops.metrics import RelayMetrics, route_of
+
+
+def samples(metrics: RelayMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(metrics.render().decode()):
+        for s in family.samples:
+            out[s.name, tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+def test_outcomes_by_route() -> None:
+    metrics = RelayMetrics()
+    metrics.request_finished("/v1/chat/completions", 200, None, 1.0)
+    metrics.request_finished("/v1/chat/completions", 200, "upstream_timeout", 2.0)  # mid-stream
+    metrics.request_finished("/chat/completions", 413, None, 3.0)
+    metrics.request_finished("/v1/responses", 401, "invalid_api_key", 4.0)
+    metrics.request_finished("/etc/passwd", 404, "not_found", 5.0)
+    got = samples(metrics)
+
+    def requests(route: str, outcome: str) -> float:
+        return got["relay_requests_total", (("outcome", outcome), ("route", route))]
+
+    assert requests("chat_completions", "ok") == 1
+    assert requests("chat_completions", "upstream_timeout") == 1
+    assert requests("chat_completions", "http_413") == 1
+    assert requests("responses", "invalid_api_key") == 1
+    assert requests("other", "not_found") == 1  # a path never becomes a label
+    assert metrics.request_counts()["chat_completions"] == {
+        "ok": 1, "upstream_timeout": 1, "http_413": 1,
+    }  # fmt: skip
+    assert [e["code"] for e in metrics.errors.latest()][:2] == ["not_found", "invalid_api_key"]
+
+
+def test_an_upstream_code_that_is_not_a_reason_code_is_other() -> None:
+    metrics = RelayMetrics()
+    metrics.request_finished("/v1/responses", 400, "Some Upstream Text with sk-abc", 1.0)
+    got = samples(metrics)
+    assert got["relay_requests_total", (("outcome", "other"), ("route", "responses"))] == 1
+
+
+def test_histograms_count_and_sum() -> None:
+    metrics = RelayMetrics()
+    metrics.observe_first_byte("/v1/chat/completions", 0.2)
+    metrics.observe_first_byte("/v1/chat/completions", 0.4)
+    metrics.observe_upstream("openai", 0.03)
+    got = samples(metrics)
+    route = (("route", "chat_completions"),)
+    assert got["relay_time_to_first_byte_seconds_count", route] == 2
+    assert abs(got["relay_time_to_first_byte_seconds_sum", route] - 0.6) < 1e-9
+    assert got["relay_time_to_first_byte_seconds_bucket", (("le", "0.25"), *route)] == 1
+    assert got["relay_upstream_latency_seconds_count", (("provider", "openai"),)] == 1
+
+
+def test_two_relays_in_one_process_keep_their_own_registries() -> None:
+    first, second = RelayMetrics(), RelayMetrics()  # the global registry would refuse this
+    first.request_finished("/healthz", 200, None, 1.0)
+    assert first.request_counts() == {"healthz": {"ok": 1}}
+    assert second.request_counts() == {}
+
+
+def test_routes() -> None:
+    assert route_of("/v1/models") == "models"
+    assert route_of("/api/cache/reasoning") == "cache_api"
+    assert route_of("/v1/chat/completions/x") == "other"

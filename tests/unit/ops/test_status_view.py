@@ -1,0 +1,89 @@
+"""``relay status``'s table (relay.ops.status_view)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from relay.ops.status_view import duration, render, size
+
+NOW = 1_767_225_600.0
+
+
+def doc(**overrides: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "relay": {"uptimeSeconds": 7384.2, "version": "0.1.0", "upstream": "https://api.openai.com",
+                  "cache": "on", "now": NOW},
+        "replay": {"dispatched": 40, "accepted": 30, "rejected": 2, "resent": 2,
+                   "rejectedByReason": {"encrypted_content_invalid": 2},
+                   "lastHour": {"dispatched": 10, "accepted": 9, "resent": 0,
+                                "windowSeconds": 3600.0}},
+        "cache": {"activeSessions": 1, "sessionLimit": 10, "bypasses": 3},
+        "errors": {"latest": [{"code": "upstream_timeout", "count": 4, "lastAt": NOW - 60}]},
+        "store": {"fileBytes": 3 * 1024 * 1024, "walBytes": 4096,
+                  "counts": {"payloads": {"value": 100000, "exact": False}},
+                  "payloadBytes": {"value": 2048, "exact": True},
+                  "oldestPayloadTouchedAt": NOW - 3 * 86400 - 7200},
+        "snapshot": {"running": False, "progress": None, "last": None},
+    }  # fmt: skip
+    base.update(overrides)
+    return base
+
+
+def test_plain_table_says_everything_asked_for() -> None:
+    text = render(doc(), colour=False)
+    assert "\033[" not in text
+    lines: dict[str, str] = {}
+    for line in text.splitlines():
+        label, value = line.split(None, 1)
+        lines[label] = value
+    assert lines["uptime"].startswith("2h 03m")
+    assert lines["upstream"].strip() == "https://api.openai.com"
+    assert lines["cache"].strip() == "on"
+    assert "last hour: 9/10 accepted (90%)" in lines["replay"]
+    assert "since start: 30/40 accepted (75%)" in lines["replay"]
+    assert "encrypted_content_invalid 2" in lines["rejected"]
+    assert "upstream_timeout x4 (last 23:59:00Z)" in text
+    assert "3.0 MiB (WAL 4.0 KiB), >= 100000 payloads, 2.0 KiB, oldest touched 3d 2h ago" in text
+
+
+def test_colour_only_when_asked() -> None:
+    assert "\033[32m" in render(doc(), colour=True)
+
+
+def test_young_process_and_empty_store() -> None:
+    young = doc(
+        relay={**doc()["relay"], "uptimeSeconds": 75},
+        replay={"dispatched": 0, "accepted": 0, "rejected": 0, "resent": 0,
+                "rejectedByReason": {}, "lastHour": {"dispatched": 0, "accepted": 0,
+                                                     "windowSeconds": 75.0}},
+        errors={"latest": []}, store=None,
+    )  # fmt: skip
+    text = render(young, colour=False)
+    assert "last 1m 15s: none dispatched; since start: none dispatched" in text
+    assert "rejected" not in text and "last errors  none" in text
+    assert "none (the cache has never been enabled)" in text
+
+
+def test_snapshot_progress_and_store_error() -> None:
+    running = doc(snapshot={"running": True, "progress": {"copiedPages": 64, "totalPages": 100},
+                            "last": None}, store={"error": "reasoning cache x is closed"})  # fmt: skip
+    text = render(running, colour=False)
+    assert "copying 64/100 pages" in text and "unreadable: reasoning cache x is closed" in text
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (0, "0s"), (59.9, "59s"), (60, "1m 00s"), (3600, "1h 00m"), (86400 * 2 + 3600, "2d 1h"),
+    (-5, "0s"),
+])  # fmt: skip
+def test_duration(seconds: float, text: str) -> None:
+    assert duration(seconds) == text
+
+
+@pytest.mark.parametrize(("n", "text"), [
+    (0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (5 * 1024**3, "5.0 GiB"),
+    (3 * 1024**4, "3072.0 GiB"),
+])  # fmt: skip
+def test_size(n: int, text: str) -> None:
+    assert size(n) == text
