@@ -55,6 +55,9 @@ class Config:
     delivery_timeout_ms: int = 30_000
     sse_keepalive_ms: int = 15_000
     log_level: str = "info"
+    log_format: str = "text"  # RELAY_LOG_FORMAT: text or json (relay.log)
+    log_bodies: bool = False  # LOG_BODIES: request/response bodies on disk (relay.body_log)
+    log_bodies_dir: Path | None = None  # None: <data_dir>/bodies
 
     @property
     def responses_url(self) -> str:
@@ -63,6 +66,10 @@ class Config:
     @property
     def cache_path(self) -> Path:
         return self.reasoning_cache_path or self.data_dir / "reasoning-cache.sqlite"
+
+    @property
+    def bodies_dir(self) -> Path:
+        return self.log_bodies_dir or self.data_dir / "bodies"
 
     @property
     def cache_budget(self) -> CacheBudget:
@@ -208,6 +215,9 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
     log_level = env.get("RELAY_LOG_LEVEL", "").strip().lower() or "info"
     if log_level not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"RELAY_LOG_LEVEL={log_level!r}: expected debug, info, warning or error")
+    log_format = env.get("RELAY_LOG_FORMAT", "").strip().lower() or "text"
+    if log_format not in ("text", "json"):
+        raise ConfigError(f"RELAY_LOG_FORMAT={log_format!r}: expected text or json")
     providers = parse_provider_config(env)
     config = Config(
         host=host,
@@ -250,6 +260,9 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
         delivery_timeout_ms=_int(env, "RELAY_DELIVERY_TIMEOUT_MS", 30_000, minimum=1),
         sse_keepalive_ms=_int(env, "RELAY_SSE_KEEPALIVE_MS", 15_000, minimum=0),
         log_level=log_level,
+        log_format=log_format,
+        log_bodies=_bool(env, "LOG_BODIES", False),
+        log_bodies_dir=_path(env, "RELAY_LOG_BODIES_DIR"),
     )
     if config.reasoning_cache_enabled:
         try:
