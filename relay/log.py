@@ -20,6 +20,7 @@ lines, headers, reprs of objects holding input).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -156,17 +157,20 @@ def _exception_fields(record: logging.LogRecord) -> dict[str, object]:
     if not record.exc_info or record.exc_info[1] is None:
         return {}
     _, exc, tb = record.exc_info
+    fields: dict[str, object] = {"error": error_type(exc)}
     where = code_path(tb)
-    return {"error": error_type(exc)} | ({"where": where} if where else {})
+    if where:
+        fields["where"] = where
+    return fields
 
 
 def record_parts(record: logging.LogRecord) -> tuple[str, dict[str, object]]:
     """The event name and fields a record stands for (a library's: see the module doc)."""
     name = getattr(record, _EVENT_ATTR, None)
     if isinstance(name, str):
-        fields = getattr(record, _FIELDS_ATTR, {})
-        return name, dict(fields) if isinstance(fields, Mapping) else {}
-    fields = {"logger": record.name, "message": _template(record)}
+        given = getattr(record, _FIELDS_ATTR, {})
+        return name, dict(given) if isinstance(given, Mapping) else {}
+    fields: dict[str, object] = {"logger": record.name, "message": _template(record)}
     return "library_log", fields | _exception_fields(record)
 
 
@@ -219,12 +223,10 @@ class SafeStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
             text = text.encode("ascii", "backslashreplace").decode("ascii")
         return text
 
-    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+    def handleError(self, record: logging.LogRecord) -> None:
         exc = sys.exc_info()[1]
-        try:
+        with contextlib.suppress(Exception):  # nowhere left to report it
             self.stream.write(
                 f"relay: a log record could not be written "
                 f"({'unknown' if exc is None else error_type(exc)})\n"
             )
-        except Exception:  # noqa: BLE001, S110 - nowhere left to report it
-            pass

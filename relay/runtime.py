@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
 
+from relay.body_log import BodyLog
 from relay.cache.replay_cache import ReplayCache, UpstreamIdentity
 from relay.cache.session import CacheSession
 from relay.clock import Clock
@@ -31,6 +32,7 @@ class Runtime:
     shutting_down: bool = False
     active: set[UpstreamExchange] = field(default_factory=set)
     sessions: set[CacheSession] = field(default_factory=set)
+    body_log: BodyLog | None = None  # LOG_BODIES=1
 
     @property
     def upstream_limits(self) -> UpstreamLimits:

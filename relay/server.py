@@ -13,6 +13,7 @@ from tornado.web import Application
 
 from relay import log
 from relay.auth import ensure_private_dir, load_or_create_token
+from relay.body_log import BodyLog
 from relay.cache.replay_cache import ReplayCache
 from relay.clock import Clock, SystemClock
 from relay.config import Config
@@ -67,6 +68,8 @@ class RelayServer:
         config = self.config
         # Private whether or not it holds the token: the cache lives there too.
         ensure_private_dir(config.data_dir)
+        # Before the cache: a refused body directory must not leave the store locked.
+        body_log = BodyLog.open(config.bodies_dir, self.clock) if config.log_bodies else None
         if config.relay_token is not None:
             token = config.relay_token
         else:
@@ -108,6 +111,7 @@ class RelayServer:
             cache=cache,
             strict=strict,
             providers={**config.providers, BUILTIN: builtin},
+            body_log=body_log,
         )
         self._http = RelayHTTPServer(
             make_app(self.runtime),
@@ -121,6 +125,8 @@ class RelayServer:
             sockets = bind_sockets(config.port, config.host, family=socket.AF_UNSPEC)
         except OSError:
             cache.close()  # release the store's exclusive lock for the next attempt
+            if body_log is not None:
+                body_log.close()
             raise
         self._http.add_sockets(sockets)
         self.port = sockets[0].getsockname()[1]
@@ -152,6 +158,11 @@ class RelayServer:
             lines.append(f"reasoning cache: on ({self.config.cache_path})")
         else:
             lines.append("reasoning cache: off (REASONING_CACHE_ENABLED=1 turns it on)")
+        if self.runtime.body_log is not None:
+            lines.append(
+                f"WARNING: LOG_BODIES=1: request and response bodies (prompts, answers, "
+                f"ciphertext) are being written to {self.config.bodies_dir}"
+            )
         return lines
 
     async def stop(self) -> None:
@@ -171,6 +182,8 @@ class RelayServer:
             self.runtime.http_client.close()
             self.runtime.strict.stop_cleanup()
             self.runtime.cache.close()
+            if self.runtime.body_log is not None:
+                self.runtime.body_log.close()
         if self.fake is not None:
             await self.fake.stop()
         log.event("relay_stopped")

@@ -68,9 +68,7 @@ class LeakScanner:
         if value and len(value) >= MIN_SECRET_CHARS and value not in self.secrets:
             self.secrets[value] = label
 
-    def scan(
-        self, source: str, text: str, extra: Mapping[str, str] | None = None
-    ) -> list[Finding]:
+    def scan(self, source: str, text: str, extra: Mapping[str, str] | None = None) -> list[Finding]:
         secrets = dict(self.secrets)
         for value, label in (extra or {}).items():
             if len(value) >= MIN_SECRET_CHARS:
@@ -107,13 +105,15 @@ class _Lines(logging.Handler):
         self.lines: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.name != "relay" and not record.name.startswith("relay.") and (
-            record.levelno < logging.WARNING
+        if (
+            record.name != "relay"
+            and not record.name.startswith("relay.")
+            and (record.levelno < logging.WARNING)
         ):
             return
         try:
             self.lines.append(self.format(record))
-        except Exception:  # noqa: BLE001 - a record the relay could not render either
+        except Exception:
             self.lines.append(f"<unformattable record from {record.name}>")
 
 
@@ -199,15 +199,15 @@ def suite_secrets() -> dict[str, str]:
     }
 
 
-_ACTIVE: LogCollector | None = None
+_ACTIVE: list[LogCollector] = []  # the session's collector, while the plugin is installed
 
 
 def observe_process(
     label: str, text: str, env: Mapping[str, str] | None = None, data_dir: Path | None = None
 ) -> None:
     """For tests that run ``relay serve`` themselves: hand over what the process wrote."""
-    if _ACTIVE is not None:
-        _ACTIVE.observe_process(label, text, env, data_dir)
+    for collector in _ACTIVE:
+        collector.observe_process(label, text, env, data_dir)
 
 
 class LogLeakPlugin:
@@ -216,8 +216,7 @@ class LogLeakPlugin:
         self._undo: list[Callable[[], None]] = []
 
     def install(self) -> None:
-        global _ACTIVE
-        _ACTIVE = self.collector
+        _ACTIVE[:] = [self.collector]
         root, relay_logger = logging.getLogger(), logging.getLogger("relay")
         root.addHandler(self.collector.handler)
         level = relay_logger.level
@@ -240,15 +239,14 @@ class LogLeakPlugin:
             collector.register_relay(server)
             return port
 
-        RelayServer.start = start  # type: ignore[method-assign]
+        RelayServer.start = start  # type: ignore[method-assign,assignment]
         self._undo.append(lambda: setattr(RelayServer, "start", original))
 
     def uninstall(self) -> None:
-        global _ACTIVE
         for undo in reversed(self._undo):
             undo()
         self._undo.clear()
-        _ACTIVE = None
+        _ACTIVE.clear()
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -280,4 +278,3 @@ def pytest_configure(config: pytest.Config) -> None:
     plugin = LogLeakPlugin()
     plugin.install()
     config.pluginmanager.register(plugin, PLUGIN_NAME)
-

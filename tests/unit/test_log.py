@@ -20,11 +20,16 @@ SECRET = "sk-never-in-a-log-0123456789"
 
 @pytest.fixture
 def restore_logging() -> Iterator[None]:
-    """configure() replaces the root handlers: put pytest's (and the level) back after."""
+    """configure() replaces the root handlers: put pytest's (and the levels) back after.
+    The relay logger is left to the root's level, as in ``relay serve`` (the suite's log
+    scan sets it to DEBUG)."""
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
     access = logging.getLogger("tornado.access").level
+    relay_level = log.LOGGER.level
+    log.LOGGER.setLevel(logging.NOTSET)
     yield
+    log.LOGGER.setLevel(relay_level)
     root.handlers[:] = handlers
     root.setLevel(level)
     logging.getLogger("tornado.access").setLevel(access)
@@ -48,7 +53,7 @@ def event_record(name: str, **fields: object) -> logging.LogRecord:
     level = log.LOGGER.level
     log.LOGGER.setLevel(logging.DEBUG)
     try:
-        log.event(name, **fields)
+        log.event(name, logging.INFO, **fields)
     finally:
         log.LOGGER.removeHandler(keep)
         log.LOGGER.setLevel(level)
@@ -66,7 +71,7 @@ def library_record(
 def raised(exc: BaseException) -> BaseException:
     try:
         raise exc
-    except BaseException as caught:  # noqa: BLE001 - a test helper
+    except BaseException as caught:
         return caught
 
 
@@ -146,18 +151,18 @@ def test_json_is_one_ascii_line_and_reads_back(value: object) -> None:
 
 @pytest.mark.parametrize("fmt", log.FORMATS)
 def test_a_failure_names_the_type_and_place_never_the_message(fmt: str) -> None:
-    try:
+    with pytest.raises(UnicodeEncodeError) as caught:
         f"{SECRET}\udcff".encode()
-    except UnicodeEncodeError as exc:  # its message quotes the character (and position)
-        assert "\\udcff" in str(exc)
-        records: list[logging.LogRecord] = []
-        handler = logging.Handler()
-        handler.emit = records.append  # type: ignore[method-assign]
-        log.LOGGER.addHandler(handler)
-        try:
-            log.failure("unexpected_error", exc, request_id="req_2")
-        finally:
-            log.LOGGER.removeHandler(handler)
+    exc = caught.value
+    assert "\\udcff" in str(exc)  # its message quotes the character (and position)
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign,assignment]
+    log.LOGGER.addHandler(handler)
+    try:
+        log.failure("unexpected_error", exc, request_id="req_2")
+    finally:
+        log.LOGGER.removeHandler(handler)
     [record] = records
     line = render(fmt, record)
     assert "UnicodeEncodeError" in line and "test_log.py:" in line
@@ -168,10 +173,18 @@ def test_a_failure_names_the_type_and_place_never_the_message(fmt: str) -> None:
 @pytest.mark.parametrize(
     ("msg", "args", "shown"),
     [
-        ("Malformed HTTP message from %s: %s", ("127.0.0.1", SECRET), "Malformed HTTP message from"),
+        (
+            "Malformed HTTP message from %s: %s",
+            ("127.0.0.1", SECRET),
+            "Malformed HTTP message from",
+        ),
         ("Uncaught exception", (), "Uncaught exception"),
         (f"Exception in callback <Handle {SECRET}>\nsource_traceback", (), "Exception in callback"),
-        (f"Task was destroyed but it is pending!\ntask: <Task {SECRET}>", (), "Task was destroyed but it is pending"),
+        (
+            f"Task was destroyed but it is pending!\ntask: <Task {SECRET}>",
+            (),
+            "Task was destroyed but it is pending",
+        ),
         ("%s", (SECRET,), ""),
         ("'quoted %r' here", (SECRET,), ""),
     ],

@@ -58,7 +58,9 @@ def test_short_values_are_not_secrets() -> None:
 
 def test_every_occurrence_is_reported() -> None:
     scanner = LeakScanner({"K": stack.UPSTREAM_KEY})
-    findings = scanner.scan("log", f"{stack.UPSTREAM_KEY} {stack.UPSTREAM_KEY}\n{stack.UPSTREAM_KEY}")
+    findings = scanner.scan(
+        "log", f"{stack.UPSTREAM_KEY} {stack.UPSTREAM_KEY}\n{stack.UPSTREAM_KEY}"
+    )
     assert [f.line_no for f in findings] == [1, 1, 2]
 
 
