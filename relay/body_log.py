@@ -28,6 +28,7 @@ symlink or outside the directory.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import os
@@ -105,6 +106,7 @@ class BodyLog:
         self.failures = 0
         self._pool = ThreadPoolExecutor(max_outstanding, thread_name_prefix="body-log")
         self._closed = False
+        self._idle_waiters: list[asyncio.Future[None]] = []
 
     @classmethod
     def open(cls, path: Path, clock: Clock, **options: object) -> BodyLog:
@@ -133,6 +135,14 @@ class BodyLog:
     def for_request(self, request_id: str) -> RequestBodies:
         return RequestBodies(self, request_id)
 
+    async def idle(self) -> None:
+        """Return once no write is outstanding (on the IOLoop's thread)."""
+        if self.outstanding == 0:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._idle_waiters.append(waiter)
+        await waiter
+
     def close(self) -> None:
         """Stop: pending writes are abandoned (best-effort), running ones finish alone."""
         if self._closed:
@@ -153,6 +163,14 @@ class BodyLog:
         except RuntimeError:  # the pool shut down meanwhile
             self.outstanding -= 1
             return None
+
+    def landed(self) -> None:
+        """One write has returned (its writer may already have started the next)."""
+        if self.outstanding == 0:
+            waiters, self._idle_waiters = self._idle_waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
 
     def file_name(self, request_id: str, kind: str) -> str:
         stamp = datetime.fromtimestamp(self.clock.wall(), UTC).strftime("%Y%m%dT%H%M%S")
@@ -238,14 +256,15 @@ class BodyWriter:
         self._log.outstanding -= 1
         deadline.stop()
         self._inflight = False
-        if done.cancelled():
-            self._disable("stopped")
-            return
-        exc = done.exception()
-        if exc is not None:
-            self._disable(_reason(exc))
-            return
-        self._start()
+        try:
+            if done.cancelled():
+                self._disable("stopped")
+            elif done.exception() is not None:
+                self._disable(_reason(done.exception()))  # type: ignore[arg-type]
+            else:
+                self._start()
+        finally:
+            self._log.landed()
 
     def _timed_out(self) -> None:
         self._disable("timeout")
