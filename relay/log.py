@@ -53,8 +53,9 @@ def configure(level: str, fmt: str = "text", stream: IO[str] | None = None) -> N
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    # Tornado's access log prints full URIs; ours (request_done) prints only what is safe.
-    logging.getLogger("tornado.access").setLevel(logging.WARNING)
+    # Tornado's access log prints full URIs (and its template is all values: nothing would
+    # be left of it); request_done, request_failed and unexpected_error say what is safe.
+    logging.getLogger("tornado.access").setLevel(logging.CRITICAL + 1)
 
 
 def event(name: str, level: int = logging.INFO, **fields: object) -> None:
