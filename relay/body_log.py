@@ -135,6 +135,10 @@ class BodyLog:
     def for_request(self, request_id: str) -> RequestBodies:
         return RequestBodies(self, request_id)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     async def idle(self) -> None:
         """Return once no write is outstanding (on the IOLoop's thread)."""
         if self.outstanding == 0:
@@ -144,12 +148,19 @@ class BodyLog:
         await waiter
 
     def close(self) -> None:
-        """Stop: pending writes are abandoned (best-effort), running ones finish alone."""
+        """Stop: what writers still buffer is abandoned (best-effort); running writes finish
+        on their own, and the directory is closed after the last (its descriptor number
+        must not be reused under a write still in flight)."""
         if self._closed:
             return
         self._closed = True
         self._pool.shutdown(wait=False, cancel_futures=True)
-        os.close(self.dir_fd)
+        self._close_dir_when_idle()
+
+    def _close_dir_when_idle(self) -> None:
+        if self._closed and self.outstanding == 0 and self.dir_fd >= 0:
+            os.close(self.dir_fd)
+            self.dir_fd = -1
 
     # --- used by the writers -------------------------------------------------------------
 
@@ -166,15 +177,15 @@ class BodyLog:
 
     def landed(self) -> None:
         """One write has returned (its writer may already have started the next)."""
+        self._close_dir_when_idle()
         if self.outstanding == 0:
             waiters, self._idle_waiters = self._idle_waiters, []
             for waiter in waiters:
                 if not waiter.done():
                     waiter.set_result(None)
 
-    def file_name(self, request_id: str, kind: str) -> str:
-        stamp = datetime.fromtimestamp(self.clock.wall(), UTC).strftime("%Y%m%dT%H%M%S")
-        return check_name(f"{stamp}Z-{request_id}-{kind}")
+    def stamp(self) -> str:
+        return datetime.fromtimestamp(self.clock.wall(), UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
 class RequestBodies:
@@ -183,6 +194,7 @@ class RequestBodies:
     def __init__(self, body_log: BodyLog, request_id: str) -> None:
         self.body_log = body_log
         self.request_id = request_id
+        self._prefix = check_name(f"{body_log.stamp()}-{request_id}")  # one for all its files
         self._writers: dict[str, BodyWriter] = {}
 
     def writer(self, kind: str) -> BodyWriter:
@@ -190,7 +202,7 @@ class RequestBodies:
             raise ValueError(f"unknown body log artifact {kind!r}")
         found = self._writers.get(kind)
         if found is None:
-            name = self.body_log.file_name(self.request_id, kind)
+            name = check_name(f"{self._prefix}-{kind}")
             found = self._writers[kind] = BodyWriter(self.body_log, name, self.request_id, kind)
         return found
 
@@ -238,7 +250,7 @@ class BodyWriter:
         data = bytes(self._pending)
         future = self._log.submit(self.name, data, not self._created)
         if future is None:
-            self._disable("busy")
+            self._disable("closed" if self._log.closed else "busy")
             return
         self._pending.clear()
         self._created = True

@@ -105,8 +105,11 @@ def test_appends_land_in_order_in_private_files(tmp_path: Path) -> None:
 
 
 def test_artifact_names_carry_the_time_request_and_kind(tmp_path: Path) -> None:
-    body_log = open_log(tmp_path, ManualClock(wall=1_767_225_600.0))
+    clock = ManualClock(wall=1_767_225_600.0)
+    body_log = open_log(tmp_path, clock)
     bodies = body_log.for_request("req_abc")
+    bodies.writer("client-request.json")
+    clock.advance(5)  # one request's files share its start time
     assert [bodies.writer(kind).name for kind in KINDS] == [
         "20260101T000000Z-req_abc-client-request.json",
         "20260101T000000Z-req_abc-upstream-request.json",
@@ -344,7 +347,7 @@ def test_only_known_artifact_kinds_exist(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown body log artifact"):
         body_log.for_request("req_1").writer("../../etc/passwd")
     with pytest.raises(ValueError, match="not a body log file name"):
-        body_log.for_request("../req").writer("client-response")
+        body_log.for_request("../req")
     body_log.close()
 
 
@@ -393,3 +396,27 @@ def test_a_full_disk_disables_the_writer_and_keeps_what_fit(
     with caplog.at_level(logging.WARNING, logger="relay"):
         run(go())
     assert "artifact=upstream-response reason=ENOSPC" in caplog.text
+
+
+def test_closing_waits_for_running_writes_before_releasing_the_directory(
+    tmp_path: Path, gate: Gate, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def go() -> None:
+        body_log = open_log(tmp_path, write=gate)
+        writer = body_log.for_request("req_1").writer("client-response")
+        writer.append(b"first")
+        await asyncio.to_thread(gate.started.acquire)
+        body_log.close()
+        assert body_log.dir_fd >= 0  # a write is running with it
+        writer.append(b"later")  # buffered (one write in flight), then abandoned
+        gate.open()
+        await settled(body_log)
+        assert body_log.dir_fd == -1
+        assert artifact(tmp_path, writer) == b"first"
+        other = body_log.for_request("req_2").writer("client-response")
+        other.append(b"after close")  # refused, never written
+        assert other.state == "disabled"
+
+    with caplog.at_level(logging.WARNING, logger="relay"):
+        run(go())
+    assert caplog.text.count("reason=closed") == 2
