@@ -21,7 +21,7 @@ def _serve() -> int:
     except ConfigError as exc:
         print(f"relay: configuration error: {exc}", file=sys.stderr)
         return 2
-    log.configure(config.log_level)
+    log.configure(config.log_level, config.log_format)
 
     async def run() -> None:
         stop = asyncio.Event()

@@ -62,6 +62,9 @@ class Config:
     admin_socket: Path | None = None  # RELAY_ADMIN_SOCKET: off unless set
     admin_snapshot_dir: Path = Path("~/.openai-relay-inspection")  # RELAY_ADMIN_SNAPSHOT_DIR
     metrics_port: int | None = None  # RELAY_METRICS_PORT: off unless set (0: any free port)
+    log_format: str = "text"  # RELAY_LOG_FORMAT: text or json (relay.log)
+    log_bodies: bool = False  # LOG_BODIES: request/response bodies on disk (relay.body_log)
+    log_bodies_dir: Path | None = None  # None: <data_dir>/bodies
 
     @property
     def responses_url(self) -> str:
@@ -70,6 +73,10 @@ class Config:
     @property
     def cache_path(self) -> Path:
         return self.reasoning_cache_path or self.data_dir / "reasoning-cache.sqlite"
+
+    @property
+    def bodies_dir(self) -> Path:
+        return self.log_bodies_dir or self.data_dir / "bodies"
 
     @property
     def cache_budget(self) -> CacheBudget:
@@ -225,6 +232,9 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
     log_level = env.get("RELAY_LOG_LEVEL", "").strip().lower() or "info"
     if log_level not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"RELAY_LOG_LEVEL={log_level!r}: expected debug, info, warning or error")
+    log_format = env.get("RELAY_LOG_FORMAT", "").strip().lower() or "text"
+    if log_format not in ("text", "json"):
+        raise ConfigError(f"RELAY_LOG_FORMAT={log_format!r}: expected text or json")
     providers = parse_provider_config(env)
     config = Config(
         host=host,
@@ -275,6 +285,9 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
         admin_snapshot_dir=_path(env, "RELAY_ADMIN_SNAPSHOT_DIR")
         or Path("~/.openai-relay-inspection"),
         metrics_port=_optional_port(env, "RELAY_METRICS_PORT"),
+        log_format=log_format,
+        log_bodies=_bool(env, "LOG_BODIES", False),
+        log_bodies_dir=_path(env, "RELAY_LOG_BODIES_DIR"),
     )
     if config.reasoning_cache_enabled:
         try:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
 
+from relay.body_log import BodyLog
 from relay.cache.replay_cache import ReplayCache, UpstreamIdentity
 from relay.cache.retention import RetentionCleanup
 from relay.cache.session import CacheSession
@@ -35,6 +36,7 @@ class Runtime:
     active: set[UpstreamExchange] = field(default_factory=set)
     sessions: set[CacheSession] = field(default_factory=set)
     metrics: RelayMetrics = field(default_factory=RelayMetrics)  # relay.ops: this relay's own
+    body_log: BodyLog | None = None  # LOG_BODIES=1
 
     @property
     def upstream_limits(self) -> UpstreamLimits:

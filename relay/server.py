@@ -13,6 +13,7 @@ from tornado.web import Application
 
 from relay import log
 from relay.auth import ensure_private_dir, load_or_create_token
+from relay.body_log import BodyLog
 from relay.cache.replay_cache import ReplayCache
 from relay.cache.retention import RetentionCleanup, WatchedClock
 from relay.clock import Clock, SystemClock
@@ -72,6 +73,8 @@ class RelayServer:
         config = self.config
         # Private whether or not it holds the token: the cache lives there too.
         ensure_private_dir(config.data_dir)
+        # Before the cache: a refused body directory must not leave the store locked.
+        body_log = BodyLog.open(config.bodies_dir, self.clock) if config.log_bodies else None
         if config.relay_token is not None:
             token = config.relay_token
         else:
@@ -115,6 +118,7 @@ class RelayServer:
             cache=cache,
             strict=strict,
             providers={**config.providers, BUILTIN: builtin},
+            body_log=body_log,
         )
         if cache.enabled and cache.store is not None:
             self.runtime.retention = RetentionCleanup(
@@ -138,6 +142,8 @@ class RelayServer:
         except BaseException:
             await self.ops.stop()
             cache.close()  # release the store's exclusive lock for the next attempt
+            if body_log is not None:
+                body_log.close()
             raise
         self._http.add_sockets(sockets)
         self.port = sockets[0].getsockname()[1]
@@ -188,6 +194,11 @@ class RelayServer:
             lines.append("reasoning cache: off (REASONING_CACHE_ENABLED=1 turns it on)")
         if self.ops is not None:
             lines += self.ops.banner()
+        if self.runtime.body_log is not None:
+            lines.append(
+                f"WARNING: LOG_BODIES=1: request and response bodies (prompts, answers, "
+                f"ciphertext) are being written to {self.config.bodies_dir}"
+            )
         return lines
 
     async def stop(self) -> None:
@@ -213,6 +224,8 @@ class RelayServer:
             if self.runtime.retention is not None:
                 self.runtime.retention.stop()
             self.runtime.cache.close()
+            if self.runtime.body_log is not None:
+                self.runtime.body_log.close()
         if self.fake is not None:
             await self.fake.stop()
         log.event("relay_stopped")

@@ -14,12 +14,15 @@ import os
 import re
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from scenarios.wait import WaitTimeout, wait_until
 
 _LIVE: dict[int, ManagedProcess] = {}
+# Told once about each process after it has exited, while its log files still exist
+# (the test suite scans every relay's output for secrets: tests/support/log_leaks.py).
+EXIT_OBSERVERS: list[Callable[[ManagedProcess], None]] = []
 
 
 class StartupError(RuntimeError):
@@ -45,6 +48,7 @@ class ManagedProcess:
         self.stderr_path = log_dir / f"{label}.stderr"
         self.exit_cause: str | None = None  # set when the harness itself ends the process
         self.exit_recorded = False
+        self._observed = False
         self._popen: subprocess.Popen[bytes] | None = None
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -107,6 +111,7 @@ class ManagedProcess:
         self.signal_group(signal.SIGKILL)
         code = self._popen.wait(timeout=10)
         _LIVE.pop(self.pid, None)
+        self._ended()
         return code
 
     def stop(self, timeout: float = 5.0) -> int:
@@ -122,6 +127,7 @@ class ManagedProcess:
             code = self.kill9("harness_kill")
         self.signal_group(signal.SIGKILL)  # anything it left in its group
         _LIVE.pop(self.pid, None)
+        self._ended()
         return code
 
     def wait_exit(self, timeout: float) -> int:
@@ -129,7 +135,14 @@ class ManagedProcess:
         code = self._popen.wait(timeout=timeout)
         self.signal_group(signal.SIGKILL)
         _LIVE.pop(self.pid, None)
+        self._ended()
         return code
+
+    def _ended(self) -> None:
+        if not self._observed:
+            self._observed = True
+            for observer in EXIT_OBSERVERS:
+                observer(self)
 
     # --- logs -----------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from relay.runtime import Runtime
 
 class BaseHandler(RequestHandler):
     requires_auth = True
+    routed = True  # this handler's route is a fixed path, so its path is safe to log
 
     _counted = False  # this request's outcome is in the metrics (relay.ops)
     outcome_code: str | None = None  # a failure's reason code, for the metrics
@@ -99,16 +100,18 @@ class BaseHandler(RequestHandler):
                 request_id=self.request_id,
                 status=value.status,
                 code=value.code,
-                path=self.request.path,
+                path=self._log_path,
             )
         elif isinstance(value, HTTPError):
             log.event("request_rejected", request_id=self.request_id, status=value.status_code)
         else:
-            log.LOGGER.error(
-                "unexpected error request_id=%s path=%s",
-                self.request_id,
-                self.request.path,
-                exc_info=(typ, value, tb) if typ is not None and value is not None else None,
+            # The type and code path only: an exception's message can quote the input.
+            log.failure(
+                "unexpected_error",
+                value if value is not None else RuntimeError(),
+                tb,
+                request_id=self.request_id,
+                path=self._log_path,
             )
 
     def count_request(self, code: str | None = None) -> None:
@@ -118,6 +121,11 @@ class BaseHandler(RequestHandler):
             status = self.get_status()
             request_finished(self.runtime, self.request.path, status, code or self.outcome_code)
 
+    @property
+    def _log_path(self) -> str:
+        """The path, when it is one of the relay's routes; a client chooses any other."""
+        return self.request.path if self.routed else "<unrouted>"
+
     def on_finish(self) -> None:
         self.count_request()
         log.event(
@@ -125,7 +133,7 @@ class BaseHandler(RequestHandler):
             level=logging.DEBUG,
             request_id=self.request_id,
             method=self.request.method,
-            path=self.request.path,
+            path=self._log_path,
             status=self.get_status(),
             ms=round(self.request.request_time() * 1000),
         )
@@ -140,6 +148,7 @@ class HealthHandler(BaseHandler):
 
 class NotFoundHandler(BaseHandler):
     requires_auth = False
+    routed = False
 
     def prepare(self) -> None:
         raise NotFound(

@@ -9,6 +9,7 @@ from typing import Any
 from tornado.iostream import IOStream
 from tornado.web import stream_request_body
 
+from relay.body_log import RequestBodies
 from relay.crashpoints import crash_point
 from relay.errors import PayloadTooLarge
 from relay.handlers.base import BaseHandler
@@ -31,9 +32,12 @@ class RelayingHandler(BaseHandler):
     _sse_started = False  # start_sse has run
     # A class default: on_connection_close also runs when prepare() refused the request.
     _exchange: UpstreamExchange | None = None
+    _bodies: RequestBodies | None = None  # LOG_BODIES=1: this request's artifacts
 
     def prepare(self) -> None:
         self._body = bytearray()
+        if self.runtime.body_log is not None:
+            self._bodies = self.runtime.body_log.for_request(self.request_id)
         super().prepare()
         limit = self.runtime.config.max_request_bytes
         declared = self.request.headers.get("Content-Length")
@@ -68,6 +72,7 @@ class RelayingHandler(BaseHandler):
             write_timeout_s=config.delivery_timeout_ms / 1000,
             keepalive_s=config.sse_keepalive_ms / 1000 if keepalive_frame else 0,
             keepalive_frame=keepalive_frame or b"",
+            tap=self._bodies.writer("client-response") if self._bodies else None,
         )
 
     async def send_json(self, answer: dict[str, Any]) -> None:
@@ -100,8 +105,11 @@ class RelayingHandler(BaseHandler):
 
     def json_body(self) -> dict[str, Any]:
         """The request body as a JSON object (its buffer is released)."""
-        body = parse_json_object(bytes(self._body), self.request.headers.get("Content-Type"))
+        raw = bytes(self._body)
         self._body = bytearray()
+        if self._bodies is not None:
+            self._bodies.write("client-request.json", raw)
+        body = parse_json_object(raw, self.request.headers.get("Content-Type"))
         return body
 
     def exchange_for(
@@ -137,6 +145,8 @@ class RelayingHandler(BaseHandler):
     ) -> UpstreamExchange:
         """An exchange posting ``body`` to ``provider`` in ``dialect``; this handler's
         disconnect aborts it."""
+        if self._bodies is not None:
+            self._bodies.write("upstream-request.json", body)
         exchange = UpstreamExchange(
             client=self.runtime.http_client,
             clock=self.runtime.clock,
@@ -149,6 +159,7 @@ class RelayingHandler(BaseHandler):
             batch_done=batch_done,
             dialect=dialect,
             reach_hint=self.runtime.reach_hint(provider),
+            tap=self._bodies.writer("upstream-response") if self._bodies else None,
         )
         self._exchange = exchange
         return exchange

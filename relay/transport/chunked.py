@@ -35,7 +35,8 @@ from tornado.http1connection import (
     HTTP1Connection,
     _is_done,
 )
-from tornado.log import gen_log
+
+from relay import log
 
 # Tornado reads a size line with read_until(b"\r\n", max_bytes=64).
 MAX_SIZE_LINE: Final = 64
@@ -161,7 +162,7 @@ class BulkChunkedHTTP1Connection(HTTP1Connection):
     def _size_line_too_long(self, error: iostream.UnsatisfiableReadError) -> NoReturn:
         """As IOStream.read_until does for a line over its max_bytes: close the stream and
         fail the read. (The relay's server connection answers a 400 instead.)"""
-        gen_log.info("Unsatisfiable read, closing connection: %s", error)
+        log.event("connection_closed", reason="chunk_size_line_too_long")
         self.stream.close(exc_info=error)
         raise iostream.StreamClosedError(real_error=self.stream.error) from None
 

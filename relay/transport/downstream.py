@@ -10,6 +10,8 @@ reach assistant output.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tornado.ioloop import IOLoop
 from tornado.iostream import StreamClosedError
 from tornado.web import RequestHandler
@@ -28,12 +30,14 @@ class Downstream:
         write_timeout_s: float,
         keepalive_s: float,
         keepalive_frame: bytes,
+        tap: Callable[[bytes], None] | None = None,  # sees every queued frame (LOG_BODIES)
     ) -> None:
         self._handler = handler
         self._clock = clock
         self._write_timeout_s = write_timeout_s
         self._keepalive_s = keepalive_s
         self._keepalive_frame = keepalive_frame
+        self._tap = tap
         self._keepalive_handle: object | None = None
         self._last_write = clock.monotonic()
         self._writing = False
@@ -53,6 +57,8 @@ class Downstream:
             raise ClientGone
         self._handler.write(data)
         self._pending += 1
+        if self._tap is not None:
+            self._tap(data)
 
     async def send(self, data: bytes) -> None:
         """Write one complete frame and wait until the client has taken it."""

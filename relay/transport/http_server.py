@@ -40,7 +40,6 @@ from tornado.http1connection import (
     _is_done,
 )
 from tornado.httpserver import HTTPServer, _HTTPRequestContext
-from tornado.log import gen_log
 
 from relay import log
 from relay.errors import RelayError
@@ -244,8 +243,8 @@ class RelayServerConnection(HTTP1ServerConnection):
                     asyncio.CancelledError,
                 ):
                     return
-                except Exception:
-                    gen_log.error("Uncaught exception", exc_info=True)
+                except Exception as exc:  # Tornado logs it whole; its message may quote input
+                    log.failure("connection_failed", exc)
                     conn.close()
                     return
                 if not ret:

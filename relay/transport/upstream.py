@@ -226,6 +226,7 @@ class UpstreamExchange:
     dialect: Dialect = Dialect.RESPONSES
     # Said when the upstream cannot be reached: which setting holds its address.
     reach_hint: str = "check OPENAI_BASE_URL and the network"
+    tap: Callable[[bytes], None] | None = None  # sees every byte read (LOG_BODIES)
     status: int | None = None
     content_type: str = ""
     terminal_event: str | None = None
@@ -334,6 +335,8 @@ class UpstreamExchange:
         assert self._idle is not None
         self._idle.renew()
         self.bytes_received += len(chunk)
+        if self.tap is not None:
+            self.tap(chunk)
         if not self._is_success():
             if len(self._error_body) + len(chunk) > self.limits.max_response_bytes:
                 raise UpstreamProtocolError(

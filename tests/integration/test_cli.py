@@ -13,6 +13,8 @@ from pathlib import Path
 
 import requests
 
+from tests.support.log_leaks import observe_process
+
 
 def relay_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RELAY_"))}
@@ -34,6 +36,9 @@ def serving(env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
         finally:
             proc.kill()
             proc.wait()
+            # What the test did not read itself goes to the suite's log scan.
+            rest = [p.read() for p in (proc.stdout, proc.stderr) if p is not None and not p.closed]
+            observe_process("test_cli relay serve", "".join(rest), env)
 
 
 def test_serve_without_key_uses_offline_fake_and_says_so(tmp_path: Path) -> None:
@@ -59,7 +64,9 @@ def test_serve_without_key_uses_offline_fake_and_says_so(tmp_path: Path) -> None
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
         assert proc.stderr is not None
-        assert token not in proc.stderr.read()
+        stderr = proc.stderr.read()
+        assert token not in stderr
+        observe_process("test_cli relay serve", stderr, relay_env(tmp_path))
 
 
 def test_invalid_config_stops_startup_with_one_line(tmp_path: Path) -> None:
@@ -71,6 +78,7 @@ def test_invalid_config_stops_startup_with_one_line(tmp_path: Path) -> None:
         timeout=30,
         check=False,
     )
+    observe_process("test_cli relay serve", result.stdout + result.stderr)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "relay: configuration error: RELAY_PORT='x': expected a whole number >= 0"
@@ -91,6 +99,7 @@ def test_a_second_relay_on_the_same_cache_is_refused_clearly(tmp_path: Path) -> 
             timeout=30,
             check=False,
         )
+        observe_process("test_cli relay serve", second.stdout + second.stderr, env)
         assert second.returncode == 1
         lines = second.stderr.strip().splitlines()
         assert len(lines) == 1, lines
@@ -124,6 +133,7 @@ def test_a_data_dir_that_cannot_be_private_stops_startup_with_one_line(tmp_path:
         timeout=30,
         check=False,
     )
+    observe_process("test_cli relay serve", result.stdout + result.stderr)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"relay: configuration error: the data directory {tmp_path / 'data'} (RELAY_DATA_DIR) "

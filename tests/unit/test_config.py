@@ -53,6 +53,8 @@ def test_base_url_follows_sdk_convention() -> None:
             "cannot read /nonexistent/aliases.json",
         ),
         ({"RELAY_LOG_LEVEL": "loud"}, "RELAY_LOG_LEVEL='loud'"),
+        ({"RELAY_LOG_FORMAT": "yaml"}, "RELAY_LOG_FORMAT='yaml': expected text or json"),
+        ({"LOG_BODIES": "maybe"}, "LOG_BODIES='maybe': expected 1 or 0"),
         ({"RELAY_REPLAY_REJECTION_RESEND": "2"}, "RELAY_REPLAY_REJECTION_RESEND='2': expected 1"),
     ],
 )
@@ -80,3 +82,13 @@ def test_aliases_inline_and_from_file(tmp_path: Path) -> None:
             "fast": ModelAlias("fast", "gpt-5-mini"),
         }
     )
+
+
+def test_log_format_and_body_log_settings(tmp_path: Path) -> None:
+    default = load_config({"RELAY_DATA_DIR": str(tmp_path)})
+    assert (default.log_format, default.log_bodies) == ("text", False)
+    assert default.bodies_dir == tmp_path / "bodies"
+    chosen = load_config(
+        {"RELAY_LOG_FORMAT": " JSON ", "LOG_BODIES": "1", "RELAY_LOG_BODIES_DIR": "/x/b"}
+    )
+    assert (chosen.log_format, chosen.log_bodies, chosen.bodies_dir) == ("json", True, Path("/x/b"))

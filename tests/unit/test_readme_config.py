@@ -15,7 +15,7 @@ CONFIG = (ROOT / "relay" / "config.py").read_text(encoding="utf-8")
 
 
 def test_every_variable_is_in_the_table() -> None:
-    read = set(re.findall(r'"((?:RELAY|OPENAI|REASONING)_[A-Z_]+)"', CONFIG))
+    read = set(re.findall(r'"((?:RELAY|OPENAI|REASONING|LOG)_[A-Z_]+)"', CONFIG))
     table = set(re.findall(r"^\| `([A-Z_]+)` \|", README, re.MULTILINE))
     assert read, "no variables found in relay/config.py"
     assert read <= table, f"add to the README's configuration table: {sorted(read - table)}"

@@ -1,0 +1,7 @@
+"""Fixtures and plugins of the whole suite.
+
+Every relay log line of the run is scanned for the run's secrets and for ciphertext; a
+leak fails the run (tests/support/log_leaks.py).
+"""
+
+pytest_plugins = ("tests.support.log_leaks",)
