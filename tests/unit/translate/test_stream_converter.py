@@ -12,8 +12,9 @@ from openai.types.chat import ChatCompletionChunk
 
 from relay.errors import UpstreamFailed, UpstreamProtocolError
 from relay.translate.chat_sse import DONE, KEEPALIVE, compact_json, encode_chunk, encode_error
+from relay.translate.events import ChunkDelta
 from relay.translate.responses_sse import encode_event
-from relay.translate.stream_converter import ChatStreamConverter
+from relay.translate.stream_converter import ChatStreamConverter, Chunk
 from relay.transport.sse import SSEParser, decode_event
 from tests.support import recordings
 
@@ -33,8 +34,8 @@ def converter(*, usage: bool = False, summaries: bool = False) -> ChatStreamConv
                                include_usage=usage, reasoning_summaries=summaries)  # fmt: skip
 
 
-def run(conv: ChatStreamConverter, events: list[Event]) -> list[dict[str, Any]]:
-    chunks = []
+def run(conv: ChatStreamConverter, events: list[Event]) -> list[Chunk]:
+    chunks: list[Chunk] = []
     for event_type, data in events:
         chunks += conv.feed(event_type, data)
     for chunk in chunks:
@@ -42,7 +43,7 @@ def run(conv: ChatStreamConverter, events: list[Event]) -> list[dict[str, Any]]:
     return chunks
 
 
-def deltas(chunks: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str | None]]:
+def deltas(chunks: list[Chunk]) -> list[tuple[ChunkDelta, str | None]]:
     return [(c["choices"][0]["delta"], c["choices"][0]["finish_reason"]) for c in chunks]
 
 
