@@ -1,12 +1,16 @@
-"""Canonical JSON (relay.core.canonical) and envelope normalization (envelope)."""
+"""Canonical JSON (relay.core.canonical) and envelope normalization (envelope), with
+properties against the independent encoder in ``tests.support.canonical_reference``."""
 
 from __future__ import annotations
 
 import json
 import math
+import random
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from relay.core import canonical
 from relay.core.canonical import (
@@ -18,6 +22,8 @@ from relay.core.canonical import (
 )
 from relay.core.envelope import normalize_assistant, normalize_message
 from relay.core.limits import CANONICAL_LIMITS, CHUNK_BYTES, CanonicalLimits
+from tests.support.canonical_reference import reference
+from tests.support.json_values import json_values
 
 
 def stdlib(value: Any) -> bytes:
@@ -286,3 +292,36 @@ def test_reasoning_content_is_kept_unless_excluded() -> None:
     assert "reasoning_content" not in normalize_message(message, exclude_reasoning_content=True)
     user = {"role": "user", "content": "a", "reasoning_content": "x"}
     assert normalize_message(user, exclude_reasoning_content=True) is user
+
+
+# --- properties (hypothesis) ------------------------------------------------------------------
+
+long_text = st.text(st.sampled_from('ab\n"\\\t\x01\x7f\u00e9\u4e2d\U0001f600'), max_size=9000)
+
+
+def shuffled(value: Any, rng: random.Random) -> Any:
+    """The same JSON value with every object's insertion order shuffled."""
+    if isinstance(value, dict):
+        items = list(value.items())
+        rng.shuffle(items)
+        return {key: shuffled(item, rng) for key, item in items}
+    if isinstance(value, list):
+        return [shuffled(item, rng) for item in value]
+    return value
+
+
+@given(json_values, st.randoms(use_true_random=False))
+def test_canonical_output_ignores_insertion_order(value: Any, rng: random.Random) -> None:
+    assert canonical_bytes(shuffled(value, rng)) == canonical_bytes(value)
+
+
+@given(json_values | long_text | st.dictionaries(long_text, long_text, max_size=3))
+@settings(max_examples=200)
+def test_canonical_output_is_the_documented_encoding_and_measured_exactly(
+    value: Any,
+) -> None:
+    out = canonical_bytes(value)
+    assert out == reference(value)
+    assert json.loads(out) == value
+    assert Budget().measure(value) == len(out)
+    assert b"".join(canonical._pieces(value)) == out  # the streaming path agrees
