@@ -254,7 +254,9 @@ class ChatStreamConverter:
     def _announced_call(self, event_type: str, data: RawEvent) -> int:
         """The output_index of an arguments event, which must be an announced call (checked
         before the event's payload)."""
-        output_index: int = require(data, "output_index", int, event_type)
+        output_index = data.get("output_index")
+        if type(output_index) is not int:
+            output_index = require(data, "output_index", int, event_type)
         if output_index not in self._calls:
             raise UpstreamProtocolError(
                 f"upstream event {event_type} refers to output {output_index}, "
