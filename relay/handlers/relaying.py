@@ -4,6 +4,7 @@ exchange that a client disconnect or a shutdown can abort."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from tornado.iostream import IOStream
@@ -75,7 +76,7 @@ class RelayingHandler(BaseHandler):
             tap=self._bodies.writer("client-response") if self._bodies else None,
         )
 
-    async def send_json(self, answer: dict[str, Any]) -> None:
+    async def send_json(self, answer: Mapping[str, Any]) -> None:
         """Send one whole JSON answer within the delivery deadline; raises ``ClientGone``."""
         payload = json.dumps(answer, ensure_ascii=False).encode("utf-8")
         down = self.downstream()

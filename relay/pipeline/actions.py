@@ -9,6 +9,7 @@ queued after a commit can be performed when the commit fails.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,7 +114,7 @@ class Respond:
     ``before_terminal_frame``/``after_terminal_frame`` around it). Answer:
     ``responded()`` or ``client_gone(0)``."""
 
-    answer: dict[str, Any]
+    answer: Mapping[str, Any]
 
 
 @dataclass(frozen=True, slots=True)

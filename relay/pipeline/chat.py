@@ -43,6 +43,7 @@ from relay.pipeline.actions import (
 from relay.pipeline.base import Phase, Pipeline
 from relay.translate.chat_sse import DONE, encode_chunk, encode_error
 from relay.translate.chat_to_responses import TranslatedRequest
+from relay.translate.events import ChatCompletion
 from relay.translate.responses_to_chat import response_to_chat_completion
 from relay.translate.stream_converter import ChatStreamConverter, Chunk
 
@@ -80,7 +81,7 @@ class ChatPipeline(Pipeline):
         self._output_flushed = False  # the first output chunk was flushed
         self._sent = ClientProjection()  # what the client is sent (cached streams)
         self._terminal: list[Chunk] = []  # the final event's chunks, held for the commit
-        self._completion: dict[str, Any] | None = None  # the JSON answer
+        self._completion: ChatCompletion | None = None  # the JSON answer
 
     # --- inputs -------------------------------------------------------------------------
 

@@ -17,11 +17,25 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from relay.errors import UpstreamFailed, UpstreamProtocolError
+from relay.translate.events import (
+    ChatCompletion,
+    ChatMessage,
+    ChatUsage,
+    FinishReason,
+    FunctionCall,
+    PromptTokensDetails,
+    ToolCall,
+)
 
-INCOMPLETE_FINISH_REASONS = {"max_output_tokens": "length", "content_filter": "content_filter"}
+INCOMPLETE_FINISH_REASONS: dict[str, FinishReason] = {
+    "max_output_tokens": "length",
+    "content_filter": "content_filter",
+}
+# A message content part's kind: text, a refusal, or "" for a type Chat cannot carry.
+PartKind = Literal["content", "refusal", ""]
 SUMMARY_SEPARATOR = "\n\n"
 
 # Upstream error texts may quote a prefix of encrypted reasoning; such runs are cut out
@@ -57,7 +71,7 @@ def upstream_failure(error: Any, fallback: str) -> UpstreamFailed:
     return UpstreamFailed(f"upstream generation failed: {text}", code=safe_code)
 
 
-def finish_reason_for(response: Mapping[str, Any], *, has_tool_calls: bool) -> str:
+def finish_reason_for(response: Mapping[str, Any], *, has_tool_calls: bool) -> FinishReason:
     """The Chat ``finish_reason`` of a final response; raises when it did not finish."""
     status = response.get("status")
     if status == "completed":
@@ -81,7 +95,7 @@ def _short(value: Any) -> str:
     return sanitize_upstream_text(str(value))[:64]
 
 
-def usage_to_chat(usage: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def usage_to_chat(usage: Mapping[str, Any] | None) -> ChatUsage | None:
     """Responses ``usage`` → Chat ``usage``; ``None`` when the upstream sent none."""
     if usage is None:
         return None
@@ -91,7 +105,7 @@ def usage_to_chat(usage: Mapping[str, Any] | None) -> dict[str, Any] | None:
     completion = _count(usage, "output_tokens")
     total = usage.get("total_tokens")
     total = _count(usage, "total_tokens") if total is not None else prompt + completion
-    prompt_details: dict[str, int] = {
+    prompt_details: PromptTokensDetails = {
         "cached_tokens": _detail(usage, "input_tokens_details", "cached_tokens") or 0
     }
     cache_write = _detail(usage, "input_tokens_details", "cache_write_tokens")
@@ -131,13 +145,13 @@ def item_type(item: Any) -> str:
     return str(item["type"])
 
 
-def message_parts(item: Mapping[str, Any]) -> list[tuple[str, str]]:
+def message_parts(item: Mapping[str, Any]) -> list[tuple[PartKind, str]]:
     """``(kind, text)`` per content part of a message item; kind is ``content`` or
     ``refusal``. Unknown part types give ``("", "")`` so positions stay aligned."""
     content = item.get("content")
     if not isinstance(content, list):
         raise UpstreamProtocolError("upstream message item has no 'content' list")
-    parts: list[tuple[str, str]] = []
+    parts: list[tuple[PartKind, str]] = []
     for part in content:
         kind = item_type(part)
         field = {"output_text": "text", "refusal": "refusal"}.get(kind)
@@ -151,18 +165,23 @@ def message_parts(item: Mapping[str, Any]) -> list[tuple[str, str]]:
     return parts
 
 
-def function_call_fields(item: Mapping[str, Any], *, need_arguments: bool = True) -> dict[str, str]:
+def function_call_fields(item: Mapping[str, Any], *, need_arguments: bool = True) -> FunctionCall:
     """``call_id``, ``name`` and ``arguments`` of a function_call item (arguments may be
     missing from an ``output_item.added`` item: then ``""``)."""
-    fields = {}
-    for key in ("call_id", "name", "arguments"):
-        value = item.get(key)
-        if value is None and key == "arguments" and not need_arguments:
-            value = ""
-        if not isinstance(value, str):
-            raise UpstreamProtocolError(f"upstream function_call item has no string '{key}'")
-        fields[key] = value
-    return fields
+    call_id, name, arguments = item.get("call_id"), item.get("name"), item.get("arguments")
+    if arguments is None and not need_arguments:
+        arguments = ""
+    if not isinstance(call_id, str):
+        raise _not_a_string("call_id")
+    if not isinstance(name, str):
+        raise _not_a_string("name")
+    if not isinstance(arguments, str):
+        raise _not_a_string("arguments")
+    return {"call_id": call_id, "name": name, "arguments": arguments}
+
+
+def _not_a_string(key: str) -> UpstreamProtocolError:
+    return UpstreamProtocolError(f"upstream function_call item has no string '{key}'")
 
 
 def summary_texts(item: Mapping[str, Any]) -> list[str]:
@@ -200,7 +219,7 @@ def response_to_chat_completion(
     created: int,
     model: str,
     reasoning_summaries: bool,
-) -> dict[str, Any]:
+) -> ChatCompletion:
     if not isinstance(response, Mapping):
         raise UpstreamProtocolError("upstream response is not a JSON object")
     # The status decides first: a failed response's output is not worth reading.
@@ -208,7 +227,7 @@ def response_to_chat_completion(
     texts: list[str] = []
     refusals: list[str] = []
     summaries: list[str] = []
-    tool_calls: list[dict[str, Any]] = []
+    tool_calls: list[ToolCall] = []
     for item in output_items(response):
         kind = item_type(item)
         if kind == "message":
@@ -229,7 +248,7 @@ def response_to_chat_completion(
         elif kind == "reasoning":
             summaries.extend(summary_texts(item))
     text, refusal = "".join(texts), "".join(refusals)
-    message: dict[str, Any] = {
+    message: ChatMessage = {
         "role": "assistant",
         # No text: null beside a refusal or tool calls (as OpenAI does), else "".
         "content": text if text or not (refusal or tool_calls) else None,
@@ -239,7 +258,7 @@ def response_to_chat_completion(
         message["tool_calls"] = tool_calls
     if reasoning_summaries and summaries:
         message["reasoning_content"] = SUMMARY_SEPARATOR.join(summaries)
-    completion: dict[str, Any] = {
+    completion: ChatCompletion = {
         "id": completion_id,
         "object": "chat.completion",
         "created": created,

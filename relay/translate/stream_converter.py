@@ -19,6 +19,10 @@ returns, in order. The converter:
 - raises :class:`UpstreamFailed` on ``response.failed``/``error`` and
   :class:`UpstreamProtocolError` on known events missing required fields.
 
+Each event is read through its typed view (:mod:`relay.translate.events`, which checks
+it), and the chunks are :class:`~relay.translate.events.ChatCompletionChunk`: a field
+spelled wrong on either side is a mypy error, not a wrong stream.
+
 Unknown event types are ignored (forward compatible). After the terminal event the caller
 should stop feeding; if it does not, further events are ignored and produce nothing.
 """
@@ -26,9 +30,18 @@ should stop feeding; if it does not, further events are ignored and produce noth
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from relay.errors import UpstreamProtocolError
+from relay.translate import events
+from relay.translate.events import (
+    ChatCompletionChunk,
+    ChunkDelta,
+    FinishReason,
+    RawEvent,
+    ToolCallDelta,
+    require,
+)
 from relay.translate.responses_to_chat import (
     SUMMARY_SEPARATOR,
     finish_reason_for,
@@ -41,29 +54,12 @@ from relay.translate.responses_to_chat import (
     usage_to_chat,
 )
 
-# Text events: event type → (delta kind, index field, payload field, is the .done event).
-TEXT_EVENTS: dict[str, tuple[str, str, str, bool]] = {
-    "response.output_text.delta": ("content", "content_index", "delta", False),
-    "response.output_text.done": ("content", "content_index", "text", True),
-    "response.refusal.delta": ("refusal", "content_index", "delta", False),
-    "response.refusal.done": ("refusal", "content_index", "refusal", True),
-    "response.reasoning_summary_text.delta": ("reasoning_content", "summary_index", "delta", False),
-    "response.reasoning_summary_text.done": ("reasoning_content", "summary_index", "text", True),
-}
-
-# (delta kind, output_index, content or summary index); kind "arguments" for call arguments
-_Key = tuple[str, int, int]
-Chunk = dict[str, Any]
-_Handler = Callable[["ChatStreamConverter", str, Mapping[str, Any]], list[Chunk]]
-
-
-def _field(data: Mapping[str, Any], key: str, kind: type, event_type: str) -> Any:
-    value = data.get(key)
-    if not isinstance(value, kind) or isinstance(value, bool):
-        raise UpstreamProtocolError(
-            f"upstream event {event_type} has no valid '{key}' ({kind.__name__})"
-        )
-    return value
+# What a delta carries: text, a refusal, a reasoning summary, or a call's arguments.
+_Kind = Literal["content", "refusal", "reasoning_content", "arguments"]
+# (kind, output_index, content or summary index; 0 for arguments)
+_Key = tuple[_Kind, int, int]
+Chunk = ChatCompletionChunk
+_Handler = Callable[["ChatStreamConverter", str, RawEvent], list[Chunk]]
 
 
 class ChatStreamConverter:
@@ -76,12 +72,10 @@ class ChatStreamConverter:
         include_usage: bool,
         reasoning_summaries: bool,
     ) -> None:
-        self._base: Chunk = {
-            "id": completion_id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-        }
+        # What every chunk shares (a dict display of them is faster than unpacking a dict).
+        self._id = completion_id
+        self._created = created
+        self._model = model
         self._include_usage = include_usage
         self._summaries = reasoning_summaries
         self._role_sent = False
@@ -94,14 +88,14 @@ class ChatStreamConverter:
         self._positions: dict[str, int] = {}  # item id → output_index seen in the stream
         self.finished = False
         self.final_response: dict[str, Any] | None = None
-        self.finish_reason: str | None = None
+        self.finish_reason: FinishReason | None = None
 
     @property
     def output_started(self) -> bool:
         """Whether a chunk with output (text, refusal, reasoning or a tool call) was made."""
         return bool(self._sent or self._calls)
 
-    def feed(self, event_type: str, data: Mapping[str, Any]) -> list[Chunk]:
+    def feed(self, event_type: str, data: RawEvent) -> list[Chunk]:
         """The chunks to send for one upstream event, in order (often none)."""
         if self.finished:
             return []
@@ -110,9 +104,16 @@ class ChatStreamConverter:
 
     # --- chunk building ---------------------------------------------------------------
 
-    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> Chunk:
-        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
-        chunk: Chunk = {**self._base, "choices": [choice]}
+    def _chunk(self, delta: ChunkDelta, finish_reason: FinishReason | None = None) -> Chunk:
+        chunk: Chunk = {
+            "id": self._id,
+            "object": "chat.completion.chunk",
+            "created": self._created,
+            "model": self._model,
+            "choices": [
+                {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+            ],
+        }
         if self._include_usage:
             chunk["usage"] = None
         return chunk
@@ -133,14 +134,20 @@ class ChatStreamConverter:
             self._sent[key] = [piece]
         else:
             pieces.append(piece)
+        delta: ChunkDelta = {}
         if kind == "arguments":
-            call = {"index": self._calls[output_index], "function": {"arguments": piece}}
-            return self._with_role([self._chunk({"tool_calls": [call]})])
+            call: ToolCallDelta = {
+                "index": self._calls[output_index],
+                "function": {"arguments": piece},
+            }
+            delta["tool_calls"] = [call]
+            return self._with_role([self._chunk(delta)])
         if kind == "reasoning_content":
             if self._last_summary not in (None, key):
                 piece = SUMMARY_SEPARATOR + piece
             self._last_summary = key
-        return self._with_role([self._chunk({kind: piece})])
+        delta[kind] = piece
+        return self._with_role([self._chunk(delta)])
 
     def _catch_up(self, key: _Key, full: str) -> list[Chunk]:
         """Send the tail of ``full`` beyond what was sent, if ``full`` extends it."""
@@ -149,44 +156,67 @@ class ChatStreamConverter:
             return self._send_text(key, full[len(sent) :])
         return []
 
-    # --- events -----------------------------------------------------------------------
-
-    def _text_event(self, event_type: str, data: Mapping[str, Any]) -> list[Chunk]:
-        kind, index_field, payload_field, is_done = TEXT_EVENTS[event_type]
-        output_index = self._position(data.get("item_id"), data, event_type)
-        # An exact int or str is valid as it is; anything else goes through _field.
-        part = data.get(index_field)
-        if type(part) is not int:
-            part = _field(data, index_field, int, event_type)
-        text = data.get(payload_field)
-        if type(text) is not str:
-            text = _field(data, payload_field, str, event_type)
-        key = (kind, output_index, part)
-        return self._catch_up(key, text) if is_done else self._send_text(key, text)
-
-    def _created(self, event_type: str, data: Mapping[str, Any]) -> list[Chunk]:
-        _field(data, "response", dict, event_type)
-        return self._with_role([])
-
-    def _position(self, item_id: Any, data: Mapping[str, Any], event_type: str) -> int:
+    def _position(self, output_index: int, item_id: object) -> int:
         """The event's ``output_index``, remembered per item id for the terminal catch-up."""
-        output_index = data.get("output_index")
-        if type(output_index) is not int:
-            output_index = _field(data, "output_index", int, event_type)
         if isinstance(item_id, str):
             self._positions[item_id] = output_index
         return output_index
 
-    def _item_added(self, event_type: str, data: Mapping[str, Any]) -> list[Chunk]:
-        item = _field(data, "item", dict, event_type)
-        output_index = self._position(item.get("id"), data, event_type)
+    # --- events -----------------------------------------------------------------------
+
+    def _output_text_delta(self, event_type: str, data: RawEvent) -> list[Chunk]:
+        # The most frequent event by far: _position inlined.
+        event = events.read_output_text_delta(data)
+        output_index = event["output_index"]
+        item_id = event.get("item_id")
+        if isinstance(item_id, str):
+            self._positions[item_id] = output_index
+        return self._send_text(("content", output_index, event["content_index"]), event["delta"])
+
+    def _output_text_done(self, event_type: str, data: RawEvent) -> list[Chunk]:
+        event = events.read_output_text_done(data)
+        output_index = self._position(event["output_index"], event.get("item_id"))
+        return self._catch_up(("content", output_index, event["content_index"]), event["text"])
+
+    def _refusal_delta(self, event_type: str, data: RawEvent) -> list[Chunk]:
+        event = events.read_refusal_delta(data)
+        output_index = self._position(event["output_index"], event.get("item_id"))
+        return self._send_text(("refusal", output_index, event["content_index"]), event["delta"])
+
+    def _refusal_done(self, event_type: str, data: RawEvent) -> list[Chunk]:
+        event = events.read_refusal_done(data)
+        output_index = self._position(event["output_index"], event.get("item_id"))
+        key: _Key = ("refusal", output_index, event["content_index"])
+        return self._catch_up(key, event["refusal"])
+
+    def _summary_delta(self, event_type: str, data: RawEvent) -> list[Chunk]:
+        event = events.read_summary_delta(data)
+        output_index = self._position(event["output_index"], event.get("item_id"))
+        key: _Key = ("reasoning_content", output_index, event["summary_index"])
+        return self._send_text(key, event["delta"])
+
+    def _summary_done(self, event_type: str, data: RawEvent) -> list[Chunk]:
+        event = events.read_summary_done(data)
+        output_index = self._position(event["output_index"], event.get("item_id"))
+        key: _Key = ("reasoning_content", output_index, event["summary_index"])
+        return self._catch_up(key, event["text"])
+
+    def _response_created(self, event_type: str, data: RawEvent) -> list[Chunk]:
+        events.read_response_event(data, event_type)
+        return self._with_role([])
+
+    def _item_added(self, event_type: str, data: RawEvent) -> list[Chunk]:
+        event = events.read_output_item(data, event_type)
+        item = event["item"]
+        output_index = self._position(event["output_index"], item.get("id"))
         if item_type(item) != "function_call":
             return []
         return self._function_call(output_index, item, final=False)
 
-    def _item_done(self, event_type: str, data: Mapping[str, Any]) -> list[Chunk]:
-        item = _field(data, "item", dict, event_type)
-        return self._finished_item(self._position(item.get("id"), data, event_type), item)
+    def _item_done(self, event_type: str, data: RawEvent) -> list[Chunk]:
+        event = events.read_output_item(data, event_type)
+        item = event["item"]
+        return self._finished_item(self._position(event["output_index"], item.get("id")), item)
 
     def _finished_item(self, output_index: int, item: Mapping[str, Any]) -> list[Chunk]:
         """Catch up on whatever a finished item holds that the deltas did not carry."""
@@ -212,7 +242,7 @@ class ChatStreamConverter:
         chunks: list[Chunk] = []
         if output_index not in self._calls:
             self._calls[output_index] = len(self._calls)
-            announce = {
+            announce: ToolCallDelta = {
                 "index": self._calls[output_index],
                 "id": fields["call_id"],
                 "type": "function",
@@ -221,20 +251,31 @@ class ChatStreamConverter:
             chunks = self._with_role([self._chunk({"tool_calls": [announce]})])
         return chunks + self._catch_up(("arguments", output_index, 0), fields["arguments"])
 
-    def _arguments_event(self, event_type: str, data: Mapping[str, Any]) -> list[Chunk]:
-        output_index = _field(data, "output_index", int, event_type)
+    def _announced_call(self, event_type: str, data: RawEvent) -> int:
+        """The output_index of an arguments event, which must be an announced call (checked
+        before the event's payload)."""
+        output_index = data.get("output_index")
+        if type(output_index) is not int:
+            output_index = require(data, "output_index", int, event_type)
         if output_index not in self._calls:
             raise UpstreamProtocolError(
                 f"upstream event {event_type} refers to output {output_index}, "
                 "which is not an announced function call"
             )
-        key = ("arguments", output_index, 0)
-        if event_type.endswith(".done"):
-            return self._catch_up(key, _field(data, "arguments", str, event_type))
-        return self._send_text(key, _field(data, "delta", str, event_type))
+        return output_index
 
-    def _terminal(self, event_type: str, data: Mapping[str, Any]) -> list[Chunk]:
-        response = _field(data, "response", dict, event_type)
+    def _arguments_delta(self, event_type: str, data: RawEvent) -> list[Chunk]:
+        output_index = self._announced_call(event_type, data)
+        event = events.read_arguments_delta(data)
+        return self._send_text(("arguments", output_index, 0), event["delta"])
+
+    def _arguments_done(self, event_type: str, data: RawEvent) -> list[Chunk]:
+        output_index = self._announced_call(event_type, data)
+        event = events.read_arguments_done(data)
+        return self._catch_up(("arguments", output_index, 0), event["arguments"])
+
+    def _terminal(self, event_type: str, data: RawEvent) -> list[Chunk]:
+        response = events.read_response_event(data, event_type)["response"]
         finish_reason_for(response, has_tool_calls=False)  # raise before sending anything more
         chunks: list[Chunk] = []
         # Some deployments fill only the final response: send what the stream left out.
@@ -247,27 +288,41 @@ class ChatStreamConverter:
         chunks = self._with_role([*chunks, self._chunk({}, reason)])
         usage = usage_to_chat(response.get("usage"))
         if self._include_usage and usage is not None:
-            chunks.append({**self._base, "choices": [], "usage": usage})
+            chunks.append(
+                {
+                    "id": self._id,
+                    "object": "chat.completion.chunk",
+                    "created": self._created,
+                    "model": self._model,
+                    "choices": [],
+                    "usage": usage,
+                }
+            )
         self.finished = True
         self.final_response = response
         self.finish_reason = reason
         return chunks
 
-    def _failed(self, event_type: str, data: Mapping[str, Any]) -> list[Chunk]:
-        response = data.get("response")
+    def _failed(self, event_type: str, data: RawEvent) -> list[Chunk]:
+        response = events.read_failed(data).get("response")
         error = response.get("error") if isinstance(response, Mapping) else None
         raise upstream_failure(error, "upstream response failed")
 
-    def _error(self, event_type: str, data: Mapping[str, Any]) -> list[Chunk]:
-        raise upstream_failure(data, "upstream reported an error")
+    def _error(self, event_type: str, data: RawEvent) -> list[Chunk]:
+        raise upstream_failure(events.read_error(data), "upstream reported an error")
 
     _HANDLERS: ClassVar[dict[str, _Handler]] = {
-        **dict.fromkeys(TEXT_EVENTS, _text_event),
-        "response.created": _created,
+        "response.output_text.delta": _output_text_delta,
+        "response.output_text.done": _output_text_done,
+        "response.refusal.delta": _refusal_delta,
+        "response.refusal.done": _refusal_done,
+        "response.reasoning_summary_text.delta": _summary_delta,
+        "response.reasoning_summary_text.done": _summary_done,
+        "response.created": _response_created,
         "response.output_item.added": _item_added,
         "response.output_item.done": _item_done,
-        "response.function_call_arguments.delta": _arguments_event,
-        "response.function_call_arguments.done": _arguments_event,
+        "response.function_call_arguments.delta": _arguments_delta,
+        "response.function_call_arguments.done": _arguments_done,
         "response.completed": _terminal,
         "response.incomplete": _terminal,
         "response.failed": _failed,

@@ -302,6 +302,11 @@ def decode_event(event: SSEEvent) -> tuple[str, dict[str, Any]]:
     The type comes from the payload's ``type`` (the ``event:`` line, when present, must
     agree) and falls back to the ``event:`` line. ``data: [DONE]``, which some upstreams
     send after the terminal event, gives ``("[DONE]", {})`` so callers can ignore it.
+
+    The payload is any JSON object: it is passed on untouched (the passthrough forwards
+    it, the capture stores it), and the stream converter reads it through the checked,
+    typed views of :mod:`relay.translate.events`, so an unknown or malformed event is
+    decided there, by the one consumer that relies on its fields.
     """
     if event.data == DONE_DATA:
         return DONE_DATA, {}

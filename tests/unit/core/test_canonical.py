@@ -1,12 +1,16 @@
-"""Canonical JSON (relay.core.canonical) and envelope normalization (envelope)."""
+"""Canonical JSON (relay.core.canonical), with properties against the independent encoder
+in ``tests.support.canonical_reference``."""
 
 from __future__ import annotations
 
 import json
 import math
+import random
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from relay.core import canonical
 from relay.core.canonical import (
@@ -16,8 +20,9 @@ from relay.core.canonical import (
     canonical_bytes,
     chunks,
 )
-from relay.core.envelope import normalize_assistant, normalize_message
 from relay.core.limits import CANONICAL_LIMITS, CHUNK_BYTES, CanonicalLimits
+from tests.support.canonical_reference import reference
+from tests.support.json_values import json_values
 
 
 def stdlib(value: Any) -> bytes:
@@ -203,86 +208,34 @@ def test_the_streaming_path_writes_the_fast_paths_bytes() -> None:
     assert b"".join(canonical._pieces(value)) == canonical_bytes(value)
 
 
-# --- normalization -------------------------------------------------------------------
+# --- properties (hypothesis) ------------------------------------------------------------------
+
+long_text = st.text(st.sampled_from('ab\n"\\\t\x01\x7f\u00e9\u4e2d\U0001f600'), max_size=9000)
 
 
-def test_normalized_envelope_has_text_content_and_tool_calls() -> None:
-    assert normalize_assistant({"role": "assistant"}) == {
-        "role": "assistant",
-        "content": "",
-        "tool_calls": [],
-    }
+def shuffled(value: Any, rng: random.Random) -> Any:
+    """The same JSON value with every object's insertion order shuffled."""
+    if isinstance(value, dict):
+        items = list(value.items())
+        rng.shuffle(items)
+        return {key: shuffled(item, rng) for key, item in items}
+    if isinstance(value, list):
+        return [shuffled(item, rng) for item in value]
+    return value
 
 
-def test_normalization_leaves_its_input_untouched() -> None:
-    call = {"id": "c", "index": 0, "type": "function", "function": {"name": "f"}}
-    message = {
-        "role": "assistant",
-        "content": [{"type": "text", "text": "a"}],
-        "tool_calls": [call],
-    }
-    before = json.dumps(message)
-    normalized = normalize_assistant(message)
-    assert json.dumps(message) == before
-    assert normalized["tool_calls"] == [{"id": "c", "type": "function", "function": {"name": "f"}}]
+@given(json_values, st.randoms(use_true_random=False))
+def test_canonical_output_ignores_insertion_order(value: Any, rng: random.Random) -> None:
+    assert canonical_bytes(shuffled(value, rng)) == canonical_bytes(value)
 
 
-@pytest.mark.parametrize(
-    "message",
-    [
-        {"role": "user", "content": [{"type": "text", "text": "a"}]},
-        {"role": "tool", "tool_call_id": "c", "name": "n", "content": "x"},
-        {"role": "system", "content": None},
-        ["not", "a", "message"],
-        "text",
-    ],
-)
-def test_only_assistant_messages_are_normalized(message: Any) -> None:
-    assert normalize_message(message) is message
-
-
-@pytest.mark.parametrize(
-    "content",
-    [
-        [{"type": "text", "text": "a", "annotations": []}],  # not an *exact* text part
-        [{"type": "refusal", "refusal": "no"}],
-        [{"type": "text", "text": 1}],
-        ["a"],
-        {"text": "a"},
-        7,
-    ],
-)
-def test_content_outside_the_list_is_hashed_as_sent(content: Any) -> None:
-    assert normalize_assistant({"role": "assistant", "content": content})["content"] == content
-
-
-def test_tool_calls_null_is_empty_and_not_a_list_stays() -> None:
-    assert normalize_assistant({"role": "assistant", "tool_calls": None})["tool_calls"] == []
-    assert normalize_assistant({"role": "assistant", "tool_calls": {}})["tool_calls"] == {}
-
-
-@pytest.mark.parametrize(
-    ("index", "position", "dropped"),
-    [
-        (0, 0, True),
-        (1, 1, True),
-        (1, 0, False),
-        (True, 1, False),
-        (0.0, 0, False),
-        (None, 0, False),
-    ],
-)
-def test_only_an_integer_index_equal_to_its_position_is_dropped(
-    index: Any, position: int, dropped: bool
+@given(json_values | long_text | st.dictionaries(long_text, long_text, max_size=3))
+@settings(max_examples=200)
+def test_canonical_output_is_the_documented_encoding_and_measured_exactly(
+    value: Any,
 ) -> None:
-    calls: list[Any] = [{"id": "x"}] * position + [{"id": "c", "index": index}]
-    out = normalize_assistant({"role": "assistant", "tool_calls": calls})["tool_calls"][position]
-    assert ("index" not in out) is dropped
-
-
-def test_reasoning_content_is_kept_unless_excluded() -> None:
-    message = {"role": "assistant", "content": "a", "reasoning_content": "thought"}
-    assert normalize_message(message)["reasoning_content"] == "thought"
-    assert "reasoning_content" not in normalize_message(message, exclude_reasoning_content=True)
-    user = {"role": "user", "content": "a", "reasoning_content": "x"}
-    assert normalize_message(user, exclude_reasoning_content=True) is user
+    out = canonical_bytes(value)
+    assert out == reference(value)
+    assert json.loads(out) == value
+    assert Budget().measure(value) == len(out)
+    assert b"".join(canonical._pieces(value)) == out  # the streaming path agrees

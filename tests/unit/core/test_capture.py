@@ -37,7 +37,7 @@ from relay.core.predict import SentToolCall, predict_envelope
 from relay.core.receipts import Reason
 from relay.errors import RelayError
 from relay.translate.responses_to_chat import response_to_chat_completion
-from relay.translate.stream_converter import ChatStreamConverter
+from relay.translate.stream_converter import ChatStreamConverter, Chunk
 
 Event = tuple[str, dict[str, Any]]
 
@@ -74,7 +74,7 @@ class Relayed:
     capture: OutputCapture
     streamed: ClientProjection  # from the converter's chunks
     answered: ClientProjection  # from the JSON answer (empty when the client got an error)
-    chunks: list[dict[str, Any]]
+    chunks: list[Chunk]
 
 
 def relay(
@@ -84,7 +84,7 @@ def relay(
     converter = ChatStreamConverter(completion_id="chatcmpl-1", created=1, model="alias",
                                     include_usage=True, reasoning_summaries=summaries)  # fmt: skip
     streamed = ClientProjection(max_bytes=max_bytes)
-    chunks: list[dict[str, Any]] = []
+    chunks: list[Chunk] = []
     failed = False
     for event_type, data in events:
         capture.feed(event_type, data)

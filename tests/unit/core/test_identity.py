@@ -1,14 +1,36 @@
-"""Scope, prefix digests, prediction and Responses-shaped histories (relay.core)."""
+"""The visible-history identity (relay.core.identity): scope, prefix digests, envelopes.
+
+One file for what was four (issue 17): equivalent and different envelopes, the null and
+empty assistant fields that carry nothing (issue 16), prefix digests and their
+properties, the one-pass renderers against the reference encoding, limits and refusals
+decided before anything is hashed, the scope, extending a saved state with a prediction,
+and real Cursor histories. Whichever renderer a message takes (flat, one-pass assistant,
+measured, streamed), its bytes must be the reference encoding of its normalized form
+(``tests.support.canonical_reference``), framed as documented.
+"""
 
 from __future__ import annotations
 
 import copy
+import enum
 import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from relay.core.canonical import CanonicalLimitExceeded, NotCanonicalizable
+from relay.core import identity
+from relay.core.canonical import (
+    Budget,
+    CanonicalLimitExceeded,
+    CanonicalRefused,
+    EncodeError,
+    NotCanonicalizable,
+    canonical_bytes,
+    render_sorted,
+)
+from relay.core.envelope import NULLISH, normalize_assistant, normalize_message
 from relay.core.identity import (
     ENCRYPTED_REASONING_INCLUDE,
     HistoryDigests,
@@ -20,9 +42,13 @@ from relay.core.identity import (
     scope_config,
 )
 from relay.core.limits import CanonicalLimits
-from relay.core.predict import SentToolCall, predict_envelope, reserialize_arguments
+from relay.core.predict import SentToolCall, predict_envelope, predict_envelopes
 from relay.core.responses_history import visible_messages_from_responses_input
+from relay.model_alias import ModelAlias
+from relay.translate.request import translate_request
 from tests.support import recordings
+from tests.support.canonical_reference import reference_digests
+from tests.support.json_values import json_values, text
 
 SECRET = b"s" * 32
 BODY: dict[str, Any] = {
@@ -52,6 +78,10 @@ def make_scope(body: dict[str, Any] | None = None, **overrides: Any) -> Scope:
 SCOPE = make_scope()
 
 
+def small_scope(**limits: int) -> Scope:
+    return make_scope(limits=CanonicalLimits(**limits))
+
+
 def call(call_id: str, arguments: str = '{"path":"a.py"}', name: str = "read") -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
@@ -62,14 +92,48 @@ def indexed(call_id: str, index: Any, arguments: str = '{"path":"a.py"}') -> dic
 
 USER = {"role": "user", "content": "read a.py and b.py"}
 SYSTEM = {"role": "system", "content": "be brief"}
+PREFIX = [SYSTEM, USER]
+CALL = call("call_1", "{}")
 
 
 def end_digest(message: Any, scope: Scope = SCOPE) -> str:
-    return history_digests(scope, [SYSTEM, USER, message]).boundaries[-1]
+    return history_digests(scope, [*PREFIX, message]).boundaries[-1]
 
 
 def envelope_fingerprint(message: Any) -> str:
     return history_digests(SCOPE, [message]).assistant_blocks[0].envelope_fingerprint
+
+
+def assert_reference_digests(history: list[Any], exclude: bool = False) -> HistoryDigests:
+    """Every boundary, size and envelope fingerprint is the documented framing of the
+    reference encoding of the normalized message; returns the digests."""
+    digests = history_digests(SCOPE, history, exclude_reasoning_content=exclude)
+    boundaries, sizes, fingerprints = reference_digests(SCOPE, history, exclude)
+    assert list(digests.boundaries) == boundaries
+    assert list(digests.message_sizes) == sizes
+    assert [block.envelope_fingerprint for block in digests.assistant_blocks] == fingerprints
+    return digests
+
+
+def assert_prefix_property(scope: Scope, history: list[Any], digests: HistoryDigests) -> None:
+    assert len(digests.boundaries) == len(history) + 1
+    for k in range(len(history) + 1):
+        assert history_digests(scope, history[:k]).boundaries == digests.boundaries[: k + 1]
+
+
+def left_the_one_pass_path(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("left the one-pass path")
+
+
+HISTORY: list[dict[str, Any]] = [
+    SYSTEM,
+    USER,
+    {"role": "assistant", "content": "reading", "tool_calls": [indexed("c1", 0), indexed("c2", 1)]},
+    {"role": "tool", "tool_call_id": "c1", "name": "read", "content": "print(1)\n"},
+    {"role": "tool", "tool_call_id": "c2", "name": "read", "content": "print(2)\n"},
+    {"role": "assistant", "content": [{"type": "text", "text": "both print"}]},
+    {"role": "user", "content": [{"type": "text", "text": "thanks"}]},
+]
 
 
 # --- equivalent and different envelopes -------------------------------------------------
@@ -299,23 +363,149 @@ def test_reasoning_content_excluded_on_request_with_its_own_digests() -> None:
     )
 
 
-# --- prefix digests ----------------------------------------------------------------------
+# --- null and empty assistant fields carry nothing (issue 16) ------------------------------
+# An assistant message echoed exactly as the JSON answer returned it -- the official Python
+# SDK's ``message.model_dump()``, a script resending the ``message`` it received, a curl
+# user -- has ``refusal: null`` and, from the SDK, ``annotations``, ``audio``,
+# ``function_call`` and ``tool_calls`` as ``null`` too. Each must hash as the plain
+# ``{"role", "content"}`` (and as the prediction capture records), on the one-pass paths
+# as on the general one; a non-empty value stays in the identity.
 
-HISTORY: list[dict[str, Any]] = [
-    SYSTEM,
-    USER,
-    {"role": "assistant", "content": "reading", "tool_calls": [indexed("c1", 0), indexed("c2", 1)]},
-    {"role": "tool", "tool_call_id": "c1", "name": "read", "content": "print(1)\n"},
-    {"role": "tool", "tool_call_id": "c2", "name": "read", "content": "print(2)\n"},
-    {"role": "assistant", "content": [{"type": "text", "text": "both print"}]},
-    {"role": "user", "content": [{"type": "text", "text": "thanks"}]},
+GPT5 = ModelAlias("gpt-5", "gpt-5")
+SDK_NULLS = {"refusal": None, "annotations": None, "audio": None, "function_call": None}
+
+
+def sdk_dump(content: str | None, calls: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """``ChatCompletionMessage.model_dump()``: every field, unset ones null."""
+    return {"content": content, "role": "assistant", **SDK_NULLS, "tool_calls": calls}
+
+
+def predicted_end(text: str, calls: tuple[SentToolCall, ...] = ()) -> str:
+    """Where capture records the answer: the request's history extended with the
+    prediction (the respelled envelope)."""
+    envelopes = predict_envelopes(text, calls)
+    assert envelopes is not None
+    state = history_digests(SCOPE, PREFIX).final_state
+    return state.extend(envelopes[0])[0].end_digest
+
+
+ECHOES = [
+    ("sdk model_dump, text", sdk_dump("done", None), "done", ()),
+    ("sdk model_dump, a call", sdk_dump(None, [CALL]), "", (SentToolCall("call_1", "read", "{}"),)),
+    ("relay json answer", {"role": "assistant", "content": "done", "refusal": None}, "done", ()),
+    (
+        "relay json answer, a call",
+        {"role": "assistant", "content": None, "refusal": None, "tool_calls": [CALL]},
+        "",
+        (SentToolCall("call_1", "read", "{}"),),
+    ),
+    (
+        "openai api answer",
+        {"role": "assistant", "content": "done", "refusal": None, "annotations": []},
+        "done",
+        (),
+    ),
+    ("empty refusal", {"role": "assistant", "content": "done", "refusal": ""}, "done", ()),
+    ("null tool_calls", {"role": "assistant", "content": "done", "tool_calls": None}, "done", ()),
 ]
 
 
-def assert_prefix_property(scope: Scope, history: list[Any], digests: HistoryDigests) -> None:
-    assert len(digests.boundaries) == len(history) + 1
-    for k in range(len(history) + 1):
-        assert history_digests(scope, history[:k]).boundaries == digests.boundaries[: k + 1]
+@pytest.mark.parametrize(
+    ("name", "echo", "text", "calls"), ECHOES, ids=[name for name, *_ in ECHOES]
+)
+def test_an_echo_of_the_answer_hashes_where_capture_records_it(
+    name: str, echo: dict[str, Any], text: str, calls: tuple[SentToolCall, ...]
+) -> None:
+    plain: dict[str, Any] = {"role": "assistant", "content": text}
+    if calls:
+        plain["tool_calls"] = [CALL]
+    assert end_digest(echo) == end_digest(plain) == predicted_end(text, calls)
+    assert normalize_assistant(echo) == normalize_assistant(plain)
+    # ... and translation sends the same upstream items for it (nothing visible differs).
+    sent = [
+        translate_request({"model": "gpt-5", "messages": [USER, message]}, GPT5,
+                          reasoning_summaries=False).upstream_body["input"]
+        for message in (echo, plain)
+    ]  # fmt: skip
+    assert sent[0] == sent[1]
+
+
+KEPT = [
+    ("refusal text", {"refusal": "I can't help with that."}),
+    ("annotations", {"annotations": [{"type": "url_citation", "url_citation": {}}]}),
+    ("audio", {"audio": {"id": "audio_1"}}),
+    ("function_call", {"function_call": {"name": "read", "arguments": "{}"}}),
+    ("refusal false", {"refusal": False}),  # not null, not a string: not nothing
+    ("annotations empty object", {"annotations": {}}),
+    ("audio empty object", {"audio": {}}),
+    ("audio empty string", {"audio": ""}),
+    ("unknown null field", {"metadata": None}),
+    ("reasoning_content null", {"reasoning_content": None}),  # outside the Chat schema
+    ("name null", {"name": None}),  # never null in the schema
+]
+
+
+@pytest.mark.parametrize(("name", "extra"), KEPT, ids=[name for name, _ in KEPT])
+def test_a_field_that_carries_something_stays_in_the_identity(
+    name: str, extra: dict[str, Any]
+) -> None:
+    plain = {"role": "assistant", "content": "done"}
+    assert end_digest({**plain, **extra}) != end_digest(plain)
+    assert normalize_assistant({**plain, **extra}) == {**normalize_assistant(plain), **extra}
+
+
+@pytest.mark.parametrize("role", ["user", "system", "developer", "tool"])
+def test_other_roles_keep_their_null_fields(role: str) -> None:
+    message = {"role": role, "content": "x", "tool_call_id": "c", "refusal": None, "name": None}
+    assert normalize_message(message) is message
+    assert end_digest(message) != end_digest({k: v for k, v in message.items() if v is not None})
+
+
+def test_normalization_drops_exactly_the_listed_fields() -> None:
+    """The table is the Chat assistant message's nullable fields besides content and
+    tool_calls (the SDK's ChatCompletionMessage and ChatCompletionAssistantMessageParam)."""
+    assert set(NULLISH) == {"refusal", "annotations", "audio", "function_call"}
+    assert normalize_assistant(sdk_dump(None, None)) == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [],
+    }
+
+
+NULLISH_VALUES = {
+    "refusal": st.sampled_from([None, "", "no", False, 0]),
+    "annotations": st.sampled_from([None, [], [{"type": "url_citation"}], {}, ""]),
+    "audio": st.sampled_from([None, {}, {"id": "a"}, ""]),
+    "function_call": st.sampled_from([None, {}, {"name": "f", "arguments": "{}"}]),
+    "tool_calls": st.sampled_from([None, [], [CALL], [{**CALL, "index": 0}], [CALL, CALL]]),
+    "content": st.sampled_from([None, "", "done", [], [{"type": "text", "text": "a\u2028"}]]),
+    "reasoning_content": st.sampled_from(["thought", None]),
+}
+
+
+@given(
+    st.dictionaries(st.sampled_from(sorted(NULLISH_VALUES)), st.none(), max_size=7).flatmap(
+        lambda keys: st.fixed_dictionaries({key: NULLISH_VALUES[key] for key in keys})
+    ),
+    st.booleans(),
+)
+@settings(max_examples=300)
+def test_every_mix_of_fields_hashes_its_reference_encoding(
+    fields: dict[str, Any], exclude: bool
+) -> None:
+    message = {"role": "assistant", **fields}
+    digests = assert_reference_digests([USER, message, message], exclude)
+    # Dropping every null or empty field of the table changes nothing.
+    stripped = {
+        key: value for key, value in message.items() if not (key in NULLISH and NULLISH[key](value))
+    }
+    if stripped.get("tool_calls", ()) is None:
+        del stripped["tool_calls"]
+    plain = history_digests(SCOPE, [USER, stripped, stripped], exclude_reasoning_content=exclude)
+    assert plain.boundaries == digests.boundaries
+
+
+# --- prefix digests ----------------------------------------------------------------------
 
 
 def test_prefix_digests_match_at_every_boundary() -> None:
@@ -356,11 +546,210 @@ def test_input_messages_are_not_modified() -> None:
     assert history == HISTORY
 
 
-# --- limits are decided before anything is hashed -------------------------------------------
+# Random histories: any JSON in any role, assistant messages in every form.
+text_part = st.builds(lambda t: {"type": "text", "text": t}, text)
+content = st.none() | text | st.lists(text_part, max_size=3) | json_values
+tool_call = st.fixed_dictionaries(
+    {
+        "id": text,
+        "type": st.just("function"),
+        "function": st.fixed_dictionaries({"name": text, "arguments": text}),
+    },
+    optional={"index": st.integers(0, 3) | json_values, "extra": json_values},
+)
+assistant = st.fixed_dictionaries(
+    {"role": st.just("assistant")},
+    optional={
+        "content": content,
+        "tool_calls": st.lists(tool_call, max_size=3) | json_values,
+        "reasoning_content": text,
+        "refusal": st.none() | text,
+    },
+)
+other = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "tool", "system", "developer"]), "content": content},
+    optional={"name": text, "tool_call_id": text},
+)
+messages = st.lists(assistant | other | json_values, max_size=8)
 
 
-def small_scope(**limits: int) -> Scope:
-    return make_scope(limits=CanonicalLimits(**limits))
+@given(assistant | other | json_values, st.booleans())
+def test_normalization_is_idempotent_and_reparses(message: Any, exclude: bool) -> None:
+    once = normalize_message(message, exclude_reasoning_content=exclude)
+    assert normalize_message(once, exclude_reasoning_content=exclude) == once
+    assert json.loads(canonical_bytes(once)) == once
+
+
+@given(messages)
+@settings(max_examples=60)
+def test_prefix_digests_hold_for_random_histories(history: list[Any]) -> None:
+    digests = history_digests(SCOPE, history)
+    assert_prefix_property(SCOPE, history, digests)
+    for block in digests.assistant_blocks:
+        assert history_digests(SCOPE, history[: block.position + 1]).assistant_blocks[-1] == block
+
+
+# Up to 150,000 code points: past what renders in one pass, and past one chunk (streamed).
+huge_text = st.builds(
+    lambda piece, times: piece * times,
+    st.text(st.sampled_from('ab\n"\\\x01\x7f\u00e9\U0001f600'), min_size=1, max_size=50),
+    st.integers(1, 3000),
+)
+huge = st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]), "content": huge_text})
+
+
+@given(st.lists(assistant | other | json_values | huge, max_size=6), st.booleans())
+@settings(max_examples=100)
+def test_digests_are_the_documented_framing_of_the_reference_encoding(
+    history: list[Any], exclude: bool
+) -> None:
+    """Whichever renderer a message takes (flat, one-pass assistant, measured, streamed),
+    its bytes are the reference encoding of its normalized form, framed as documented."""
+    assert_reference_digests(history, exclude)
+
+
+# --- the one-pass renderers ----------------------------------------------------------------
+# Cursor's commonest messages (flat user/tool/system messages; assistant text; assistant
+# text and one call, with or without ``index``) and the SDK's model_dump() echoes are
+# rendered as sent and edited in place (an appended ``tool_calls`` member, a cut
+# ``index``, dropped null fields). Pinned: the bytes are the reference encoding of the
+# normalized message, the shapes do take those paths, and limits and refusals are exactly
+# the ones :meth:`Budget.measure` decides, before anything is hashed.
+
+
+def text_message(content: str = "done") -> dict[str, Any]:
+    return {"role": "assistant", "content": content}
+
+
+def call_message(
+    content: str = "",
+    *,
+    arguments: str = '{"path":"a.py"}',
+    name: str = "read",
+    call_id: str = "call_1",
+    kind: str = "function",
+    index: Any = 0,
+) -> dict[str, Any]:
+    call: dict[str, Any] = {"type": kind, "id": call_id}
+    if index is not None:
+        call["index"] = index
+    call["function"] = {"name": name, "arguments": arguments}
+    return {"role": "assistant", "content": content, "tool_calls": [call]}
+
+
+def tool_message(content: str = "result") -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": "call_1", "name": "read", "content": content}
+
+
+# Strings built from what could confuse an in-place edit: the cut member's own text, its
+# neighbours' keys, quotes, backslashes, braces, escapes and non-ASCII code points.
+tricky = st.lists(
+    st.sampled_from(['"', "\\", ",", ":", "{", "}", "[", "]", "0", "index", "type", "id",
+                     ',"index":0,', '"tool_calls":[]', "\n", "\x01", "\u00e9", "\U0001f600"]),
+    max_size=12,
+).map("".join)  # fmt: skip
+
+
+@given(
+    st.lists(
+        st.builds(text_message, tricky)
+        | st.builds(
+            call_message,
+            tricky,
+            arguments=tricky,
+            name=tricky,
+            call_id=tricky,
+            kind=tricky,
+            index=st.sampled_from([0, None]),
+        )
+        | st.builds(tool_message, tricky),
+        max_size=5,
+    ),
+    st.booleans(),
+)
+@settings(max_examples=200)
+def test_edited_renderings_are_the_reference_encoding(history: list[Any], exclude: bool) -> None:
+    assert_reference_digests(history, exclude)
+
+
+ONE_PASS = [
+    (
+        "cursor's commonest shapes",
+        [
+            {"role": "system", "content": "rules"},
+            {"role": "user", "content": "read a.py"},
+            call_message("reading", index=0),
+            tool_message('{"ok":true}'),
+            call_message(index=None),
+            tool_message(),
+            text_message('the file says ",\\"index\\":0," and }'),
+        ],
+        True,
+    ),
+    (
+        "the sdk's model_dump() echoes",
+        [
+            USER,
+            sdk_dump("done", None),
+            sdk_dump(None, [CALL]),
+            sdk_dump("", [CALL, CALL]),
+            {"role": "assistant", "content": "x", "refusal": None, "annotations": []},
+        ],
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "history", "edited"), ONE_PASS, ids=[n for n, *_ in ONE_PASS])
+def test_the_commonest_shapes_take_the_one_pass_paths(
+    monkeypatch: pytest.MonkeyPatch, name: str, history: list[Any], edited: bool
+) -> None:
+    """Nothing is measured for them and, for Cursor's shapes, no normalized envelope is
+    built either (so the tests above exercise the in-place edits)."""
+    if edited:
+        monkeypatch.setattr(identity, "_render_envelope", left_the_one_pass_path)
+    monkeypatch.setattr(Budget, "measure", left_the_one_pass_path)
+    digests = history_digests(SCOPE, history)
+    monkeypatch.undo()
+    assert_reference_digests(history)
+    assert digests.boundaries == history_digests(SCOPE, history).boundaries
+
+
+def test_a_kept_field_leaves_the_one_pass_paths_for_measuring(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[str] = []
+    general = identity._render_assistant_general
+
+    def spy(*args: Any) -> Any:
+        calls.append("general")
+        return general(*args)
+
+    monkeypatch.setattr(identity, "_render_assistant_general", spy)
+    message = {**sdk_dump("done", None), "refusal": "no"}
+    assert_reference_digests([USER, message])
+    assert calls == []  # not even the general one-pass renderer: measured
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        call_message(index=1),  # not its position: kept, hashed
+        call_message(index=False),  # equal to 0, but not an int: kept, hashed
+        call_message(index=0.0),
+        {**call_message(), "tool_calls": []},
+        {"role": "assistant", "content": None, "tool_calls": call_message()["tool_calls"]},
+        {"role": "assistant", "content": [{"type": "text", "text": "hi"}]},
+        {**text_message(), "refusal": None},
+        {**text_message(), "reasoning_content": "thought"},
+    ],
+)
+def test_neighbouring_shapes_hash_their_normalized_form(message: dict[str, Any]) -> None:
+    assert_reference_digests([message, message])
+    assert_reference_digests([message], exclude=True)
+
+
+# --- refusals and limits: decided before anything is hashed --------------------------------
 
 
 def padded_history(count: int, last: Any) -> list[Any]:
@@ -440,6 +829,109 @@ def test_scope_and_history_share_the_byte_budget() -> None:
 def test_a_scope_over_the_limits_is_refused() -> None:
     with pytest.raises(CanonicalLimitExceeded):
         small_scope(max_bytes=100)
+
+
+class Text(str):
+    pass
+
+
+class Role(enum.StrEnum):  # orjson renders enum members by value: must still be refused
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+class Index(enum.IntEnum):
+    ZERO = 0
+
+
+def inexact_key(message: dict[str, Any]) -> dict[str, Any]:
+    return {Text(key) if key == "content" else key: value for key, value in message.items()}
+
+
+INEXACT: list[tuple[str, dict[str, Any], str]] = [
+    ("text: key subclass", inexact_key(text_message()), "key"),
+    ("text: enum role", {"role": Role.ASSISTANT, "content": "x"}, "type"),
+    ("text: content subclass", text_message(Text("x")), "type"),
+    ("call: key subclass", inexact_key(call_message()), "key"),
+    ("call: enum role", {**call_message(), "role": Role.ASSISTANT}, "type"),
+    ("call: arguments subclass", call_message(arguments=Text("{}")), "type"),
+    ("call: enum type", call_message(kind=Role.TOOL), "type"),
+    ("call: enum index", call_message(index=Index.ZERO), "type"),
+    ("call: lone surrogate", call_message(call_id="\ud800"), "string"),
+    ("unindexed call: key subclass", inexact_key(call_message(index=None)), "key"),
+    ("flat: key subclass", inexact_key(tool_message()), "key"),
+    ("flat: enum value", {**tool_message(), "role": Role.TOOL}, "type"),
+    ("flat: value subclass", tool_message(Text("x")), "type"),
+    ("nullish: key subclass", {**text_message("x"), Text("refusal"): None}, "key"),
+]
+
+
+@pytest.mark.parametrize(("name", "message", "reason"), INEXACT, ids=[n for n, _, _ in INEXACT])
+def test_inexact_values_are_refused_as_measure_refuses_them(
+    hashed: list[bool], name: str, message: dict[str, Any], reason: str
+) -> None:
+    with pytest.raises(NotCanonicalizable) as measured:
+        Budget().measure(normalize_message(message))
+    assert measured.value.reason == reason
+    with pytest.raises(NotCanonicalizable) as refused:
+        history_digests(SCOPE, [tool_message(), message, text_message()])
+    assert refused.value.reason == reason
+    assert hashed == []
+
+
+def test_render_sorted_refuses_inexact_keys_only() -> None:
+    for key in (Text("a"), Role.TOOL):
+        with pytest.raises(EncodeError):
+            render_sorted({key: "x"})
+    # values are the caller's to check: an enum member renders as its value
+    assert render_sorted({"b": Role.TOOL, "a": 1}) == b'{"a":1,"b":"tool"}'
+
+
+def charges(message: dict[str, Any]) -> tuple[int, int]:
+    """Bytes and nodes measure() charges for a message (its normalized form)."""
+    budget = Budget()
+    size = budget.measure(normalize_message(message))
+    return size, budget.nodes
+
+
+LIMITED = [
+    ("flat", tool_message("x" * 50)),
+    ("text", text_message("y" * 50)),
+    ("indexed call", call_message("z" * 50)),
+    ("unindexed call", call_message("z" * 50, index=None)),
+]
+
+
+@pytest.mark.parametrize(("name", "message"), LIMITED, ids=[n for n, _ in LIMITED])
+@pytest.mark.parametrize(("limit", "placeholder"), [("max_bytes", 999), ("max_nodes", 99)])
+def test_limits_are_exact_on_the_one_pass_paths(
+    hashed: list[bool], name: str, message: dict[str, Any], limit: str, placeholder: int
+) -> None:
+    history = [tool_message(), message]
+    size, nodes = charges(message)
+    # The limits are framed into the scope: equal-width values keep its size.
+    scope = small_scope(**{limit: placeholder})
+    used = history_digests(scope, history)
+    assert used.message_sizes[-1] == size
+    assert used.bytes_used == scope.canonical_size + sum(used.message_sizes)
+    assert used.nodes_used == history_digests(SCOPE, history[:1]).nodes_used + nodes
+    exact = used.bytes_used if limit == "max_bytes" else used.nodes_used
+    assert len(str(exact - 1)) == len(str(placeholder))
+    history_digests(small_scope(**{limit: exact}), history)  # exactly at the limit: fits
+    hashed.clear()
+    with pytest.raises(CanonicalLimitExceeded) as refused:
+        history_digests(small_scope(**{limit: exact - 1}), history)
+    assert refused.value.reason == limit.removeprefix("max_")
+    assert hashed == []
+
+
+def test_a_flat_message_is_charged_its_depth() -> None:
+    budget = Budget(CanonicalLimits(max_depth=0))
+    assert budget.render_flat(tool_message()) is None
+    assert (budget.bytes, budget.nodes) == (0, 0)
+    with pytest.raises(CanonicalRefused) as refused:
+        budget.measure(tool_message())
+    assert refused.value.reason == "depth"
 
 
 # --- scope ----------------------------------------------------------------------------------
@@ -552,6 +1044,17 @@ def test_extending_the_final_state_equals_hashing_the_longer_history() -> None:
     assert history_digests(SCOPE, [*HISTORY, envelope, follow_up]).boundaries[-2] == state.digest
 
 
+@given(messages, assistant)
+@settings(max_examples=60)
+def test_extending_a_state_equals_hashing_the_longer_history(
+    history: list[Any], envelope: dict[str, Any]
+) -> None:
+    key, state = history_digests(SCOPE, history).final_state.extend(envelope)
+    longer = history_digests(SCOPE, [*history, envelope])
+    assert key == longer.assistant_blocks[-1]
+    assert state.digest == longer.boundaries[-1]
+
+
 def test_extending_respects_the_limits() -> None:
     scope = small_scope(max_messages=len(HISTORY))
     state = history_digests(scope, HISTORY).final_state
@@ -560,9 +1063,6 @@ def test_extending_respects_the_limits() -> None:
     assert refused.value.reason == "messages"
     with pytest.raises(ValueError, match="assistant"):
         history_digests(SCOPE, HISTORY).final_state.extend({"role": "user", "content": "x"})
-
-
-# --- prediction ------------------------------------------------------------------------------
 
 
 def echoes(text: str, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -606,113 +1106,6 @@ def test_prediction_round_trips_with_what_the_client_sends_back(
         assert nxt.assistant_blocks[-1] == key
 
 
-def test_prediction_reserializes_arguments_compactly() -> None:
-    envelope = predict_envelope(
-        "", [SentToolCall("c", "f", ' { "b" : [1, 2],\n "a": "\u00e9\\n" } ')]
-    )
-    assert envelope is not None
-    assert envelope["tool_calls"][0]["function"]["arguments"] == '{"b":[1,2],"a":"\u00e9\\n"}'
-
-
-@pytest.mark.parametrize(
-    "arguments",
-    [
-        '{"n":9007199254740992}',  # 2**53: beyond the safe integers
-        '{"n":-9007199254740992}',
-        '{"n":12345678901234567890}',
-        '{"n":1.0}',
-        '{"n":2.50}',
-        '{"n":1e5}',
-        '{"n":1E-7}',
-        '{"n":1.5e3}',
-        '{"n":-0}',
-        '{"n":-0.0}',
-        '{"n":0.00001}',  # Python and JavaScript print it differently
-        '{"n":0.1000000000000000055511151231257827}',
-        '{"n":NaN}',
-        '{"n":Infinity}',
-        '{"a":1,"a":2}',
-        '{"b":1,"1":2}',  # JavaScript moves index-like keys first
-        '{"s":"\\ud800"}',
-        "not json",
-        "",
-        '{"a":1} trailing',
-        "[" * 100_000 + "]" * 100_000,
-    ],
-)
-def test_prediction_rejects_arguments_the_client_may_respell(arguments: str) -> None:
-    assert reserialize_arguments(arguments) is None
-    assert predict_envelope("text", [SentToolCall("c", "f", arguments)]) is None
-
-
-@pytest.mark.parametrize(
-    "arguments",
-    ['{"n":9007199254740991}', '{"n":-9007199254740991}', '{"n":0}', '{"n":-1.5}', '{"n":123.456}',
-     '{"n":0.0001}', "[]", '"text"', "42", '{"key10":1,"01":2,"-1":3}'],
-)  # fmt: skip
-def test_prediction_keeps_safe_spellings(arguments: str) -> None:
-    assert reserialize_arguments(arguments) == arguments
-
-
-def test_a_refusal_is_an_unknown_prediction() -> None:
-    assert predict_envelope("", [], refusal="I can't help with that.") is None
-
-
-# --- Responses-shaped bodies ----------------------------------------------------------------
-
-FUNCTION_CALL = {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"}
-OUTPUT = {"type": "function_call_output", "call_id": "c1", "output": "ok"}
-
-
-def assistant_item(text: str, **extra: Any) -> dict[str, Any]:
-    part = {"type": "output_text", "text": text, **extra}
-    return {"type": "message", "role": "assistant", "content": [part]}
-
-
-def test_a_responses_shaped_history_maps_to_chat_envelopes() -> None:
-    items = [
-        {"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
-        assistant_item("reading", annotations=[]),
-        FUNCTION_CALL,
-        {**FUNCTION_CALL, "call_id": "c2"},
-        OUTPUT,
-        {**OUTPUT, "call_id": "c2"},
-        FUNCTION_CALL,
-        OUTPUT,
-        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "d"}]},
-        {"role": "user", "content": "thanks"},
-    ]
-    tool_call = call("c1", "{}")
-    assert visible_messages_from_responses_input(items, "be brief") == [
-        {"role": "system", "content": "be brief"},
-        {"role": "user", "content": [{"type": "text", "text": "hi"}]},
-        {"role": "assistant", "content": "reading", "tool_calls": [tool_call, call("c2", "{}")]},
-        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
-        {"role": "tool", "tool_call_id": "c2", "content": "ok"},
-        {"role": "assistant", "content": "", "tool_calls": [tool_call]},
-        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
-        {"role": "developer", "content": [{"type": "text", "text": "d"}]},
-        {"role": "user", "content": "thanks"},
-    ]
-
-
-def test_a_string_input_is_one_user_message() -> None:
-    assert visible_messages_from_responses_input("hi", None) == [{"role": "user", "content": "hi"}]
-
-
-def test_instructions_never_collide_with_an_input_system_message() -> None:
-    with_instructions = visible_messages_from_responses_input("hi", "rules")
-    system_item = {"role": "system", "content": [{"type": "input_text", "text": "rules"}]}
-    as_item = visible_messages_from_responses_input(
-        [system_item, {"role": "user", "content": "hi"}], None
-    )
-    assert with_instructions != as_item
-    assert (
-        visible_messages_from_responses_input([{"role": "system", "content": "rules"}], None)
-        is None
-    )
-
-
 def test_a_prediction_matches_the_responses_shaped_echo() -> None:
     sent = [SentToolCall("c1", "read", "{}")]
     envelope = predict_envelope("reading", sent)
@@ -721,47 +1114,16 @@ def test_a_prediction_matches_the_responses_shaped_echo() -> None:
     before = visible_messages_from_responses_input([{"role": "user", "content": "hi"}], "rules")
     assert before is not None
     key, _ = history_digests(scope, before).final_state.extend(envelope)
-    items = [{"role": "user", "content": "hi"}, assistant_item("reading"), FUNCTION_CALL, OUTPUT]
+    items = [
+        {"role": "user", "content": "hi"},
+        {"type": "message", "role": "assistant",
+         "content": [{"type": "output_text", "text": "reading"}]},
+        {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+    ]  # fmt: skip
     after = visible_messages_from_responses_input(items, "rules")
     assert after is not None
     assert history_digests(scope, after).assistant_blocks[0] == key
-
-
-@pytest.mark.parametrize(
-    "items",
-    [
-        [{"role": "user", "content": [{"type": "input_image", "image_url": "data:,"}]}],
-        [{"role": "user", "content": [{"type": "input_text", "text": "x", "extra": 1}]}],
-        [{"role": "user", "content": []}],
-        [{"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "e"}],
-        [{"type": "item_reference", "id": "msg_1"}],
-        [{"type": "web_search_call", "id": "ws_1"}],
-        [{"role": "assistant", "content": "plain string"}],
-        [{"role": "assistant", "content": []}],
-        [assistant_item("")],
-        [assistant_item("x", annotations=[{"type": "url_citation"}])],
-        [{"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}]}],
-        [{"role": "assistant", "content": [
-            {"type": "output_text", "text": "a"}, {"type": "output_text", "text": "b"}]}],
-        [{**assistant_item("x"), "id": "msg_1", "status": "completed"}],
-        [{**FUNCTION_CALL, "id": "fc_1"}],
-        [{**FUNCTION_CALL, "status": "completed"}],
-        [{**FUNCTION_CALL, "arguments": {}}],
-        [{**OUTPUT, "output": [{"type": "input_text", "text": "ok"}]}],
-        [{"role": "system", "content": "collides with instructions"}],
-        [{"role": "critic", "content": "x"}],
-        [{"content": "no role"}],
-        ["not an item"],
-        {"role": "user"},
-        None,
-    ],
-)  # fmt: skip
-def test_inexact_responses_input_is_underivable(items: Any) -> None:
-    assert visible_messages_from_responses_input(items, None) is None
-
-
-def test_non_string_instructions_are_underivable() -> None:
-    assert visible_messages_from_responses_input("hi", ["rules"]) is None
 
 
 # --- real Cursor recordings ------------------------------------------------------------------
@@ -807,32 +1169,6 @@ def test_recorded_cursor_histories(name: str, body: dict[str, Any]) -> None:
             before.extend(envelope)[0]
             == digests.assistant_blocks[assistant_positions.index(position)]
         )
-
-
-def test_responses_input_spans_cover_each_visible_message() -> None:
-    from relay.core.responses_history import visible_history_from_responses_input
-
-    items = [
-        {"role": "user", "content": "hi"},
-        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "t"}]},
-        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
-        {"type": "function_call", "call_id": "c2", "name": "g", "arguments": "{}"},
-        {"type": "function_call_output", "call_id": "c1", "output": "r1"},
-        {"type": "function_call_output", "call_id": "c2", "output": "r2"},
-        {"type": "function_call", "call_id": "c3", "name": "f", "arguments": "{}"},
-        {"type": "function_call_output", "call_id": "c3", "output": "r3"},
-    ]
-    history = visible_history_from_responses_input(items, "rules")
-    assert history is not None
-    messages, spans = history
-    assert [m["role"] for m in messages] == [
-        "system", "user", "assistant", "tool", "tool", "assistant", "tool",
-    ]  # fmt: skip
-    assert spans == (None, (0, 1), (1, 4), (4, 5), (5, 6), (6, 7), (7, 8))
-    assert visible_history_from_responses_input("hi", None) == (
-        [{"role": "user", "content": "hi"}],
-        (None,),
-    )
 
 
 def test_first_answers_name_the_first_tool_message_of_each_call() -> None:

@@ -26,6 +26,7 @@ from relay.core.predict import (
     predict_envelopes,
     reserialize_arguments,
 )
+from tests.support.json_values import json_values
 
 # JSON.stringify(JSON.parse(text)) for each line (a JSON string); null when parse throws.
 NODE_RESPELL = r"""
@@ -274,3 +275,67 @@ def test_respelling_is_javascript_s_or_refused(node: Node, tree: Any, rng: rando
     respelled = reserialize_arguments(text)
     if respelled is not None:  # and so never where JavaScript writes something else
         assert respelled == node.respell(text), text
+
+
+# --- the envelope and the compact spelling -----------------------------------------------------
+
+
+def test_prediction_reserializes_arguments_compactly() -> None:
+    envelope = predict_envelope(
+        "", [SentToolCall("c", "f", ' { "b" : [1, 2],\n "a": "\u00e9\\n" } ')]
+    )
+    assert envelope is not None
+    assert envelope["tool_calls"][0]["function"]["arguments"] == '{"b":[1,2],"a":"\u00e9\\n"}'
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        '{"n":9007199254740992}',  # 2**53: beyond the safe integers
+        '{"n":-9007199254740992}',
+        '{"n":12345678901234567890}',
+        '{"n":1.0}',
+        '{"n":2.50}',
+        '{"n":1e5}',
+        '{"n":1E-7}',
+        '{"n":1.5e3}',
+        '{"n":-0}',
+        '{"n":-0.0}',
+        '{"n":0.00001}',  # Python and JavaScript print it differently
+        '{"n":0.1000000000000000055511151231257827}',
+        '{"n":NaN}',
+        '{"n":Infinity}',
+        '{"a":1,"a":2}',
+        '{"b":1,"1":2}',  # JavaScript moves index-like keys first
+        '{"s":"\\ud800"}',
+        "not json",
+        "",
+        '{"a":1} trailing',
+        "[" * 100_000 + "]" * 100_000,
+    ],
+)
+def test_prediction_rejects_arguments_the_client_may_respell(arguments: str) -> None:
+    assert reserialize_arguments(arguments) is None
+    assert predict_envelope("text", [SentToolCall("c", "f", arguments)]) is None
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    ['{"n":9007199254740991}', '{"n":-9007199254740991}', '{"n":0}', '{"n":-1.5}', '{"n":123.456}',
+     '{"n":0.0001}', "[]", '"text"', "42", '{"key10":1,"01":2,"-1":3}'],
+)  # fmt: skip
+def test_prediction_keeps_safe_spellings(arguments: str) -> None:
+    assert reserialize_arguments(arguments) == arguments
+
+
+def test_a_refusal_is_an_unknown_prediction() -> None:
+    assert predict_envelope("", [], refusal="I can't help with that.") is None
+
+
+@given(json_values)
+def test_reserialized_arguments_are_a_fixed_point(value: Any) -> None:
+    arguments = json.dumps(value, ensure_ascii=False)
+    once = reserialize_arguments(arguments)
+    if once is not None:
+        assert json.loads(once) == json.loads(arguments)
+        assert reserialize_arguments(once) == once

@@ -19,7 +19,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from relay.model_alias import ModelAlias
 from relay.translate.request import translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion, usage_to_chat
-from relay.translate.stream_converter import ChatStreamConverter
+from relay.translate.stream_converter import ChatStreamConverter, Chunk
 from relay.transport.sse import SSEParser, decode_event
 from tests.support import recordings
 
@@ -51,19 +51,19 @@ def raw_events(folder: Path) -> list[dict[str, Any]]:
     return events
 
 
-def convert(folder: Path, *, summaries: bool) -> tuple[ChatStreamConverter, list[dict[str, Any]]]:
+def convert(folder: Path, *, summaries: bool) -> tuple[ChatStreamConverter, list[Chunk]]:
     conv = ChatStreamConverter(completion_id="chatcmpl-rec", created=1758093802, model="gpt-5",
                                include_usage=True, reasoning_summaries=summaries)  # fmt: skip
     parser = SSEParser(max_event_bytes=8 * 1024 * 1024)
     events = parser.feed((folder / "upstream_response.sse").read_bytes()) + parser.close()
-    chunks: list[dict[str, Any]] = []
+    chunks: list[Chunk] = []
     for event in events:
         assert not conv.finished, "no events after the terminal one in these recordings"
         chunks += conv.feed(*decode_event(event))
     return conv, chunks
 
 
-def assembled(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+def assembled(chunks: list[Chunk]) -> dict[str, Any]:
     """What a Chat client rebuilds from the chunks."""
     out: dict[str, Any] = {"content": "", "reasoning_content": "", "tool_calls": {}}
     for chunk in chunks:

@@ -8,6 +8,8 @@ import pytest
 from openai.types.chat import ChatCompletion
 
 from relay.errors import UpstreamFailed, UpstreamProtocolError
+from relay.translate.events import ChatCompletion as ChatCompletionDict
+from relay.translate.events import ChatMessage
 from relay.translate.responses_to_chat import (
     response_to_chat_completion,
     sanitize_upstream_text,
@@ -59,7 +61,7 @@ def response(*output: dict[str, Any], status: str = "completed", **extra: Any) -
             "model": "gpt-5", "output": list(output), "usage": USAGE, **extra}  # fmt: skip
 
 
-def convert(resp: dict[str, Any], *, summaries: bool = False) -> dict[str, Any]:
+def convert(resp: dict[str, Any], *, summaries: bool = False) -> ChatCompletionDict:
     completion = response_to_chat_completion(
         resp, completion_id="chatcmpl-1", created=1700, model="client-model",
         reasoning_summaries=summaries,
@@ -68,7 +70,7 @@ def convert(resp: dict[str, Any], *, summaries: bool = False) -> dict[str, Any]:
     return completion
 
 
-def only_choice(completion: dict[str, Any]) -> tuple[dict[str, Any], str]:
+def only_choice(completion: ChatCompletionDict) -> tuple[ChatMessage, str]:
     (choice,) = completion["choices"]
     return choice["message"], choice["finish_reason"]
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from relay.model_alias import ModelAlias
 from relay.translate.request import translate_request
 from relay.translate.sampling import is_reasoning_model
-from relay.translate.stream_converter import ChatStreamConverter
+from relay.translate.stream_converter import ChatStreamConverter, Chunk
 from relay.transport.sse import SSEParser, decode_event
 from tests.support import recordings
 
@@ -198,11 +198,11 @@ def test_valid_chat_requests_translate_and_keep_what_must_survive(
 # --- chunking of upstream streams ------------------------------------------------------------
 
 
-def client_output(chunks: list[bytes]) -> list[dict[str, Any]]:
+def client_output(chunks: list[bytes]) -> list[Chunk]:
     parser = SSEParser(max_event_bytes=8 * 1024 * 1024)
     conv = ChatStreamConverter(completion_id="c", created=1, model="gpt-5", include_usage=True,
                                reasoning_summaries=True)  # fmt: skip
-    out: list[dict[str, Any]] = []
+    out: list[Chunk] = []
     events = [e for piece in chunks for e in parser.feed(piece)] + parser.close()
     for event in events:
         if conv.finished:
@@ -213,7 +213,7 @@ def client_output(chunks: list[bytes]) -> list[dict[str, Any]]:
 
 
 @functools.cache
-def reference_output(path: Path) -> list[dict[str, Any]]:
+def reference_output(path: Path) -> list[Chunk]:
     return client_output([path.read_bytes()])
 
 

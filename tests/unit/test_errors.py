@@ -1,0 +1,136 @@
+"""relay.errors: one exception tree; each class decides the status, the OpenAI error type
+and the default code, and every error renders the OpenAI envelope."""
+
+from __future__ import annotations
+
+import pytest
+
+from relay import errors
+from relay.errors import (
+    CacheUnavailable,
+    ClientError,
+    ConfigError,
+    RelayError,
+    StoreError,
+    UpstreamError,
+    UpstreamHTTPError,
+    UpstreamReportedError,
+)
+
+# class → (status, type, default code)
+TABLE: list[tuple[type[RelayError], int, str, str | None]] = [
+    (errors.RelayError, 500, "server_error", None),
+    (errors.ClientError, 400, "invalid_request_error", None),
+    (errors.InvalidRequest, 400, "invalid_request_error", "invalid_request"),
+    (errors.UnsupportedParameter, 400, "invalid_request_error", "unsupported_parameter"),
+    (errors.Unauthorized, 401, "authentication_error", "invalid_api_key"),
+    (errors.NotFound, 404, "invalid_request_error", "not_found"),
+    (errors.MethodNotAllowed, 405, "invalid_request_error", "method_not_allowed"),
+    (errors.PayloadTooLarge, 413, "invalid_request_error", "request_too_large"),
+    (errors.UnsupportedMediaType, 415, "invalid_request_error", "unsupported_media_type"),
+    (errors.MalformedHTTP, 400, "invalid_request_error", "malformed_http_request"),
+    (errors.HeadersTooLarge, 431, "invalid_request_error", "request_header_fields_too_large"),
+    (errors.CacheUnavailable, 503, "server_error", "cache_unavailable"),
+    (errors.StoreError, 503, "server_error", "cache_unavailable"),
+    (errors.StoreLocked, 503, "server_error", "cache_unavailable"),
+    (errors.StoreCorrupt, 503, "server_error", "cache_unavailable"),
+    (errors.StoreFull, 503, "server_error", "cache_unavailable"),
+    (errors.StoreIOError, 503, "server_error", "cache_unavailable"),
+    (errors.ShuttingDown, 503, "server_error", "shutting_down"),
+    (errors.UpstreamError, 502, "upstream_error", "bad_gateway"),
+    (errors.UpstreamProtocolError, 502, "upstream_error", "upstream_protocol_error"),
+    (errors.UpstreamFailed, 502, "upstream_error", "upstream_failed"),
+    (errors.UpstreamTimeout, 504, "upstream_error", "upstream_timeout"),
+]
+
+
+@pytest.mark.parametrize(
+    ("cls", "status", "kind", "code"), TABLE, ids=[c.__name__ for c, *_ in TABLE]
+)
+def test_each_class_renders_its_status_type_and_code(
+    cls: type[RelayError], status: int, kind: str, code: str | None
+) -> None:
+    error = cls("what to fix")
+    assert error.status == status
+    assert error.envelope() == {
+        "error": {"message": "what to fix", "type": kind, "param": None, "code": code}
+    }
+    assert str(error) == "what to fix"
+    family = ClientError if status < 500 else (UpstreamError if status in (502, 504) else None)
+    if family is not None and cls is not RelayError:
+        assert issubclass(cls, family)
+
+
+def test_every_relay_error_class_is_in_the_table() -> None:
+    """A new error class gets its status, type and code pinned here."""
+    found = {
+        value
+        for value in vars(errors).values()
+        if isinstance(value, type) and issubclass(value, RelayError)
+    }
+    assert found - {UpstreamHTTPError, UpstreamReportedError} == {c for c, *_ in TABLE}
+
+
+def test_param_and_code_override_the_defaults() -> None:
+    error = errors.InvalidRequest("bad", param="messages", code="custom")
+    assert error.envelope()["error"] == {
+        "message": "bad", "type": "invalid_request_error", "param": "messages", "code": "custom",
+    }  # fmt: skip
+
+
+def test_a_store_error_keeps_sqlite_s_code_apart_from_its_message() -> None:
+    error = StoreError("cannot write /data/cache.sqlite", sqlite_error="SQLITE_FULL")
+    assert isinstance(error, CacheUnavailable)
+    assert error.sqlite_error == "SQLITE_FULL"
+    assert "SQLITE_FULL" not in error.envelope()["error"]["message"]
+    assert StoreError("x").sqlite_error is None
+
+
+def test_an_upstream_http_error_keeps_the_upstream_status_and_envelope() -> None:
+    envelope = {"error": {"message": "Unsupported value: 'temperature'", "type":
+                "invalid_request_error", "param": "temperature", "code": "unsupported_value"}}  # fmt: skip
+    error = UpstreamHTTPError(400, envelope)
+    assert (error.status, error.error_type, error.param, error.code) == (
+        400, "invalid_request_error", "temperature", "unsupported_value",
+    )  # fmt: skip
+    assert error.message == "Unsupported value: 'temperature'"
+    assert error.envelope() is envelope
+
+
+@pytest.mark.parametrize("envelope", [{}, {"error": "overloaded"}, {"error": {}}])
+def test_an_upstream_http_error_without_a_usable_error_names_the_status(
+    envelope: dict[str, object],
+) -> None:
+    error = UpstreamHTTPError(503, envelope)
+    assert (error.status, error.error_type, error.message) == (
+        503, "upstream_error", "upstream answered HTTP 503",
+    )  # fmt: skip
+    assert (error.code, error.param) == ("bad_gateway", None)  # UpstreamError's default
+
+
+def test_a_reported_error_is_relayed_as_the_provider_wrote_it() -> None:
+    envelope = {"error": {"message": "rate limited", "type": "x", "param": None, "code": "rl"}}
+    error = UpstreamReportedError(envelope)
+    assert error.envelope() is envelope
+    assert (error.message, error.code, error.status) == ("rate limited", "rl", 502)
+    # a code that is not a string is not relayed as one: the class default stands in
+    assert UpstreamReportedError({"error": {"message": "m", "code": 7}}).code == "upstream_failed"
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [("overloaded", "overloaded"), (None, "the upstream reported an error"),
+     ("", "the upstream reported an error")],
+)  # fmt: skip
+def test_a_reported_error_that_is_not_an_object_gets_openai_s_shape(
+    error: object, message: str
+) -> None:
+    reported = UpstreamReportedError({"error": error})
+    assert reported.envelope() == {
+        "error": {"message": message, "type": "upstream_error", "param": None, "code": None}
+    }
+    assert (reported.message, reported.code) == (message, "upstream_failed")
+
+
+def test_a_config_error_never_reaches_a_client() -> None:
+    assert not issubclass(ConfigError, RelayError)

@@ -1,0 +1,179 @@
+"""relay.server: start (with the offline upstream when there is no key), the banner, and
+shutdown in order -- in-process, on real loopback sockets, SQLite files and the real
+offline fake (``relay serve`` as a process is tested in tests/integration/test_cli.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import socket
+import stat
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+
+from relay.config import load_config
+from relay.errors import StoreLocked
+from relay.offline import load_offline_upstream
+from relay.server import RelayServer, serve_forever
+
+TOKEN = "rr-test-token-0123456789"
+
+
+def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(test())
+
+
+def config(tmp_path: Path, **env: str) -> Any:
+    return load_config({"RELAY_PORT": "0", "RELAY_DATA_DIR": str(tmp_path / "data"), **env})
+
+
+async def get(url: str, **headers: str) -> tuple[int, Any]:
+    client = AsyncHTTPClient(force_instance=True)
+    try:
+        answer = await client.fetch(url, headers=headers, raise_error=False)
+        return answer.code, json.loads(answer.body) if answer.body else None
+    finally:
+        client.close()
+
+
+def test_without_a_key_it_serves_from_the_offline_fake_and_says_so(tmp_path: Path) -> None:
+    async def test() -> None:
+        server = RelayServer(config(tmp_path), offline=load_offline_upstream())
+        port = await server.start()
+        try:
+            assert server.fake is not None
+            token_file = tmp_path / "data" / "relay-token"
+            assert server.banner() == [
+                f"relay listening on http://127.0.0.1:{port}/v1",
+                "upstream: OFFLINE FAKE (no OPENAI_API_KEY set) - answers come from the "
+                f"built-in fake Responses API at {server.fake.base_url}, not from a real model",
+                f"relay token: stored in {token_file} (send it as a Bearer token)",
+                "reasoning cache: off (REASONING_CACHE_ENABLED=1 turns it on)",
+            ]
+            assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+            assert stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
+            assert await get(f"http://127.0.0.1:{port}/healthz") == (200, {"status": "ok"})
+            token = token_file.read_text().strip()
+            code, models = await get(f"http://127.0.0.1:{port}/v1/models",
+                                     Authorization=f"Bearer {token}")  # fmt: skip
+            assert code == 200 and models["object"] == "list"  # answered from the fake
+            fake_url = server.fake.base_url
+        finally:
+            await server.stop()
+        with pytest.raises((ConnectionError, HTTPClientError, OSError)):
+            await AsyncHTTPClient(force_instance=True).fetch(fake_url + "/models")
+
+    run(test)
+
+
+def test_with_a_key_the_banner_names_the_upstream_the_token_the_cache_and_providers(
+    tmp_path: Path,
+) -> None:
+    providers = {"deepseek": {"kind": "chat", "base_url": "https://api.deepseek.com/v1",
+                              "api_key_env": "DEEPSEEK_KEY", "strict": True}}  # fmt: skip
+
+    async def test() -> None:
+        cfg = config(tmp_path, OPENAI_API_KEY="sk-x", OPENAI_BASE_URL="http://127.0.0.1:9/v1",
+                     RELAY_TOKEN=TOKEN, REASONING_CACHE_ENABLED="1", DEEPSEEK_KEY="sk-ds",
+                     RELAY_PROVIDERS=json.dumps(providers))  # fmt: skip
+        server = RelayServer(cfg)
+        port = await server.start()
+        try:
+            assert server.fake is None and server.token_path is None
+            assert server.banner() == [
+                f"relay listening on http://127.0.0.1:{port}/v1",
+                "upstream: http://127.0.0.1:9/v1/responses",
+                "provider deepseek: chat at https://api.deepseek.com/v1/chat/completions "
+                "(key from DEEPSEEK_KEY, strict true)",
+                "relay token: from RELAY_TOKEN",
+                f"reasoning cache: on ({cfg.cache_path})",
+            ]
+            assert not (tmp_path / "data" / "relay-token").exists()
+            assert "sk-x" not in "\n".join(server.banner())
+        finally:
+            await server.stop()
+
+    run(test)
+
+
+def test_stopping_releases_the_cache_for_the_next_relay(tmp_path: Path) -> None:
+    async def test() -> None:
+        cfg = config(tmp_path, OPENAI_API_KEY="sk-x", RELAY_TOKEN=TOKEN,
+                     REASONING_CACHE_ENABLED="1")  # fmt: skip
+        first = RelayServer(cfg)
+        await first.start()
+        with pytest.raises(StoreLocked):
+            await RelayServer(cfg).start()  # one relay process owns the cache at a time
+        await first.stop()
+        second = RelayServer(cfg)
+        await second.start()
+        await second.stop()
+
+    run(test)
+
+
+# Tornado's bind_sockets leaves its socket unclosed when bind fails: collected here.
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_port_in_use_releases_the_cache_before_it_fails(tmp_path: Path) -> None:
+    async def test() -> None:
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            cfg = config(tmp_path, OPENAI_API_KEY="sk-x", RELAY_TOKEN=TOKEN,
+                         REASONING_CACHE_ENABLED="1", RELAY_PORT=str(taken.getsockname()[1]))  # fmt: skip
+            with pytest.raises(OSError):
+                await RelayServer(cfg).start()
+        gc.collect()
+        retry = RelayServer(config(tmp_path, OPENAI_API_KEY="sk-x", RELAY_TOKEN=TOKEN,
+                                   REASONING_CACHE_ENABLED="1"))  # fmt: skip
+        await retry.start()  # the lock was released: a retry can own the cache
+        await retry.stop()
+
+    run(test)
+
+
+def test_serve_forever_prints_the_banner_and_stops_when_told(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def test() -> None:
+        server = RelayServer(config(tmp_path, OPENAI_API_KEY="sk-x", RELAY_TOKEN=TOKEN))
+        stop = asyncio.Event()
+        serving = asyncio.ensure_future(serve_forever(server, stop))
+        while server.port is None or not capsys.readouterr().out:  # noqa: ASYNC110 - polls stdout
+            await asyncio.sleep(0.01)
+        assert server.runtime is not None and not server.runtime.shutting_down
+        stop.set()
+        await asyncio.wait_for(serving, timeout=10)
+        assert server.runtime.shutting_down
+
+    run(test)
+
+
+ROUTES = ["/v1/chat/completions", "/chat/completions", "/v1/responses", "/responses",
+          "/v1/models", "/api/cache/reasoning", "/healthz"]  # fmt: skip
+
+
+def test_each_route_reaches_its_handler_and_anything_else_is_no_route(tmp_path: Path) -> None:
+    async def test() -> None:
+        server = RelayServer(config(tmp_path, OPENAI_API_KEY="sk-x", RELAY_TOKEN=TOKEN,
+                                   OPENAI_BASE_URL="http://127.0.0.1:9/v1"))  # fmt: skip
+        port = await server.start()
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        try:
+            for path in ROUTES:
+                code, body = await get(f"http://127.0.0.1:{port}{path}", **auth)
+                message = (body or {}).get("error", {}).get("message", "")
+                assert not message.startswith("no route"), (path, code, body)
+            code, body = await get(f"http://127.0.0.1:{port}/v2/chat/completions", **auth)
+            assert code == 404
+            assert body["error"]["message"].startswith("no route GET /v2/chat/completions")
+        finally:
+            await server.stop()
+
+    run(test)
