@@ -456,7 +456,8 @@ class CacheSession:
             log.event("cache_poisoned", request_id=self.request_id, reason=reason)
 
     def _resolve(self, *, poison: bool, now: float) -> None:
-        assert self._row is not None and self._intent is not None
+        assert self._row is not None
+        assert self._intent is not None
         with self._store.transaction():
             if poison:
                 self._store.add_marker(
