@@ -33,19 +33,17 @@ T = TypeVar("T")
 PAGE_SIZE = 4096  # SQLite's default, which the store keeps
 
 
-def open_store(path_guard: DiskGuard, clock: Clock) -> ReasoningStore:
-    """Open the store unless it is latched. A full disk may refuse the startup
-    checkpoint or write: the reserve is released and the open tried once more."""
-    refuse_if_latched(path_guard.db)
+def open_store(guard: DiskGuard, clock: Clock) -> ReasoningStore:
+    """Open the store unless it is latched. A full disk or an I/O error may refuse the
+    startup checkpoint or write: the reserve is released and the open tried once more
+    (a second failure stops startup; it writes no guard, since nothing was served)."""
+    refuse_if_latched(guard.db)
     try:
-        return ReasoningStore.open(
-            path_guard.db, clock=clock, reserve_bytes=path_guard.reserve_bytes
-        )
+        return ReasoningStore.open(guard.db, clock=clock, reserve_bytes=guard.reserve_bytes)
     except (StoreFull, StoreIOError) as err:
-        if not path_guard.release_reserve():
-            raise
-        log.event("cache_reserve_released", what="startup", code=err.sqlite_error)
-    return ReasoningStore.open(path_guard.db, clock=clock, reserve_bytes=path_guard.reserve_bytes)
+        name = "cache_reserve_released" if guard.release_reserve() else "cache_write_retried"
+        log.event(name, what="startup", code=err.sqlite_error)
+    return ReasoningStore.open(guard.db, clock=clock, reserve_bytes=guard.reserve_bytes)
 
 
 class DiskSafety:
