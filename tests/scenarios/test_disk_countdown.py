@@ -48,6 +48,7 @@ class Run:
     statuses: list[int | None]  # per request: the client's HTTP status
     outcomes: list[str]
     forwarded: list[int]  # per request: upstream calls it caused
+    latched_before: list[bool]  # per request: whether the .guard existed when it was sent
     guard: bool
     stderr: str
 
@@ -84,7 +85,8 @@ class Countdown:
         log = h.faults_dir / f"strace-{n}-{int(persistent)}.log"
         mod = strace_mod(SYSCALLS, n, persistent=persistent, log=log)
         options = replace(CACHE, mods=(mod,))
-        run = Run(False, [], [], [], False, "")
+        run = Run(False, [], [], [], [], False, "")
+        guard = h.cache_path.with_name(h.cache_path.name + ".guard")
         try:
             relay = h.start_relay(options)
         except StartupError as err:
@@ -93,13 +95,14 @@ class Countdown:
             run.started = True
             for k in range(2 if persistent else 1):
                 before = self.upstream_calls()
+                run.latched_before.append(guard.exists())
                 answer = chat(relay.base_url, h.relay_token, body(k))
                 run.statuses.append(answer.status)
                 run.outcomes.append(answer.outcome)
                 run.forwarded.append(self.upstream_calls() - before)
             h.stop_relay()
             run.stderr = relay.proc.stderr_text()[-400:]
-        run.guard = h.cache_path.with_name(h.cache_path.name + ".guard").exists()
+        run.guard = guard.exists()
         self.runs[(n, persistent)] = run
         injected = injected_count(log)
         succeeded = run.started and all(o == "success" for o in run.outcomes)
@@ -127,8 +130,8 @@ class Countdown:
         failed = [o for o in run.outcomes if o != "success"]
         if failed and not run.guard:
             problems.append(f"a request failed ({failed}) but the cache did not latch")
-        second = run.statuses[1:] and (run.statuses[1] != 503 or run.forwarded[1])
-        if run.guard and second:
+        latched = run.latched_before[1:] and run.latched_before[1]
+        if latched and (run.statuses[1] != 503 or run.forwarded[1]):
             problems.append(
                 f"latched, yet the next request got {run.statuses[1]} and was forwarded "
                 f"{run.forwarded[1]} time(s)"

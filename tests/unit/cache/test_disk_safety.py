@@ -54,7 +54,8 @@ def test_the_reserve_makes_room_once_then_the_cache_latches(volume: TmpfsMount) 
         assert volume.free_bytes() == 0
         safety.write("first", lambda: big_write(store, "first"))  # ENOSPC, reserve, retry
         assert not guard.reserve.exists()
-        assert safety.reserve_releases == 1 and not safety.latched
+        assert safety.reserve_releases == 1
+        assert not guard.guard.exists()
         assert store.meta("first") == BIG
         assert safety.refuse_payload(1000) is Admission.RESERVE_RELEASED  # no room to restore
         with pytest.raises(StoreLatched):

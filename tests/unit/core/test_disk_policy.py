@@ -65,9 +65,7 @@ def test_refuse_payload(state: DiskState, payload: int, expected: Admission | No
     assert refuse_payload(state, payload, disk_bytes=MIB, wal=WAL) is expected
 
 
-@given(
-    st.integers(0, 1 << 40), st.integers(0, 1 << 40), st.booleans(), st.integers(0, 1 << 30)
-)
+@given(st.integers(0, 1 << 40), st.integers(0, 1 << 40), st.booleans(), st.integers(0, 1 << 30))
 def test_an_admitted_payload_never_passes_the_limit_or_the_free_space(
     used: int, free: int, held: bool, payload: int
 ) -> None:
