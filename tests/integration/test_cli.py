@@ -148,6 +148,7 @@ def test_a_latched_store_is_refused_with_one_line_saying_what_to_do(tmp_path: Pa
             capture_output=True,
             text=True,
             timeout=30,
+            check=False,
         )
         assert done.returncode == 1, done.stderr
         lines = done.stderr.strip().splitlines()
