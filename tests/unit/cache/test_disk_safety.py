@@ -88,3 +88,21 @@ def test_a_store_opens_on_a_volume_with_no_free_byte(volume: TmpfsMount) -> None
         assert store.integrity_check() == ["ok"]
     finally:
         store.close()
+
+
+def test_the_disk_limit_stops_admission_and_deletes_nothing(tmp_path: Path) -> None:
+    clock = ManualClock()
+    guard = DiskGuard(tmp_path / "cache.sqlite", RESERVE)
+    store = open_store(guard, clock)
+    try:
+        assert guard.ensure_reserve()
+        used = store.used_bytes()
+        assert used > 0 and used % 4096 == 0
+        roomy = DiskSafety(store, guard, disk_bytes=used + 10_000, clock=clock)
+        assert roomy.refuse_payload(10_000) is None
+        tight = DiskSafety(store, guard, disk_bytes=used + 9_999, clock=clock)
+        assert tight.refuse_payload(10_000) is Admission.DISK_LIMIT
+        assert tight.refused_payloads == 1
+        assert store.used_bytes() == used, "a refusal must not touch the store"
+    finally:
+        store.close()
