@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from relay.core.disk_policy import DEFAULT_DISK_BYTES, DEFAULT_RESERVE_BYTES, MIN_RESERVE_BYTES
 from relay.core.resources import BudgetTooSmall, CacheBudget
 from relay.errors import ConfigError
 from relay.model_alias import ModelAlias
@@ -48,6 +49,8 @@ class Config:
     reasoning_cache_memory_bytes: int = 128 * 1024 * 1024
     reasoning_cache_strict_ttl_seconds: int = 2 * 3600
     reasoning_cache_strict_memory_entries: int = 2000
+    reasoning_cache_disk_bytes: int = DEFAULT_DISK_BYTES  # payload admission stops above it
+    reasoning_cache_reserve_bytes: int = DEFAULT_RESERVE_BYTES  # physical reserve (design §6)
     reasoning_summaries_as_content: bool = False
     replay_rejection_resend: bool = True  # RELAY_REPLAY_REJECTION_RESEND
     max_request_bytes: int = 64 * 1024 * 1024
@@ -270,6 +273,12 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
         ),
         reasoning_cache_strict_memory_entries=_int(
             env, "REASONING_CACHE_STRICT_MEMORY_ENTRIES", 2000, minimum=0
+        ),
+        reasoning_cache_disk_bytes=_int(
+            env, "REASONING_CACHE_DISK_BYTES", DEFAULT_DISK_BYTES, minimum=MIN_RESERVE_BYTES
+        ),
+        reasoning_cache_reserve_bytes=_int(
+            env, "REASONING_CACHE_RESERVE_BYTES", DEFAULT_RESERVE_BYTES, minimum=MIN_RESERVE_BYTES
         ),
         reasoning_summaries_as_content=_bool(env, "RELAY_REASONING_SUMMARIES", False),
         replay_rejection_resend=_bool(env, "RELAY_REPLAY_REJECTION_RESEND", True),

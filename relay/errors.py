@@ -125,6 +125,12 @@ class StoreIOError(StoreError):
     """The operating system refused a read or write (I/O, permissions, cannot open)."""
 
 
+class StoreLatched(StoreError):
+    """The cache stopped after a safety write failed twice (``.guard`` beside the store):
+    nothing that needs a safety record is forwarded, and no relay reuses the store until
+    the operator deletes the guard."""
+
+
 class ShuttingDown(RelayError):
     status = 503
     error_type = "server_error"

@@ -10,6 +10,7 @@ from typing import Any
 from scenarios.core import Action, Ctx, ExpectationFailed
 from scenarios.faults import crash
 from scenarios.faults.disk import eio_on_writes, fiu_ctrl
+from scenarios.procs import StartupError
 from scenarios.wait import wait_until
 
 # --- process faults ---------------------------------------------------------------------------
@@ -116,6 +117,42 @@ class FillDisk(Action):
 
 
 @dataclass
+class RelayRefusesToStart(Action):
+    """Start the relay again (stopping it first) and expect it to exit during startup with
+    ``says`` in its stderr (a latched store, say)."""
+
+    says: str
+
+    def run(self, ctx: Ctx) -> None:
+        relay = ctx.harness.require_relay()
+        if relay.proc.alive:
+            ctx.harness.stop_relay()
+        try:
+            ctx.harness.start_relay(relay.options)
+        except StartupError as err:
+            if self.says not in str(err):
+                raise ExpectationFailed(
+                    f"the relay refused to start, but not with {self.says!r}: {err}"
+                ) from None
+            ctx.harness.record_fault("startup_refused", says=self.says)
+            return
+        raise ExpectationFailed(f"the relay started; expected it to refuse with {self.says!r}")
+
+
+@dataclass
+class DeleteGuard(Action):
+    """The operator's last step after the cache latched: delete ``<store>.guard``."""
+
+    def run(self, ctx: Ctx) -> None:
+        path = ctx.harness.cache_path
+        guard = path.with_name(path.name + ".guard")
+        if not guard.exists():
+            raise ExpectationFailed(f"no guard at {guard}")
+        guard.unlink()
+        ctx.harness.record_fault("guard_deleted")
+
+
+@dataclass
 class FreeDisk(Action):
     def run(self, ctx: Ctx) -> None:
         if ctx.tmpfs is not None:
@@ -128,12 +165,17 @@ class FailWrites(Action):
 
     probability: float | None = None
     heal: bool = False
+    # pwrite and the syncs only (SQLite's I/O): plain write(2), hence the relay's log on
+    # stderr, keeps working, so the relay can still report what it did.
+    store_only: bool = False
 
     def run(self, ctx: Ctx) -> None:
         if ctx.fiu_prefix is None:
             raise ExpectationFailed("FailWrites needs Scenario(fiu=True)")
         relay = ctx.harness.require_relay()
         commands = eio_on_writes(self.probability)
+        if self.store_only:
+            commands = tuple(c for c in commands if "posix/io/rw/write," not in c)
         if self.heal:
             commands = tuple("disable " + c.split(" ", 1)[1].split(",")[0] for c in commands)
         for command in commands:

@@ -74,6 +74,8 @@ class RelayOptions:
     cache_max_concurrent: int | None = None  # REASONING_CACHE_MAX_CONCURRENT (cached sessions)
     providers: tuple[Provider, ...] = ()  # RELAY_PROVIDERS, all pointing at the fake
     strict_ttl_s: int | None = None  # REASONING_CACHE_STRICT_TTL_SECONDS (>= 60)
+    # REASONING_CACHE_RESERVE_BYTES: the minimum, so that a small tmpfs can hold it.
+    reserve_bytes: int = 64 * 1024
     extra_env: tuple[tuple[str, str], ...] = ()
     mods: tuple[LaunchMod, ...] = ()  # faketime, libfiu, strace ...
 
@@ -84,6 +86,7 @@ class RelayOptions:
             "RELAY_DELIVERY_TIMEOUT_MS": str(self.delivery_timeout_ms),
             "RELAY_SSE_KEEPALIVE_MS": str(self.keepalive_ms),
             "RELAY_LOG_LEVEL": self.log_level,
+            "REASONING_CACHE_RESERVE_BYTES": str(self.reserve_bytes),
         }
         if self.max_request_bytes is not None:
             env["RELAY_MAX_REQUEST_BYTES"] = str(self.max_request_bytes)

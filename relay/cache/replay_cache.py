@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from relay import log
+from relay.cache.disk_safety import DiskSafety, open_store
 from relay.cache.session import CacheSession, SessionContext
 from relay.clock import Clock
 from relay.config import Config
@@ -32,10 +33,13 @@ from relay.core.records import MarkerKind
 from relay.core.replay_stats import ReplayStats
 from relay.core.resources import CapacityLedger
 from relay.core.responses_history import visible_history_from_responses_input
+from relay.storage.disk_guard import DiskGuard
 from relay.storage.recovery import fence, open_disabled, open_enabled
 from relay.storage.replay_store import ReasoningStore
 from relay.translate.chat_to_responses import TranslatedRequest
 from relay.translate.sampling import is_reasoning_model
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -82,10 +86,12 @@ class ReplayCache:
         upstream_credential: str,
         relay_token: str,
         new_id: Callable[[str], str],
+        safety: DiskSafety | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
         self.store = store
+        self.safety = safety  # the reserve, the .guard latch and admission (design §6)
         self.serving = store is not None and config.reasoning_cache_enabled
         self.metrics = CacheMetrics()
         self.capacity = CapacityLedger(config.cache_budget)
@@ -106,6 +112,7 @@ class ReplayCache:
             deadline_every_s=min(5.0, config.idle_timeout_ms / 4000),
             idle_timeout_s=config.idle_timeout_ms / 1000,
             resend_rejected=config.replay_rejection_resend,
+            safety=safety,
         )
         self._relay_token = relay_token
 
@@ -122,13 +129,22 @@ class ReplayCache:
     ) -> ReplayCache:
         """Open (and recover) the store when caching is on, or when it is off but a store
         exists (to record the coverage gap). Off with no store: touch nothing on disk."""
-        store = None
+        store = safety = None
         path = config.cache_path
         if config.reasoning_cache_enabled or ReasoningStore.exists(path):
-            store = ReasoningStore.open(path, clock=clock)
+            guard = DiskGuard(path, config.reasoning_cache_reserve_bytes)
+            store = open_store(guard, clock)  # refuses a latched store (.guard)
+            safety = DiskSafety(
+                store, guard, disk_bytes=config.reasoning_cache_disk_bytes, clock=clock
+            )
             try:
                 if config.reasoning_cache_enabled:
-                    report = open_enabled(store, clock.wall())
+                    report = safety.write(
+                        "startup recovery", lambda: open_enabled(store, clock.wall()), latch=False
+                    )
+                    if not guard.ensure_reserve():
+                        log.event("cache_reserve_unavailable", bytes=guard.reserve_bytes,
+                                  free=guard.free_bytes())  # fmt: skip
                     log.event(
                         "cache_opened",
                         recovered_intents=report.recovered_intents,
@@ -136,7 +152,9 @@ class ReplayCache:
                         generations_advanced=report.generations_advanced,
                     )
                 else:
-                    recovered = open_disabled(store, clock.wall())
+                    recovered = safety.write(
+                        "coverage gap", lambda: open_disabled(store, clock.wall()), latch=False
+                    )
                     log.event("cache_gap_recorded", recovered_intents=recovered)
             except BaseException:
                 store.close()
@@ -149,6 +167,7 @@ class ReplayCache:
             upstream_credential=upstream_credential,
             relay_token=relay_token,
             new_id=new_id,
+            safety=safety,
         )
 
     @property
@@ -157,6 +176,8 @@ class ReplayCache:
 
     def close(self) -> None:
         if self.store is not None:
+            if self.safety is not None and not self.safety.latched:
+                self.safety.checkpoint()  # leave an empty WAL: the next start needs no room
             self.store.close()
 
     def fence(
@@ -178,7 +199,10 @@ class ReplayCache:
         targeting = scope_targeting(
             self.store.secret, credential=credential, model=model, caller=caller
         )
-        fenced = fence(self.store, targeting, self.clock.wall())
+        store = self.store
+        fenced = self._safely(
+            "fence", lambda: fence(store, targeting, self.clock.wall()), request_id
+        )
         self.metrics.fenced += 1
         log.event("cache_fenced", request_id=request_id, scopes=fenced)
 
@@ -230,6 +254,8 @@ class ReplayCache:
             # longer history can fit either. No intent, no marker.
             self._skip(request_id, Reason.CANONICAL_LIMIT.value)
             return None
+        if self.safety is not None:
+            self.safety.check()  # latched: a cached request would need a safety record
         lease = self.capacity.try_acquire(history.bytes_used)
         if lease is None:
             self._bypass(scope, history, request_id)
@@ -250,16 +276,26 @@ class ReplayCache:
         """No session to spare: this generation goes unobserved, so its position is
         poisoned first (it must not leave an older record there falsely unique)."""
         assert self.store is not None
-        with self.store.transaction():
-            row = self.store.scope_for(scope.digest, scope.targeting)
-            self.store.add_marker(
-                row.id,
-                MarkerKind.START_POISON,
-                history.final_state.digest,
-                history.final_state.position,
-                self.clock.wall(),
-            )
+        store = self.store
+
+        def poison() -> None:
+            with store.transaction():
+                row = store.scope_for(scope.digest, scope.targeting)
+                store.add_marker(
+                    row.id,
+                    MarkerKind.START_POISON,
+                    history.final_state.digest,
+                    history.final_state.position,
+                    self.clock.wall(),
+                )
+
+        self._safely("bypass poison", poison, request_id)
         self._skip(request_id, Reason.CAPACITY_BYPASS.value)
+
+    def _safely(self, what: str, body: Callable[[], T], request_id: str) -> T:
+        if self.safety is None:
+            return body()
+        return self.safety.write(what, body, request_id=request_id)
 
     def _skip(self, request_id: str, reason: str) -> None:
         self.metrics.skipped[reason] += 1

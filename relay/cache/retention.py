@@ -111,6 +111,8 @@ class RetentionCleanup:
             log.event("cache_cleanup_failed", logging.WARNING, run=totals.runs, code=err.code)
             return None
         totals.last, totals.last_eligible = result, eligible
+        if result.reclaimed:
+            self._checkpoint()  # the WAL holds the deletions: keep it bounded (design §6)
         totals.reclaimed += result.reclaimed
         totals.reclaimed_bytes += result.reclaimed_bytes
         log.event(
@@ -128,6 +130,12 @@ class RetentionCleanup:
             total_reclaimed=totals.reclaimed,
         )
         return result
+
+    def _checkpoint(self) -> None:
+        try:
+            self.store.checkpoint()
+        except StoreError as err:  # a failed checkpoint loses nothing: the WAL stays valid
+            log.event("cache_checkpoint_failed", logging.WARNING, code=err.code)
 
     def start(self) -> None:
         """Run every ``every_s`` on the running event loop (call from it)."""

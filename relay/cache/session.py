@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import suppress
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from relay import log
 from relay.clock import Clock
@@ -45,7 +45,10 @@ from relay.translate.body_encoding import RawItems
 from relay.translate.chat_to_responses import TranslatedRequest
 
 if TYPE_CHECKING:
+    from relay.cache.disk_safety import DiskSafety
     from relay.cache.replay_cache import CacheMetrics
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class SessionContext:
     deadline_every_s: float  # persist intent deadline metadata at most this often
     idle_timeout_s: float
     resend_rejected: bool  # RELAY_REPLAY_REJECTION_RESEND: resend once without replay
+    safety: DiskSafety | None = None  # reserve, latch, admission (design §6 disk pressure)
 
 
 @dataclass(frozen=True)
@@ -148,7 +152,19 @@ class CacheSession:
         """Where the generated assistant message will sit in the visible history."""
         return len(self._messages)
 
+    def _safely(self, what: str, body: Callable[[], T]) -> T:
+        """A safety write: retried once after releasing the disk reserve, then latched
+        (:mod:`relay.cache.disk_safety`). Each retried body is one local transaction that
+        comes before its send or after its answer: no model request is sent again."""
+        if self._ctx.safety is None:
+            return body()
+        return self._ctx.safety.write(what, body, request_id=self.request_id)
+
     def dispatch(self) -> dict[str, Any]:
+        """See :meth:`_dispatch`."""
+        return self._safely("dispatch intent", self._dispatch)
+
+    def _dispatch(self) -> dict[str, Any]:
         """Plan, pin and record the dispatch intent in one transaction; the upstream body.
 
         Call it right before sending, with no ``await`` in between: the plan is validated
@@ -213,6 +229,10 @@ class CacheSession:
         self._save_deadline()
 
     def refused(self, error: UpstreamHTTPError) -> ReplayRefusal | None:
+        """See :meth:`_refused`."""
+        return self._safely("refusal markers", lambda: self._refused(error))
+
+    def _refused(self, error: UpstreamHTTPError) -> ReplayRefusal | None:
         """The upstream answered ``error`` before any output. ``None``: an ordinary failure
         (the caller fails the request, then ``abort``). Otherwise it refused the replayed
         state: every replayed block is marked ``end_rejected`` (no plan selects it again,
@@ -286,6 +306,10 @@ class CacheSession:
             log.event("cache_deadline_not_saved", request_id=self.request_id, code=err.code)
 
     def complete(self, sent: ClientProjection) -> CaptureResult:
+        """See :meth:`_complete`."""
+        return self._safely("observation", lambda: self._complete(sent))
+
+    def _complete(self, sent: ClientProjection) -> CaptureResult:
         """Commit what this generation was, before the client sees its end.
 
         Raises ``StoreError``: the caller must then fail the answer rather than deliver a
@@ -293,7 +317,7 @@ class CacheSession:
         """
         assert self._row is not None, "dispatch() first"
         assert self._intent is not None
-        result = finish_capture(self.capture, sent)
+        result = self._admitted(finish_capture(self.capture, sent))
         now = self._ctx.clock.wall()
         with self._store.transaction():
             outcome = self._observe(result, now)
@@ -310,6 +334,17 @@ class CacheSession:
             position=self.position,
         )
         return result
+
+    def _admitted(self, result: CaptureResult) -> CaptureResult:
+        """Disk pressure stops admission, never observation: a payload that does not fit
+        (design §6) makes the generation an observation without its payload."""
+        if result.kind != "admit" or result.output_json is None or self._ctx.safety is None:
+            return result
+        refused = self._ctx.safety.refuse_payload(len(result.output_json.encode("utf-8")))
+        if refused is None:
+            return result
+        log.event("cache_admission_refused", request_id=self.request_id, reason=refused.value)
+        return replace(result, kind="observe", reason=Reason.DISK_PRESSURE)
 
     def _observe(self, result: CaptureResult, now: float) -> str:
         assert self._row is not None
@@ -415,22 +450,27 @@ class CacheSession:
             return  # never dispatched: nothing was generated
         now = self._ctx.clock.wall()
         try:
-            with self._store.transaction():
-                if poison:
-                    self._store.add_marker(
-                        self._row.id,
-                        MarkerKind.START_POISON,
-                        self._history.final_state.digest,
-                        self.position,
-                        now,
-                    )
-                self._store.delete_intent(self._intent)
+            self._safely("close intent", lambda: self._resolve(poison=poison, now=now))
         except StoreError as err:
             # The intent row stays: startup recovery poisons it (issue 5 lifecycle).
             log.event("cache_close_failed", request_id=self.request_id, code=err.code)
             return
         if poison:
             log.event("cache_poisoned", request_id=self.request_id, reason=reason)
+
+    def _resolve(self, *, poison: bool, now: float) -> None:
+        assert self._row is not None
+        assert self._intent is not None
+        with self._store.transaction():
+            if poison:
+                self._store.add_marker(
+                    self._row.id,
+                    MarkerKind.START_POISON,
+                    self._history.final_state.digest,
+                    self.position,
+                    now,
+                )
+            self._store.delete_intent(self._intent)
 
     @property
     def _kind(self) -> str:

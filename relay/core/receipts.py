@@ -48,3 +48,4 @@ class Reason(StrEnum):
     EMPTY_ENVELOPE = "empty_envelope"  # nothing visible to match later: observed only
     REFUSAL = "refusal"  # how a client echoes a refusal is unknown: poisons
     CAPTURE_EXHAUSTED = "capture_exhausted"  # output over the entry allowance: poisons
+    DISK_PRESSURE = "disk_pressure"  # disk limit, low free space or reserve spent: observed only

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from relay.clock import Clock
+from relay.core.disk_policy import DEFAULT_RESERVE_BYTES, wal_policy
 from relay.core.identity import ScopeTargeting
 from relay.core.records import (
     EMPTY_PLAN,
@@ -226,8 +227,13 @@ class ReasoningStore:
         return path.exists()
 
     @classmethod
-    def open(cls, path: Path, *, clock: Clock) -> ReasoningStore:
+    def open(
+        cls, path: Path, *, clock: Clock, reserve_bytes: int = DEFAULT_RESERVE_BYTES
+    ) -> ReasoningStore:
         """Open (creating if needed) and take exclusive ownership of the store at ``path``.
+        The WAL is bounded to ``reserve_bytes`` (see :func:`~relay.core.disk_policy.
+        wal_policy`) and checkpointed before the startup write, so a full volume whose WAL
+        holds the space can still be opened.
 
         Raises :class:`StoreLocked` when another process holds it, :class:`StoreCorrupt`
         for a file that is not a usable reasoning cache, other :class:`StoreError`\\ s for
@@ -252,7 +258,7 @@ class ReasoningStore:
         except sqlite3.Error as exc:
             raise _store_error(exc, path, "open") from None
         try:
-            secret = cls._take_ownership(conn, path, clock)
+            secret = cls._take_ownership(conn, path, clock, reserve_bytes)
             for suffix in ("", "-wal", "-shm", "-journal"):
                 sibling = path.with_name(path.name + suffix)
                 if sibling.exists():
@@ -266,7 +272,9 @@ class ReasoningStore:
         return cls(conn, path, secret, clock)
 
     @staticmethod
-    def _take_ownership(conn: sqlite3.Connection, path: Path, clock: Clock) -> bytes:
+    def _take_ownership(
+        conn: sqlite3.Connection, path: Path, clock: Clock, reserve_bytes: int
+    ) -> bytes:
         """Set the PRAGMAs, migrate, and prove the lock with a write; returns the secret."""
         action = "open"
         try:
@@ -278,6 +286,13 @@ class ReasoningStore:
                 raise StoreIOError(f"reasoning cache {path}: cannot enable WAL (got {mode})")
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA foreign_keys = ON")
+            # Disk pressure (design §6): a WAL bounded by the reserve, emptied into the
+            # database before the startup write needs room for its own frames.
+            wal = wal_policy(reserve_bytes, conn.execute("PRAGMA page_size").fetchone()[0])
+            conn.execute(f"PRAGMA wal_autocheckpoint = {wal.autocheckpoint_pages:d}")
+            conn.execute(f"PRAGMA journal_size_limit = {wal.journal_size_limit:d}")
+            action = "the startup checkpoint"
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
             action = "the startup write"
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -308,6 +323,19 @@ class ReasoningStore:
         if not isinstance(secret[0], bytes) or len(secret[0]) != SECRET_BYTES:
             raise StoreCorrupt(f"reasoning cache {path}: the cache secret is malformed")
         return secret[0]
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database and truncate it (after cleanup, at shutdown)."""
+        with self._sqlite("checkpoint") as conn:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+
+    def used_bytes(self) -> int:
+        """Database bytes in use: pages minus free pages (which later writes reuse)."""
+        with self._sqlite("measure the database") as conn:
+            pages = conn.execute("PRAGMA page_count").fetchone()[0]
+            free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+            size = conn.execute("PRAGMA page_size").fetchone()[0]
+        return int((pages - free) * size)
 
     def close(self) -> None:
         """Release the lock and the file; calling it again does nothing."""

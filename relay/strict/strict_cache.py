@@ -230,6 +230,10 @@ class StrictCache:
             return 0
         if deleted:
             log.event("strict_cleanup", deleted=deleted)
+            try:
+                self.store.checkpoint()  # design §6: the WAL is emptied after a cleanup
+            except StoreError as err:
+                self._failed("checkpoint", err)
         return deleted
 
     def start_cleanup(self) -> None:

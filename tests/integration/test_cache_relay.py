@@ -210,8 +210,20 @@ def test_a_failing_store_refuses_with_503_instead_of_forwarding_unsafely(cached:
     assert resp.json()["error"]["code"] == "cache_unavailable"
     assert filler[:100] not in resp.text
     assert cached.fake.requests == []  # never forwarded
-    # The store works again once space is back.
-    assert continuity(ask(cached, [{"role": "user", "content": "hi"}], stream=True)) == (0, 0, 0)
+    # The intent failed, was retried once (no reserve left to free) and failed again: the
+    # cache latched (design §6). It stays stopped once space is back, and no relay reuses
+    # the store until the operator deletes its .guard.
+    path = cached.relay.config.cache_path
+    assert path.with_name(path.name + ".guard").exists()
+    again = requests.post(
+        f"{cached.base_url}/chat/completions",
+        json={"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}]},
+        headers=cached.headers(),
+        timeout=10,
+    )
+    assert again.status_code == 503, again.text
+    assert again.json()["error"]["code"] == "cache_unavailable"
+    assert cached.fake.requests == []
 
 
 def test_a_dispatch_that_could_not_record_its_intent_poisons_nothing(

@@ -139,3 +139,32 @@ def test_a_data_dir_that_cannot_be_private_stops_startup_with_one_line(tmp_path:
         f"relay: configuration error: the data directory {tmp_path / 'data'} (RELAY_DATA_DIR) "
         "exists and is not a directory; remove it or choose another"
     ]
+
+
+def test_a_latched_store_is_refused_with_one_line_saying_what_to_do(tmp_path: Path) -> None:
+    """While ``<store>.guard`` exists, ``relay serve`` neither reuses the store (cache on)
+    nor records a coverage gap in it (cache off): exit 1 and one line naming the guard,
+    what failed and the operator's steps."""
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    store = data / "reasoning-cache.sqlite"
+    store.write_bytes(b"")  # any store file: it must not even be opened
+    guard = data / "reasoning-cache.sqlite.guard"
+    guard.write_text('{"what": "dispatch intent", "code": "SQLITE_FULL", "at": 0}\n')
+    for enabled in ("1", "0"):
+        done = subprocess.run(
+            [sys.executable, "-m", "relay", "serve"],
+            env=relay_env(tmp_path, REASONING_CACHE_ENABLED=enabled),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert done.returncode == 1, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1, lines
+        assert lines[0].startswith("relay: cannot open the reasoning cache: ")
+        assert f"{guard} exists" in lines[0]
+        assert "dispatch intent failed with SQLITE_FULL" in lines[0]
+        assert f"then delete {guard} to reuse it" in lines[0]
+    assert store.read_bytes() == b"" and guard.exists()

@@ -92,3 +92,22 @@ def test_log_format_and_body_log_settings(tmp_path: Path) -> None:
         {"RELAY_LOG_FORMAT": " JSON ", "LOG_BODIES": "1", "RELAY_LOG_BODIES_DIR": "/x/b"}
     )
     assert (chosen.log_format, chosen.log_bodies, chosen.bodies_dir) == ("json", True, Path("/x/b"))
+
+
+def test_disk_pressure_settings() -> None:
+    from relay.core.disk_policy import DEFAULT_DISK_BYTES, DEFAULT_RESERVE_BYTES
+
+    config = load_config({})
+    assert config.reasoning_cache_disk_bytes == DEFAULT_DISK_BYTES == 1 << 30
+    assert config.reasoning_cache_reserve_bytes == DEFAULT_RESERVE_BYTES == 64 << 20
+    config = load_config({"REASONING_CACHE_RESERVE_BYTES": "65536",
+                          "REASONING_CACHE_DISK_BYTES": "1048576"})  # fmt: skip
+    assert (config.reasoning_cache_reserve_bytes, config.reasoning_cache_disk_bytes) == (
+        65536,
+        1 << 20,
+    )
+    for name in ("REASONING_CACHE_RESERVE_BYTES", "REASONING_CACHE_DISK_BYTES"):
+        with pytest.raises(
+            ConfigError, match=f"^{name}='65535': expected a whole number >= 65536$"
+        ):
+            load_config({name: "65535"})

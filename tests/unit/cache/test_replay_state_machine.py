@@ -40,6 +40,7 @@ with longer runs. A failure prints the shrunk step sequence (a runnable program)
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
@@ -68,12 +69,14 @@ from relay.cache.session import CacheSession, ScopedSource
 from relay.clock import ManualClock
 from relay.config import Config
 from relay.core.capture import ClientProjection
+from relay.core.disk_policy import MIN_RESERVE_BYTES
 from relay.core.identity import HistoryDigests, Scope, history_digests
 from relay.core.planner import Plan, PlanLimits, plan_replay
 from relay.core.receipts import Reason
 from relay.core.records import BlockRef, PlanText
-from relay.errors import UpstreamHTTPError
+from relay.errors import StoreFull, StoreLatched, UpstreamHTTPError
 from relay.model_alias import ModelAlias
+from relay.storage.disk_guard import DiskGuard, guard_path
 from relay.storage.replay_store import ReasoningStore
 from relay.translate.body_encoding import encode_body
 from relay.translate.request import translate_request
@@ -184,6 +187,34 @@ def sent_to_client(items: Sequence[Message]) -> ClientProjection:
 # --- the real relay side ----------------------------------------------------------------------
 
 
+class FullDisk:
+    """A volume that is full while ``full`` is set: every store transaction fails as on
+    SQLITE_FULL (before it begins, so all or nothing, as SQLite guarantees) and the
+    volume reports no free bytes. With ``room_after_release`` the blocks the reserve gives
+    back hold the writes that follow; without, the disk stays full. The reserve and the
+    guard are the real files beside the store (real ENOSPC and EIO: the tmpfs and
+    countdown tests)."""
+
+    def __init__(self) -> None:
+        self.full = False
+        self.room_after_release = False
+        self.failures = 0
+
+    def install(self, store: ReasoningStore, guard: DiskGuard) -> None:
+        real_transaction, real_free = store.transaction, guard.free_bytes
+
+        @contextlib.contextmanager
+        def transaction() -> Iterator[None]:
+            if self.full and not (self.room_after_release and not guard.reserve.exists()):
+                self.failures += 1
+                raise StoreFull("simulated full disk", sqlite_error="SQLITE_FULL")
+            with real_transaction():
+                yield
+
+        store.transaction = transaction  # type: ignore[method-assign]
+        guard.free_bytes = lambda: 0 if self.full else real_free()  # type: ignore[method-assign]
+
+
 class Relay:
     """ReplayCache → CacheSession → ReasoningStore on one SQLite file, as the handler uses them."""
 
@@ -192,6 +223,7 @@ class Relay:
         self.clock = clock
         self.count = 0
         self.last_intent = ""
+        self.disk = FullDisk()
         self.cache = self._open()
         self.scope = self._scope()
         self._digests: dict[History, HistoryDigests] = {}
@@ -210,11 +242,15 @@ class Relay:
             reasoning_cache_enabled=enabled,
             reasoning_cache_path=self.path,
             reasoning_cache_max_concurrent=MAX_CONCURRENT,
+            reasoning_cache_reserve_bytes=MIN_RESERVE_BYTES,
         )
-        return ReplayCache.open(
+        cache = ReplayCache.open(
             config, self.watched, upstream_url=UPSTREAM_URL, upstream_credential="sk-test",
             relay_token="relay-token", new_id=self._new_id,
         )  # fmt: skip
+        if cache.store is not None and cache.safety is not None:
+            self.disk.install(cache.store, cache.safety.guard)
+        return cache
 
     @property
     def cleanup(self) -> RetentionCleanup:
@@ -489,9 +525,10 @@ class ReplayMachine(RuleBasedStateMachine):
 
     def finish(
         self, pending: Pending, visible: Message, follow: Message, *, outcome: str,
-        hold: bool, same_output: bool = False,
+        hold: bool, same_output: bool = False, disk_pressure: bool = False,
     ) -> None:  # fmt: skip
         """Feed an output to the session and commit it; ``hold`` leaves it undelivered.
+        ``disk_pressure``: the disk has no room for a payload, so it is observed only.
         ``same_output``: byte for byte the output recorded last for ``visible`` (a
         retried identical answer), when there is one."""
         self.model.now = self.clock.wall()
@@ -528,11 +565,12 @@ class ReplayMachine(RuleBasedStateMachine):
                 session.feed(event_type, data)
             result = session.complete(sent_to_client(items))
             reasoning = any(item["type"] == "reasoning" for item in items)
-            assert result.kind == ("admit" if reasoning else "observe"), result
+            admissible = reasoning and not disk_pressure
+            assert result.kind == ("admit" if admissible else "observe"), result
             assert result.output_json == payload_text(items)
             observed = self.model.observe(
                 start=request, envelope=canonical(visible), payload=payload_text(items),
-                admissible=reasoning, prior=pending.prior, generation=pending.generation,
+                admissible=admissible, prior=pending.prior, generation=pending.generation,
                 intent=pending.intent, snapshot=self.snapshot, prior_keys=pending.keys,
             )  # fmt: skip
             self.check_observed(pending, end, end_digest, before, observed.record)
@@ -777,6 +815,53 @@ class ReplayMachine(RuleBasedStateMachine):
             self.check_poisoned(start)
         self.model.generation += int(exists and how == "disabled_in_between")
         self.model.start_barrier(self.clock.wall(), self.clock.monotonic())
+
+    @precondition(lambda self: not self.pending and bool(self.growing()))
+    @rule(pick=picks, room_after_release=st.booleans())
+    def request_on_a_full_disk(self, pick: int, room_after_release: bool) -> None:
+        """The disk fills up. The next safety write (the dispatch intent) fails, releases
+        the reserve and is retried once. With room after that, the request goes ahead and
+        its answer is observed without its payload (disk pressure); the reserve is
+        allocated again at the first admission after the disk has room. Without, the
+        cache latches: nothing is forwarded, no request is cached, the store is refused
+        on reopening while its .guard exists, and after the operator deletes the guard
+        startup recovery runs as after a crash."""
+        growing = self.growing()
+        request = growing[pick % len(growing)]
+        disk, guard = self.relay.disk, guard_path(self.relay.path)
+        assert self.relay.cache.safety is not None
+        reserve = self.relay.cache.safety.guard.reserve
+        if not reserve.exists():  # released by an earlier full disk: back once there is room
+            assert self.relay.cache.safety.guard.ensure_reserve()
+        disk.full, disk.room_after_release, disk.failures = True, room_after_release, 0
+        try:
+            if room_after_release:
+                pending = self.start(request)
+                assert pending is not None
+                assert disk.failures == 1 and not reserve.exists(), "the reserve was not spent"
+                visible, follow = self.new_visible("text")
+                self.finish(pending, visible, follow, outcome="admit", hold=False,
+                            disk_pressure=True)  # fmt: skip
+                assert not guard.exists()
+                event("full disk: the reserve made room")
+                return
+            session = self.relay.session(request)
+            with pytest.raises(StoreLatched):
+                session.dispatch()
+            assert disk.failures == 2 and guard.exists(), "two failures must latch"
+            event("full disk: latched")
+            session.abort("cache_unavailable")  # nothing was dispatched: nothing to poison
+            with pytest.raises(StoreLatched):
+                self.relay.begin(request)  # latched: a cached request would need an intent
+        finally:
+            disk.full = False
+        before = self.relay.store.stats()
+        self.relay.cache.close()
+        with pytest.raises(StoreLatched, match=r"\.guard exists"):
+            self.relay._open()
+        guard.unlink()  # the operator's last step (README: disk pressure)
+        self.relay.cache = self.relay._open()
+        assert self.relay.store.stats() == before, "the latch changed the store"
 
     @rule()
     def advance_generation(self) -> None:

@@ -176,6 +176,8 @@ def test_cleanup_drops_expired_memory_and_rows(cache: StrictCache, clock: Manual
     clock.jump_wall(TTL - 1500)  # the first two are past their expiry
     assert cache.cleanup() == 2
     assert len(cache.memory) == 1
+    assert cache.store is not None  # and the WAL was emptied into the database after it
+    assert cache.store.path.with_name(cache.store.path.name + "-wal").stat().st_size == 0
 
 
 def test_after_a_restart_the_first_lookup_is_served_from_disk(

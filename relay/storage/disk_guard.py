@@ -1,0 +1,146 @@
+"""The files beside the replay store that keep it safe on a full disk (design §6 "Disk
+pressure"): the physical reserve and the ``.guard`` latch. The decisions are in
+:mod:`relay.core.disk_policy`; this module only touches files.
+
+- ``<db>.reserve``: ``REASONING_CACHE_RESERVE_BYTES`` of real blocks
+  (``posix_fallocate``, never a sparse file: a sparse file frees nothing when deleted).
+  Deleting it is how the cache makes room for a safety write on a full disk.
+- ``<db>.guard``: written when a safety write failed even after the reserve was released.
+  While it exists no relay reuses the store (:func:`refuse_if_latched`); the operator
+  frees space, checks the store and deletes it (README, *Disk pressure*).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+
+from relay.core.disk_policy import DiskState, may_recreate_reserve
+from relay.errors import StoreError, StoreLatched
+
+
+def reserve_path(db: Path) -> Path:
+    return db.with_name(db.name + ".reserve")
+
+
+def guard_path(db: Path) -> Path:
+    return db.with_name(db.name + ".guard")
+
+
+def refuse_if_latched(db: Path) -> None:
+    """Raise :class:`StoreLatched` (one line: what happened, what to do) while the store's
+    ``.guard`` exists."""
+    guard = guard_path(db)
+    if not guard.exists():
+        return
+    reason = "reason unknown"
+    with contextlib.suppress(OSError, ValueError):
+        recorded = json.loads(guard.read_text(encoding="utf-8"))
+        reason = f"{recorded['what']} failed with {recorded['code']}"
+    raise StoreLatched(
+        f"{guard} exists: the cache stopped because a safety write could not be made "
+        f"({reason}); free space on {db.parent}, check the store with "
+        f"`sqlite3 {db} 'PRAGMA integrity_check'`, then delete {guard} to reuse it "
+        "(or set REASONING_CACHE_PATH to a new file)"
+    )
+
+
+class DiskGuard:
+    """The reserve and latch of one store file."""
+
+    def __init__(self, db: Path, reserve_bytes: int) -> None:
+        self.db = db
+        self.reserve_bytes = reserve_bytes
+        self.reserve = reserve_path(db)
+        self.guard = guard_path(db)
+        self.latched = False
+
+    # --- the reserve ------------------------------------------------------------------
+
+    @property
+    def reserve_held(self) -> bool:
+        """Whether the reserve file is there with all its blocks allocated."""
+        try:
+            st = self.reserve.stat()
+        except OSError:
+            return False
+        return st.st_size == self.reserve_bytes and st.st_blocks * 512 >= self.reserve_bytes
+
+    def ensure_reserve(self) -> bool:
+        """Allocate the reserve if it is missing, short or sparse and the volume has room
+        for it twice over; whether it is held afterwards. Never raises for lack of room."""
+        if self.reserve_held:
+            return True
+        with contextlib.suppress(FileNotFoundError):
+            self.reserve.unlink()  # a short or wrong-sized one: start again
+        if not may_recreate_reserve(self.free_bytes(), self.reserve_bytes):
+            return False
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(self.reserve, flags, 0o600)
+        except OSError:
+            return False
+        try:
+            os.posix_fallocate(fd, 0, self.reserve_bytes)
+            os.fsync(fd)
+        except OSError:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                self.reserve.unlink()
+            return False
+        os.close(fd)
+        return True
+
+    def release_reserve(self) -> bool:
+        """Delete the reserve, giving its blocks back to the volume; whether there was one."""
+        try:
+            self.reserve.unlink()
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise StoreError(
+                f"cannot release the reasoning cache reserve {self.reserve}: {exc.strerror}"
+            ) from None
+        return True
+
+    # --- measurements -----------------------------------------------------------------
+
+    def free_bytes(self) -> int:
+        try:
+            st = os.statvfs(self.db.parent)
+        except OSError:
+            return 0
+        return st.f_bavail * st.f_frsize
+
+    def state(self, used_bytes: int) -> DiskState:
+        return DiskState(used_bytes, self.free_bytes(), self.reserve_held)
+
+    # --- the latch --------------------------------------------------------------------
+
+    def latch(self, what: str, code: str | None, now: float) -> bool:
+        """Stop this store for good: ``latched`` at once, and ``.guard`` written so that no
+        later process reuses it. Whether the file could be written (its absence after a
+        failure is logged by the caller; the in-memory latch holds either way)."""
+        self.latched = True
+        record = json.dumps({"what": what, "code": code or "unknown", "at": now})
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(self.guard, flags, 0o600)
+        except OSError:
+            return False
+        try:
+            os.write(fd, record.encode("utf-8") + b"\n")
+            os.fsync(fd)
+        except OSError:
+            pass  # an empty guard still latches: refuse_if_latched only needs it to exist
+        finally:
+            os.close(fd)
+        with contextlib.suppress(OSError):  # make the new directory entry durable
+            directory = os.open(self.db.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+        return self.guard.exists()
