@@ -861,6 +861,7 @@ class ReplayMachine(RuleBasedStateMachine):
             self.relay._open()
         guard.unlink()  # the operator's last step (README: disk pressure)
         self.relay.cache = self.relay._open()
+        self.model.start_barrier(self.clock.wall(), self.clock.monotonic())  # a new start
         assert self.relay.store.stats() == before, "the latch changed the store"
 
     @rule()
