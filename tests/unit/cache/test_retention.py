@@ -150,6 +150,22 @@ def test_a_run_deletes_only_once_the_barrier_and_the_cutoff_allow(
     assert report["reclaimedBytes"] == result.reclaimed_bytes > 0
 
 
+def test_a_run_that_reclaimed_checkpoints_the_wal(relay: sm.Relay) -> None:
+    """The deletions sit in the WAL until a checkpoint: one after the run keeps a small
+    volume's WAL bounded (design §6, disk pressure)."""
+    sm.answer(relay, (sm.user("hi"),), "one", 1)
+    relay.clock.advance(BARRIER_S + 31 * DAY)
+    wal = Path(f"{relay.path}-wal")
+    cleanup = relay.cleanup
+    result = cleanup.run()
+    assert result is not None and result.reclaimed == 1
+    assert wal.stat().st_size == 0  # TRUNCATE: the deletion is in the database file
+    sm.answer(relay, (sm.user("again"),), "two", 1)
+    assert wal.stat().st_size > 0
+    assert cleanup.run() is not None  # nothing idle: nothing reclaimed, no checkpoint
+    assert wal.stat().st_size > 0
+
+
 def test_a_store_failure_is_logged_and_counted(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
