@@ -81,10 +81,12 @@ class PriorPlan:
 
     @property
     def well_formed(self) -> bool:
-        """Whether the three fields can describe a plan at all (damage cannot pass)."""
+        """Whether the fields can describe a plan at all (damage cannot pass). A plan of
+        blocks whose link is gone (``parent_id`` None: its last block was not in the store
+        when the link was made) is a plan whose ancestors are missing, not a damaged one."""
         if self.count == 0:
             return self.parent_id is None and self.chain == EMPTY_CHAIN
-        return self.count > 0 and self.parent_id is not None and is_hex_digest(self.chain)
+        return self.count > 0 and is_hex_digest(self.chain)
 
 
 EMPTY_PLAN: Final = PriorPlan(None, 0, EMPTY_CHAIN)

@@ -16,11 +16,14 @@ Each record is converted exactly or retired, never guessed:
 - the link goes to the record the v4 planner resolved the plan's last ref to: the newest
   observation of that scope with that end digest and payload fingerprint. Its chain is
   then checked link by link as the v4 planner checked each ancestor's plan, so the
-  decisions are the same. When that record is not older than the one linking to it
-  (which only a re-observation of identical bytes could cause), the link could form a
-  cycle: the record is retired. When no record has that ref, the link is left empty and
-  the record keeps its chain digest: the planner reports ``ancestor_missing`` for it, as
-  v4 did.
+  decisions are the same. When no record has that ref, or the one that has it is not
+  older than the record linking to it (which only a re-observation of identical bytes
+  could cause, and which could form a cycle), the link is left empty and the record keeps
+  its chain digest: as the newest record of a plan the planner reports
+  ``ancestor_missing`` for it, as v4 did, and as a later record it still proves what it
+  was generated on wherever its own digest is compared. Only where the planner would have
+  to walk through the lost link does it now block an older chain that v4 let through:
+  more caution, never less.
 
 The ``dependencies`` rows held by observations are dropped: the links replace them. Intent
 pins (rows held by an intent) stay. Open intents get a chain digest and no link: their
@@ -85,8 +88,7 @@ def link_observations(conn: sqlite3.Connection) -> None:
             continue
         parent = _parent_of(newest, scope_id, refs)
         if parent is not None and parent >= id_:
-            retired.append(id_)
-            continue
+            parent = None  # a link must point to an older row
         updates.append((parent, plan_chain(refs), id_))
     conn.executemany("UPDATE observations SET parent_id = ?, prior_chain = ? WHERE id = ?", updates)
     conn.executemany(

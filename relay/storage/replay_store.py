@@ -489,7 +489,7 @@ class ReasoningStore:
     ) -> Observation:  # fmt: skip
         """Record one observed generation; a snapshot also becomes the scope's latest.
         ``ValueError`` for a prior plan that could not read back as one."""
-        if not prior_plan.well_formed:
+        if not prior_plan.well_formed or (prior_plan.count and prior_plan.parent_id is None):
             raise ValueError("a prior plan needs a link, a length and a chain digest that agree")
         with self._writer("record an observation") as conn:
             cursor = conn.execute(

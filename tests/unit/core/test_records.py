@@ -69,7 +69,6 @@ def test_each_record_links_to_its_plan_and_its_chain_plan_extends_it(refs: list[
     [
         PriorPlan(None, 0, h(1)),  # empty, with another digest
         PriorPlan(3, 0, EMPTY_CHAIN),  # empty, with a link
-        PriorPlan(None, 1, h(1)),  # one block, no link
         PriorPlan(3, 1, h(1).upper()),  # not lowercase hex
         PriorPlan(3, 1, ""),  # retired by the v5 migration
         PriorPlan(3, -1, h(1)),
@@ -82,3 +81,4 @@ def test_fields_that_describe_no_plan_are_not_well_formed(plan: PriorPlan) -> No
 def test_the_empty_plan() -> None:
     assert PriorPlan(None, 0, plan_chain([])) == EMPTY_PLAN and EMPTY_PLAN.well_formed
     assert PriorPlan(1, 1, h(2)).well_formed
+    assert PriorPlan(None, 1, h(2)).well_formed  # a lost link: its ancestors are missing

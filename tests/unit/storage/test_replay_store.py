@@ -693,7 +693,6 @@ def test_dependency_needs_exactly_one_holder(store: ReasoningStore) -> None:
 @pytest.mark.parametrize(
     ("parent", "count", "chain"),
     [
-        (None, 1, h(7)),  # a plan with no link
         (1, 0, EMPTY_PLAN.chain),  # an empty plan with a link
         (None, 0, h(7)),  # an empty plan with another digest
         (1, 1, "not a digest"),
