@@ -80,8 +80,10 @@ class ScopedSource:
         self._store = store
         self._scope_id = scope_id
 
-    def observations_at(self, end_digest: str) -> Sequence[Observation]:
-        return self._store.observations_at(self._scope_id, end_digest)
+    def observations_ending_at(
+        self, end_digests: Iterable[str]
+    ) -> Mapping[str, Sequence[Observation]]:
+        return self._store.observations_ending_at(self._scope_id, end_digests)
 
     def lineage(self, observation_id: int, limit: int) -> Sequence[Observation]:
         return self._store.lineage(self._scope_id, observation_id, limit)

@@ -40,8 +40,11 @@ REPLAYABLE_ITEM_TYPES: Final = frozenset({"reasoning", "message", "function_call
 class RecordSource(Protocol):
     """Read access to one scope's records (all generations)."""
 
-    def observations_at(self, end_digest: str) -> Sequence[Observation]:
-        """Every record ending at ``end_digest``, newest first."""
+    def observations_ending_at(
+        self, end_digests: Iterable[str]
+    ) -> Mapping[str, Sequence[Observation]]:
+        """Every record ending at each of ``end_digests``, newest first (a digest no record
+        ends at may be absent), read in a few queries."""
 
     def lineage(self, observation_id: int, limit: int) -> Sequence[Observation]:
         """The record ``observation_id`` and up to ``limit - 1`` more up its parent links,
@@ -145,6 +148,23 @@ class _Planning:
     verified: dict[int, SelectedBlock] = field(default_factory=dict)
     by_id: dict[int, Observation] = field(default_factory=dict)
     absent: set[int] = field(default_factory=set)  # ids a lineage read did not find
+    ending_at: dict[str, Sequence[Observation]] = field(default_factory=dict)
+
+    def records_at(self, end_digest: str) -> Sequence[Observation]:
+        """The records ending at ``end_digest`` (read once per planning)."""
+        if end_digest not in self.ending_at:
+            self.read_ends([end_digest])
+        return self.ending_at[end_digest]
+
+    def read_ends(self, end_digests: Iterable[str]) -> None:
+        """Read the records of every digest not read yet, in one batch: one query for
+        the messages a step needs instead of one per message."""
+        unread = [digest for digest in dict.fromkeys(end_digests) if digest not in self.ending_at]
+        if unread:
+            found = self.source.observations_ending_at(unread)
+            for digest in unread:
+                self.ending_at[digest] = found.get(digest, ())
+
     payloads: dict[int, StoredPayload | StoredSizeExceeded | None] = field(default_factory=dict)
 
     def ancestors(self, record: Observation, count: int) -> list[Observation]:
@@ -202,9 +222,12 @@ def plan_replay(
     rejections: list[Rejection] = []
     unmatched = 0
     try:
-        for index in range(len(history.assistant_blocks) - 1, -1, -1):
+        last = len(history.assistant_blocks) - 1
+        for index in range(last, -1, -1):
             block = history.assistant_blocks[index]
-            records = source.observations_at(block.end_digest)
+            if index == last - 1:  # the newest message did not decide: read all the rest
+                state.read_ends(b.end_digest for b in history.assistant_blocks[: index + 1])
+            records = state.records_at(block.end_digest)
             unmatched += not records
             for record in records:
                 state.spend()
@@ -227,11 +250,11 @@ def _unmatched_below(state: _Planning, index: int, chain: Sequence[SelectedBlock
     block) no record ends at. Each chain member has one; only a message the chain skips
     (one its last block was generated without) is looked up, and only for the count."""
     in_plan = {block.observation.position for block in chain}
-    return sum(
-        not state.source.observations_at(block.end_digest)
-        for block in state.history.assistant_blocks[:index]
-        if block.position not in in_plan
-    )
+    skipped = [
+        b.end_digest for b in state.history.assistant_blocks[:index] if b.position not in in_plan
+    ]
+    state.read_ends(skipped)
+    return sum(not state.records_at(digest) for digest in skipped)
 
 
 def _plan_for(
@@ -327,10 +350,10 @@ def _check_descendants(state: _Planning, head: Observation, chain_plan: PriorPla
     on top of this chain (``chain_plan``, ending with ``head``); otherwise the chain would
     sit beneath a descendant that never saw it."""
     known: dict[int, bool] = {}  # verdicts of records walked through, for this chain
-    for block in state.history.assistant_blocks:
-        if block.position <= head.position:
-            continue
-        for later in state.source.observations_at(block.end_digest):
+    later_blocks = [b for b in state.history.assistant_blocks if b.position > head.position]
+    state.read_ends(block.end_digest for block in later_blocks)
+    for block in later_blocks:
+        for later in state.records_at(block.end_digest):
             state.spend()
             if not _descends(state, later, chain_plan, known):
                 raise _Rejected(Reason.DESCENDANT_WITHOUT_BLOCK, later)

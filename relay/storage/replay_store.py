@@ -430,6 +430,18 @@ class ReasoningStore:
         """Every observation ending at ``end_digest``, all generations, newest first."""
         return self._observations("scope_id = ? AND end_digest = ?", (scope_id, end_digest))
 
+    def observations_ending_at(
+        self, scope_id: int, end_digests: Iterable[str]
+    ) -> dict[str, list[Observation]]:
+        """The observations ending at each of ``end_digests`` that has any, newest first,
+        read in a few queries (a planning's messages all at once)."""
+        found: dict[str, list[Observation]] = {}
+        for batch in in_batches(dict.fromkeys(end_digests)):
+            where = f"scope_id = ? AND end_digest IN ({placeholders(len(batch))})"
+            for observation in self._observations(where, (scope_id, *batch)):
+                found.setdefault(observation.end_digest, []).append(observation)
+        return found
+
     def repeats(
         self, scope_id: int, *, generation: int, position: int, start_digest: str,
         end_digest: str, envelope_fingerprint: str, payload_fingerprint: str,

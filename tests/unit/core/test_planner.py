@@ -44,11 +44,17 @@ class MemorySource:
     seen: dict[str, float] = field(default_factory=dict)
     loads: int = 0
     lineages: list[int] = field(default_factory=list)  # records asked for, per read
+    end_reads: list[int] = field(default_factory=list)  # end digests asked for, per read
     payload_batches: list[int] = field(default_factory=list)  # payloads asked for, per read
 
-    def observations_at(self, end_digest: str) -> Sequence[Observation]:
-        found = [o for o in self.observations if o.end_digest == end_digest]
-        return sorted(found, key=lambda o: -o.id)
+    def observations_ending_at(self, end_digests: Iterable[str]) -> dict[str, list[Observation]]:
+        wanted = list(end_digests)
+        self.end_reads.append(len(wanted))
+        found: dict[str, list[Observation]] = {}
+        for o in sorted(self.observations, key=lambda o: -o.id):
+            if o.end_digest in wanted:
+                found.setdefault(o.end_digest, []).append(o)
+        return found
 
     def lineage(self, observation_id: int, limit: int) -> list[Observation]:
         """As the store walks it: up the parent links while each points to an older row."""
@@ -590,6 +596,20 @@ def test_each_payload_is_loaded_once_per_plan_in_one_batch() -> None:
     b.plan()
     assert b.source.loads == 3
     assert b.source.payload_batches == [3]
+
+
+def test_the_messages_a_plan_looks_up_are_read_in_few_batches() -> None:
+    b = Builder()
+    b.chain()
+    assert positions(b.plan()) == [1, 3, 5]
+    assert b.source.end_reads == [1]  # the newest message decided: nothing else read
+    b = Builder()
+    a1 = b.record(1)
+    b.record(5, [a1], replayable=False)  # a5 fails; a3 unmatched, a1 below it
+    assert positions(b.plan()) == [1]
+    # The newest message, then every other one at once; the later-record check of a1 and
+    # the unmatched count read nothing more.
+    assert b.source.end_reads == [1, 2]
 
 
 def test_ancestors_are_read_in_one_batch_and_never_twice() -> None:
