@@ -31,6 +31,7 @@ from relay.core.records import (
     PriorPlan,
     StoredPayload,
     StoredSizeExceeded,
+    chain_digest,
 )
 
 DAY_S: Final = 24 * 3600.0
@@ -298,10 +299,10 @@ def _plan_for(
 def _links(parent: Observation, child: Observation) -> bool:
     """Whether ``parent`` is the last block of the plan ``child`` recorded."""
     plan = parent.prior_plan
+    # No well-formedness check needed: a damaged digest cannot hash to the child's.
     return (
-        plan.well_formed
-        and plan.count == child.prior_plan.count - 1
-        and parent.chain_plan.chain == child.prior_plan.chain
+        plan.count == child.prior_plan.count - 1
+        and chain_digest(plan.chain, parent.ref) == child.prior_plan.chain
     )
 
 

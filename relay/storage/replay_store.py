@@ -408,18 +408,15 @@ class ReasoningStore:
         return [self._observation(row) for row in rows]
 
     def _observation(self, row: Sequence[Any]) -> Observation:
-        (id_, scope_id, generation, position, start, end, envelope_fp, payload_fp,
-         output_hash, parent_id, plan_count, chain, intent_id, snapshot, replayable,
-         observed_at) = row  # fmt: skip
-        plan = PriorPlan(parent_id, plan_count, chain)
-        if not plan.well_formed:
+        # Columns in Observation's field order (_OBSERVATION_COLUMNS); built positionally,
+        # since a long plan reads hundreds of rows.
+        plan = PriorPlan(row[9], row[10], row[11])
+        well_formed = plan.well_formed
+        if not well_formed:
             self._malformed_plans += 1
         return Observation(
-            id=id_, scope_id=scope_id, generation=generation, position=position,
-            start_digest=start, end_digest=end, envelope_fingerprint=envelope_fp,
-            payload_fingerprint=payload_fp, output_hash=output_hash, prior_plan=plan,
-            intent_id=intent_id, snapshot=snapshot,
-            replayable=bool(replayable) and plan.well_formed, observed_at=observed_at,
+            row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], plan,
+            row[12], row[13], bool(row[14]) and well_formed, row[15],
         )  # fmt: skip
 
     def observation(self, observation_id: int) -> Observation | None:
