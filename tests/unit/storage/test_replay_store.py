@@ -609,6 +609,12 @@ def test_batched_reads_cross_the_in_list_bound(store: ReasoningStore) -> None:
     sid = scope_id(store)
     count = IN_CHUNK + 3
     made = [observe(store, sid, start=h(10_000 + i), end=h(i)) for i in range(count)]
+    again = observe(store, sid, start=h(7), end=h(0), generation=2)
+    ends = [h(i) for i in range(count)] + [h(99_999)]  # one no record ends at
+    assert store.observations_ending_at(sid, ends) == {
+        h(i): [again, o] if i == 0 else [o] for i, o in enumerate(made)
+    }
+    assert store.observations_ending_at(scope_id(store, h("b")), ends) == {}
     with store.transaction():
         for i in range(count):
             store.create_intent(
