@@ -223,11 +223,19 @@ def plan_replay(
     rejections: list[Rejection] = []
     unmatched = 0
     try:
-        last = len(history.assistant_blocks) - 1
+        blocks = history.assistant_blocks
+        last = len(blocks) - 1
+        unread = last  # blocks[: unread + 1] are not read yet
         for index in range(last, -1, -1):
-            block = history.assistant_blocks[index]
-            if index == last - 1:  # the newest message did not decide: read all the rest
-                state.read_ends(b.end_digest for b in history.assistant_blocks[: index + 1])
+            block = blocks[index]
+            if index <= unread:
+                # The newest message alone first (it usually decides); then batches as
+                # large as everything read so far (at least 16): a few queries however
+                # far back the plan starts, and little read below it.
+                size = 1 if index == last else max(16, last - index)
+                low = max(0, index - size + 1)
+                state.read_ends(b.end_digest for b in blocks[low : index + 1])
+                unread = low - 1
             records = state.records_at(block.end_digest)
             unmatched += not records
             for record in records:

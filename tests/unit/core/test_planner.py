@@ -607,9 +607,32 @@ def test_the_messages_a_plan_looks_up_are_read_in_few_batches() -> None:
     a1 = b.record(1)
     b.record(5, [a1], replayable=False)  # a5 fails; a3 unmatched, a1 below it
     assert positions(b.plan()) == [1]
-    # The newest message, then every other one at once; the later-record check of a1 and
+    # The newest message, then the others in one batch; the later-record check of a1 and
     # the unmatched count read nothing more.
     assert b.source.end_reads == [1, 2]
+
+
+def test_a_plan_far_back_reads_the_messages_in_growing_batches() -> None:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    for turn in range(60):
+        messages += [{"role": "assistant", "content": f"turn {turn}"},
+                     {"role": "user", "content": f"more {turn}"}]  # fmt: skip
+    history = digests(messages)
+    source = MemorySource()
+    first = history.assistant_blocks[0]
+    output_json = json.dumps([reasoning("0"), message("0", "turn 0")], separators=(",", ":"))
+    record = Observation(
+        1, 1, 1, first.position, first.start_digest, first.end_digest,
+        first.envelope_fingerprint, hashlib.sha256(b"p" + output_json.encode()).hexdigest(),
+        hashlib.sha256(output_json.encode()).hexdigest(), EMPTY_PLAN, "intent_1", "snap-1",
+        True, NOW - 10,
+    )  # fmt: skip
+    source.observations.append(record)
+    source.payloads[1] = StoredPayload(1, output_json, len(output_json), NOW - 10)
+    plan = plan_replay(history, messages, source, generation=1, now=NOW)
+    assert [block.observation.id for block in plan.blocks] == [1]
+    assert plan.unmatched == 59
+    assert source.end_reads == [1, 16, 17, 26]  # 60 messages: 1, then 16, then doubling
 
 
 def test_ancestors_are_read_in_one_batch_and_never_twice() -> None:
