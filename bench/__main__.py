@@ -49,6 +49,8 @@ from bench.servers import (
     relay_profile,
     stream_once,
 )
+from bench.store_growth import STEPS as GROWTH_STEPS
+from bench.store_growth import VARIANT_STEPS, bench_store_growth, growth_report
 
 DELTAS = 300
 MODES = ("direct", "relay", "relay_cache")
@@ -258,6 +260,9 @@ def report(result: dict[str, Any]) -> str:
                "the next turn of a conversation; plan cold = with it empty, as after a "
                "start; dispatch = plan + intent transaction (fsync). "
                "Target: (begin+plan)/loads ≤ 2x at 6,400 messages.")  # fmt: skip
+    growth = result.get("store_growth")
+    if growth:
+        out += growth_report(growth, table)
     commits = result["commits"]
     out.append(f"### SQLite commits at synchronous=FULL ({commits['rounds']} rounds, "
                f"{commits['history_messages']}-message history)")  # fmt: skip
@@ -350,6 +355,8 @@ def main() -> None:
                         help="rounds per long-conversation row")  # fmt: skip
     parser.add_argument("--conversation-sizes", type=int, nargs="*", default=list(CONVERSATIONS),
                         help="messages of the long-conversation rows (none: skip them)")  # fmt: skip
+    parser.add_argument("--growth-steps", type=int, nargs="*", default=list(GROWTH_STEPS),
+                        help="agent steps of the store-growth rows (none: skip them)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("bench-results/bench.json"))
     args = parser.parse_args()
     sizes = sorted(args.sizes)
@@ -364,6 +371,10 @@ def main() -> None:
     result["identity"] = bench_identity_scaling(sizes, repeat=args.repeat)
     result["cache_path"] = bench_cache_scaling(sizes, repeat=args.repeat)
     result["commits"] = bench_commits()
+    if args.growth_steps:
+        result["store_growth"] = bench_store_growth(
+            args.growth_steps, [s for s in VARIANT_STEPS if s <= max(args.growth_steps)]
+        )
     if args.profile:
         if not args.no_servers:
             rounds = max(args.iterations, PROFILE_ROUNDS)

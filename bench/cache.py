@@ -39,7 +39,7 @@ from relay.core.capture import PAYLOAD_DOMAIN, ClientProjection
 from relay.core.hot_blocks import HotBlocks
 from relay.core.identity import HistoryDigests, Scope, build_scope, history_digests
 from relay.core.planner import Plan, plan_replay
-from relay.core.records import BlockRef, PlanText, ScopeRow
+from relay.core.records import EMPTY_PLAN, Observation, ScopeRow
 from relay.routing import resolve_model
 from relay.runtime import Runtime
 from relay.translate.chat_to_responses import TranslatedRequest
@@ -129,8 +129,7 @@ def populate(config: Config, cache: ReplayCache, request: TranslatedRequest,
     scope, history = identity_of(config, cache, request, body)
     cap = config.reasoning_cache_max_plan_records - 1
     now = time.time()
-    refs: list[BlockRef] = []
-    ids: list[int] = []
+    chain: list[Observation] = []
     with store.transaction():
         row = store.scope_for(scope.digest, scope.targeting)
         for number, block in enumerate(history.assistant_blocks):
@@ -146,14 +145,12 @@ def populate(config: Config, cache: ReplayCache, request: TranslatedRequest,
                 start_digest=block.start_digest, end_digest=block.end_digest,
                 envelope_fingerprint=block.envelope_fingerprint,
                 payload_fingerprint=fingerprint, output_hash=hashlib.sha256(raw).hexdigest(),
-                prior_plan=PlanText.of(refs[:depth]), intent_id=None, snapshot=SNAPSHOT, replayable=True,
-                now=now,
+                prior_plan=chain[depth - 1].chain_plan if depth else EMPTY_PLAN, intent_id=None,
+                snapshot=SNAPSHOT, replayable=True, now=now,
             )  # fmt: skip
             store.put_payload(observation.id, text, now)
-            store.add_dependencies(observation.id, ids[:depth])
-            refs.append(BlockRef(block.end_digest, fingerprint))
-            ids.append(observation.id)
-    return len(ids)
+            chain.append(observation)
+    return len(chain)
 
 
 def session_for(cache: ReplayCache, request: TranslatedRequest,

@@ -26,10 +26,9 @@ from relay.core.planner import Plan, PlanLimits, Rejection, plan_replay
 from relay.core.receipts import Reason
 from relay.core.records import (
     EMPTY_PLAN,
-    BlockRef,
     MarkerKind,
     Observation,
-    PlanText,
+    PriorPlan,
     ScopeRow,
     StoredPayload,
     StoredSizeExceeded,
@@ -85,11 +84,13 @@ class ScopedSource:
         self._store = store
         self._scope_id = scope_id
 
-    def observations_at(self, end_digest: str) -> Sequence[Observation]:
-        return self._store.observations_at(self._scope_id, end_digest)
+    def observations_ending_at(
+        self, end_digests: Iterable[str]
+    ) -> Mapping[str, Sequence[Observation]]:
+        return self._store.observations_ending_at(self._scope_id, end_digests)
 
-    def observations_by_refs(self, refs: Iterable[BlockRef]) -> Mapping[BlockRef, Observation]:
-        return self._store.observations_by_refs(self._scope_id, refs)
+    def lineage(self, observation_id: int, limit: int) -> Sequence[Observation]:
+        return self._store.lineage(self._scope_id, observation_id, limit)
 
     def poisoned_starts(self, start_digests: Iterable[str]) -> set[str]:
         return self._store.poisoned_starts(self._scope_id, start_digests)
@@ -390,7 +391,7 @@ class CacheSession:
         return {o.end_digest for o in rows if (o.intent_id, o.payload_fingerprint) in owners}
 
     def _record(
-        self, key: AssistantBlockKey, result: CaptureResult, plan: PlanText, now: float, *,
+        self, key: AssistantBlockKey, result: CaptureResult, plan: PriorPlan, now: float, *,
         admit: bool,
     ) -> str:  # fmt: skip
         """Record one spelling's observation (or renew its repeat)."""
@@ -424,10 +425,8 @@ class CacheSession:
         )
         if admit:
             assert result.output_json is not None
+            # Its ancestry is the plan's link (prior_plan.parent_id): no row per ancestor.
             self._store.put_payload(observation.id, result.output_json, now)
-            self._store.add_dependencies(
-                observation.id, [block.observation.id for block in self.plan.blocks]
-            )
             return "admitted"
         return "observed"
 

@@ -3,7 +3,8 @@
 Pure decision code over a :class:`RecordSource` (the store, bound to one scope, or a test
 double). The planner starts from the newest record matching an assistant message of the
 visible history. Its proposed plan is that record's recorded ancestors (the exact plan
-dispatched when it was generated) followed by the record itself. Every block of the plan
+dispatched when it was generated, reached by walking its parent links and proven by
+re-deriving each link's chain digest) followed by the record itself. Every block of the plan
 must be in this very history at its recorded position, hold intact bytes, carry no marker,
 belong to the scope's current generation, and pair its calls with the visible ones. When
 the newest plan fails, older candidates are tried; a plan is never placed under a later
@@ -24,11 +25,13 @@ from relay.core.hot_blocks import HotBlocks, VerifiedPayload
 from relay.core.identity import AssistantBlockKey, HistoryDigests
 from relay.core.receipts import Reason
 from relay.core.records import (
+    EMPTY_PLAN,
     BlockRef,
     Observation,
-    PlanText,
+    PriorPlan,
     StoredPayload,
     StoredSizeExceeded,
+    chain_digest,
 )
 
 DAY_S: Final = 24 * 3600.0
@@ -38,11 +41,15 @@ REPLAYABLE_ITEM_TYPES: Final = frozenset({"reasoning", "message", "function_call
 class RecordSource(Protocol):
     """Read access to one scope's records (all generations)."""
 
-    def observations_at(self, end_digest: str) -> Sequence[Observation]:
-        """Every record ending at ``end_digest``, newest first, each with its plan's text."""
+    def observations_ending_at(
+        self, end_digests: Iterable[str]
+    ) -> Mapping[str, Sequence[Observation]]:
+        """Every record ending at each of ``end_digests``, newest first (a digest no record
+        ends at may be absent), read in a few queries."""
 
-    def observations_by_refs(self, refs: Iterable[BlockRef]) -> Mapping[BlockRef, Observation]:
-        """The newest record of each ref that has one; its plan may be only a stamp."""
+    def lineage(self, observation_id: int, limit: int) -> Sequence[Observation]:
+        """The record ``observation_id`` and up to ``limit - 1`` more up its parent links,
+        nearest first, as far as they lead (the planner checks every link itself)."""
 
     def poisoned_starts(self, start_digests: Iterable[str]) -> set[str]: ...
     def conflicted_ends(self, end_digests: Iterable[str]) -> set[str]: ...
@@ -108,9 +115,10 @@ class Plan:
         return tuple(block.observation.ref for block in self.blocks)
 
     @cached_property
-    def stored(self) -> PlanText:
-        """The plan as the store keeps it: the prior plan of what it is dispatched for."""
-        return PlanText.of(self.refs)
+    def stored(self) -> PriorPlan:
+        """The plan as the store keeps it: the prior plan of what it is dispatched for (a
+        link to its last block, whose own chain the planner verified)."""
+        return self.blocks[-1].observation.chain_plan if self.blocks else EMPTY_PLAN
 
     @property
     def replay_bytes(self) -> int:
@@ -142,18 +150,49 @@ class _Planning:
     work: int = 0
     blocks_by_position: dict[int, AssistantBlockKey] = field(default_factory=dict)
     verified: dict[int, SelectedBlock] = field(default_factory=dict)
-    by_ref: dict[BlockRef, Observation | None] = field(default_factory=dict)
+    by_id: dict[int, Observation] = field(default_factory=dict)
+    absent: set[int] = field(default_factory=set)  # ids a lineage read did not find
+    ending_at: dict[str, Sequence[Observation]] = field(default_factory=dict)
+
+    def records_at(self, end_digest: str) -> Sequence[Observation]:
+        """The records ending at ``end_digest`` (read once per planning)."""
+        if end_digest not in self.ending_at:
+            self.read_ends([end_digest])
+        return self.ending_at[end_digest]
+
+    def read_ends(self, end_digests: Iterable[str]) -> None:
+        """Read the records of every digest not read yet, in one batch: one query for
+        the messages a step needs instead of one per message."""
+        unread = [digest for digest in dict.fromkeys(end_digests) if digest not in self.ending_at]
+        if unread:
+            found = self.source.observations_ending_at(unread)
+            for digest in unread:
+                self.ending_at[digest] = found.get(digest, ())
+
     payloads: dict[int, StoredPayload | StoredSizeExceeded | None] = field(default_factory=dict)
 
-    def observations(self, refs: Sequence[BlockRef]) -> list[Observation | None]:
-        """The newest record of each ref, read in one batch; a ref this planning already
-        read (for another candidate) is not read again."""
-        unread = [ref for ref in refs if ref not in self.by_ref]
-        if unread:
-            found = self.source.observations_by_refs(unread)
-            for ref in unread:
-                self.by_ref[ref] = found.get(ref)
-        return [self.by_ref[ref] for ref in refs]
+    def ancestors(self, record: Observation, count: int) -> list[Observation]:
+        """Up to ``count`` records up ``record``'s parent links, nearest first; fewer where
+        a link is broken (no such row, or a parent not older than its child, which also
+        rules out cycles). Rows are read in one query per unread stretch of the chain; a
+        row this planning already read (for another candidate) is not read again."""
+        found: list[Observation] = []
+        child = record
+        while len(found) < count:
+            parent_id = child.prior_plan.parent_id
+            if parent_id is None or parent_id >= child.id or parent_id in self.absent:
+                break
+            parent = self.by_id.get(parent_id)
+            if parent is None:
+                for row in self.source.lineage(parent_id, count - len(found)):
+                    self.by_id.setdefault(row.id, row)
+                parent = self.by_id.get(parent_id)
+                if parent is None:
+                    self.absent.add(parent_id)
+                    break
+            found.append(parent)
+            child = parent
+        return found
 
     def load_payloads(self, records: Sequence[Observation]) -> None:
         """Read the payloads of ``records`` not read yet (for another candidate), in one
@@ -187,9 +226,20 @@ def plan_replay(
     rejections: list[Rejection] = []
     unmatched = 0
     try:
-        for index in range(len(history.assistant_blocks) - 1, -1, -1):
-            block = history.assistant_blocks[index]
-            records = source.observations_at(block.end_digest)
+        blocks = history.assistant_blocks
+        last = len(blocks) - 1
+        unread = last  # blocks[: unread + 1] are not read yet
+        for index in range(last, -1, -1):
+            block = blocks[index]
+            if index <= unread:
+                # The newest message alone first (it usually decides); then batches as
+                # large as everything read so far (at least 16): a few queries however
+                # far back the plan starts, and little read below it.
+                size = 1 if index == last else max(16, last - index)
+                low = max(0, index - size + 1)
+                state.read_ends(b.end_digest for b in blocks[low : index + 1])
+                unread = low - 1
+            records = state.records_at(block.end_digest)
             unmatched += not records
             for record in records:
                 state.spend()
@@ -212,11 +262,11 @@ def _unmatched_below(state: _Planning, index: int, chain: Sequence[SelectedBlock
     block) no record ends at. Each chain member has one; only a message the chain skips
     (one its last block was generated without) is looked up, and only for the count."""
     in_plan = {block.observation.position for block in chain}
-    return sum(
-        not state.source.observations_at(block.end_digest)
-        for block in state.history.assistant_blocks[:index]
-        if block.position not in in_plan
-    )
+    skipped = [
+        b.end_digest for b in state.history.assistant_blocks[:index] if b.position not in in_plan
+    ]
+    state.read_ends(skipped)
+    return sum(not state.records_at(digest) for digest in skipped)
 
 
 def _plan_for(
@@ -225,22 +275,22 @@ def _plan_for(
     plan = record.prior_plan
     if plan.count + 1 > state.limits.max_plan_records:
         raise _Rejected(Reason.PLAN_TOO_LONG, record)
-    # A damaged (or unread) plan: nothing beneath this record is known.
-    if not isinstance(plan, PlanText) or (refs := plan.refs()) is None:
+    # A damaged plan: nothing beneath this record is known.
+    if not plan.well_formed:
         raise _Rejected(Reason.NOT_REPLAYABLE, record)
     _check_snapshot(state, record)
-    expected = plan.prefix_stamps(len(refs))
-    chain: list[Observation] = []
-    for index, ancestor in enumerate(state.observations(refs)):
+    ancestors = state.ancestors(record, plan.count)
+    child = record
+    for ancestor in ancestors:
         state.spend()
-        if ancestor is None:
-            raise _Rejected(Reason.ANCESTOR_MISSING, record)
-        # Each ancestor's plan must be this plan's first index records: compared by stamp,
-        # which is what an ancestor read by reference carries.
-        if ancestor.plan_stamp != expected[index]:
+        # Each link must be the plan its child recorded: one block shorter, and the same
+        # chain digest once the ancestor's own ref is folded in.
+        if not _links(ancestor, child):
             raise _Rejected(Reason.ANCESTOR_REORDERED, ancestor)
-        chain.append(ancestor)
-    chain.append(record)
+        child = ancestor
+    if len(ancestors) < plan.count:
+        raise _Rejected(Reason.ANCESTOR_MISSING, record)
+    chain = [*reversed(ancestors), record]
     positions = [member.position for member in chain]
     if positions != sorted(set(positions)):
         raise _Rejected(Reason.ANCESTOR_REORDERED, record)
@@ -248,13 +298,23 @@ def _plan_for(
     for member in chain:
         _check_identity(state, member, intents.get(member.start_digest, set()))
     _check_markers(state, chain)
-    _check_descendants(state, record, plan.extended(record.ref))
+    _check_descendants(state, record, record.chain_plan)
     state.load_payloads(chain)
     selected = tuple(_verified_block(state, member) for member in chain)
     if sum(block.size for block in selected) > state.limits.max_replay_bytes:
         raise _Rejected(Reason.REPLAY_TOO_LARGE, record)
     _check_unique_items(selected)
     return selected
+
+
+def _links(parent: Observation, child: Observation) -> bool:
+    """Whether ``parent`` is the last block of the plan ``child`` recorded."""
+    plan = parent.prior_plan
+    # No well-formedness check needed: a damaged digest cannot hash to the child's.
+    return (
+        plan.count == child.prior_plan.count - 1
+        and chain_digest(plan.chain, parent.ref) == child.prior_plan.chain
+    )
 
 
 def _check_snapshot(state: _Planning, record: Observation) -> None:
@@ -297,26 +357,49 @@ def _check_markers(state: _Planning, chain: Sequence[Observation]) -> None:
             raise _Rejected(Reason.UPSTREAM_REJECTED, member)
 
 
-def _check_descendants(state: _Planning, head: Observation, chain_plan: PlanText) -> None:
+def _check_descendants(state: _Planning, head: Observation, chain_plan: PriorPlan) -> None:
     """Every record at a later assistant message of this history must have been generated
     on top of this chain (``chain_plan``, ending with ``head``); otherwise the chain would
     sit beneath a descendant that never saw it."""
-    for block in state.history.assistant_blocks:
-        if block.position <= head.position:
-            continue
-        for later in state.source.observations_at(block.end_digest):
+    known: dict[int, bool] = {}  # verdicts of records walked through, for this chain
+    later_blocks = [b for b in state.history.assistant_blocks if b.position > head.position]
+    state.read_ends(block.end_digest for block in later_blocks)
+    for block in later_blocks:
+        for later in state.records_at(block.end_digest):
             state.spend()
-            # A damaged plan says nothing about what the later record saw: reject too. A
-            # text equal to the chain's own (valid) plan is that plan: no parse needed,
-            # and past the plan limit every later record's plan is exactly that one.
-            plan = later.prior_plan
-            if not (
-                isinstance(plan, PlanText)
-                and (
-                    plan == chain_plan or (plan.refs() is not None and plan.starts_with(chain_plan))
-                )
-            ):
+            if not _descends(state, later, chain_plan, known):
                 raise _Rejected(Reason.DESCENDANT_WITHOUT_BLOCK, later)
+
+
+def _descends(
+    state: _Planning, later: Observation, chain_plan: PriorPlan, known: dict[int, bool]
+) -> bool:
+    """Whether ``later``'s recorded plan starts with ``chain_plan``. Its links are walked
+    down to the one whose plan is as long as ``chain_plan``, each checked as the planner
+    checks an ancestor; a broken or damaged link says nothing about what ``later`` saw, so
+    it counts as not descending. Past the plan limit every later record was dispatched on
+    the chain itself, so its own prior plan is compared, with no walk."""
+    depth = max(0, later.prior_plan.count - chain_plan.count)
+    ancestors = iter(state.ancestors(later, depth))
+    path: list[Observation] = []
+    record = later
+    while True:
+        path.append(record)
+        plan = record.prior_plan
+        if record.id in known:
+            verdict = known[record.id]
+            break
+        if plan.count <= chain_plan.count:
+            verdict = plan.count == chain_plan.count and plan.chain == chain_plan.chain
+            break
+        parent = next(ancestors, None)
+        if parent is None or not _links(parent, record):
+            verdict = False
+            break
+        record = parent
+    for record in path:
+        known[record.id] = verdict
+    return verdict
 
 
 def _verified_block(state: _Planning, record: Observation) -> SelectedBlock:

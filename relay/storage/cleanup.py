@@ -59,18 +59,17 @@ class CleanupResult:
 
 
 def has_retained_descendant(conn: sqlite3.Connection, observation_id: int) -> bool:
-    """Whether a record generated on top of this one (its recorded ancestry includes it)
+    """Whether a record generated on top of this one (a child, a child's child, ...)
     still keeps its payload.
 
-    The one place that reads ancestry for cleanup. Today each admitted observation lists
-    its whole ancestry as ``dependencies`` rows held by the observation, so one indexed
-    lookup (``dependencies_by_ancestor``) finds every descendant. Over a parent link, the
-    children suffice: a grandchild keeping its payload implies its parent keeps one,
-    since cleanup never lets an ancestor go first."""
+    The one place that reads ancestry for cleanup: one indexed walk down the parent links
+    (``observations_by_parent``). Observation rows are never deleted, so the links stay
+    whole even where a payload between has been reclaimed."""
     row = conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM dependencies d "
-        "JOIN payloads p ON p.observation_id = d.observation_id "
-        "WHERE d.ancestor_id = ? AND d.observation_id IS NOT NULL)",
+        "WITH RECURSIVE below (id) AS ("
+        " SELECT id FROM observations WHERE parent_id = ?"
+        " UNION SELECT o.id FROM observations o JOIN below ON o.parent_id = below.id)"
+        " SELECT EXISTS (SELECT 1 FROM below JOIN payloads p ON p.observation_id = below.id)",
         (observation_id,),
     ).fetchone()
     return bool(row[0])

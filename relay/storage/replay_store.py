@@ -15,14 +15,12 @@ Every ``sqlite3`` error leaving this module is a :class:`~relay.errors.StoreErro
 subclass whose message names the database path and SQLite's error code, never a value:
 payloads are ciphertext and scope values are credential fingerprints.
 
-Stored plans are bounded before they are read: their descriptor count and text length
-are checked in SQL first, then the exact length the count implies. A row whose stored
-plan fails that is returned with ``prior_plan=EMPTY_PLAN`` and ``replayable=False``
-(counted in :attr:`malformed_plans_seen`); one whose characters are wrong is caught by
-:meth:`PlanText.refs` or compares unequal to every valid plan. An ancestor is read by
-reference with its plan's stamp (count and digest, recorded with the row) instead of its
-text; a damaged stamp equals no valid plan's. So damage can only ever withhold replay,
-never enable it.
+A record's prior plan is three small columns (schema v5, design §6): ``parent_id`` (the
+observation of the plan's last block), ``prior_plan_count`` and ``prior_chain`` (the
+plan's chain digest). A row whose three do not form a plan is returned as stored with
+``replayable=False`` (counted in :attr:`malformed_plans_seen`); the planner re-derives
+every link's digest when it walks a chain (:meth:`ReasoningStore.lineage`), and a damaged
+digest equals no valid plan's. So damage can only ever withhold replay, never enable it.
 """
 
 from __future__ import annotations
@@ -41,22 +39,16 @@ from relay.clock import Clock
 from relay.core.disk_policy import DEFAULT_RESERVE_BYTES, wal_policy
 from relay.core.identity import ScopeTargeting
 from relay.core.records import (
-    EMPTY_PLAN,
-    MAX_STORED_PLAN,
-    PLAN_STRIDE,
-    BlockRef,
     MarkerKind,
     Observation,
-    PlanStamp,
-    PlanText,
+    PriorPlan,
     ScopeRow,
     StoredPayload,
     StoredSizeExceeded,
-    plan_text_length,
 )
 from relay.errors import StoreCorrupt, StoreError, StoreFull, StoreIOError, StoreLocked
 from relay.storage.aggregates import StoreAggregates, read_aggregates, source_bytes
-from relay.storage.cleanup import PayloadCleanup
+from relay.storage.cleanup import PayloadCleanup, has_retained_descendant
 from relay.storage.inspection_copy import copy_pages
 from relay.storage.schema import (
     TABLES,
@@ -73,22 +65,22 @@ _FEW: Final = 64
 
 
 # SQL built with f-strings interpolates only these constants and "?" placeholder lists.
-# The plan column is bounded in SQL, so an oversized stored plan never reaches Python.
-# Bytes, not length(): that counts characters, a scan of the whole text per row.
-_BOUNDED_PLAN: Final = f"""CASE WHEN prior_plan_count <= {MAX_STORED_PLAN}
-    AND length(CAST(prior_plan AS BLOB)) <= prior_plan_count * {PLAN_STRIDE} + 2
-    THEN prior_plan END"""
-_OBSERVATION_COLUMNS: Final = f"""id, scope_id, generation, position, start_digest,
-    end_digest, envelope_fp, payload_fp, output_hash, {_BOUNDED_PLAN}, prior_plan_count,
-    intent_id, snapshot, replayable, observed_at"""
-# An ancestor read by reference: every column but the plan's text, all in the covering
-# index observations_by_ref, so SQLite never walks a row's plan (and its overflow pages).
-_REF_COLUMNS: Final = """id, scope_id, generation, position, start_digest, end_digest,
-    envelope_fp, payload_fp, output_hash, prior_plan_digest, prior_plan_count, intent_id,
-    snapshot, replayable, observed_at"""
-_SELECT_INTENTS: Final = f"""SELECT id, scope_id, phase, position, start_digest,
-    {_BOUNDED_PLAN}, prior_plan_count, created_at, deadline_at
-    FROM intents ORDER BY created_at, id"""  # noqa: S608
+_OBSERVATION_COLUMNS: Final = """id, scope_id, generation, position, start_digest,
+    end_digest, envelope_fp, payload_fp, output_hash, parent_id, prior_plan_count,
+    prior_chain, intent_id, snapshot, replayable, observed_at"""
+# A record and its ancestors up the parent links, nearest first (depth 0: the record).
+# A link must point to an older row, so a damaged one cannot loop.
+_LINEAGE: Final = f"""WITH RECURSIVE walk (wid, depth) AS (
+        SELECT ?, 0
+        UNION ALL
+        SELECT o.parent_id, walk.depth + 1 FROM walk JOIN observations o ON o.id = walk.wid
+        WHERE o.parent_id < o.id AND walk.depth + 1 < ?
+    )
+    SELECT {_OBSERVATION_COLUMNS} FROM walk JOIN observations ON id = wid
+    WHERE scope_id = ? ORDER BY depth"""  # noqa: S608
+_SELECT_INTENTS: Final = """SELECT id, scope_id, phase, position, start_digest, parent_id,
+    prior_plan_count, prior_chain, created_at, deadline_at
+    FROM intents ORDER BY created_at, id"""
 
 
 class IntentPhase(StrEnum):
@@ -105,7 +97,7 @@ class IntentRow:
     phase: IntentPhase
     position: int
     start_digest: str
-    prior_plan: PlanText  # EMPTY_PLAN when the stored plan is malformed
+    prior_plan: PriorPlan  # as stored (not well formed when damaged)
     created_at: float
     deadline_at: float | None
 
@@ -161,31 +153,6 @@ def _matching(
         sql = f"{select} AND {column} IN ({placeholders(len(batch))})"
         rows += conn.execute(sql, (*params, *batch))
     return rows
-
-
-def _observation_by_ref(row: Sequence[Any]) -> Observation:
-    """A row of ``_REF_COLUMNS``: its plan is the stamp recorded with it. A damaged stamp
-    equals no valid plan's, so it can only withhold replay."""
-    (id_, scope_id, generation, position, start, end, envelope_fp, payload_fp,
-     output_hash, plan_digest, plan_count, intent_id, snapshot, replayable,
-     observed_at) = row  # fmt: skip
-    return Observation(
-        id=id_, scope_id=scope_id, generation=generation, position=position,
-        start_digest=start, end_digest=end, envelope_fingerprint=envelope_fp,
-        payload_fingerprint=payload_fp, output_hash=output_hash,
-        prior_plan=PlanStamp(plan_count, plan_digest), intent_id=intent_id,
-        snapshot=snapshot, replayable=bool(replayable), observed_at=observed_at,
-    )  # fmt: skip
-
-
-def _read_plan(text: str | None, count: int) -> PlanText | None:
-    """A stored plan with the length its count implies, else ``None`` (``text`` is
-    ``None`` when the SQL bound already refused it). O(1): the characters are checked by
-    :meth:`PlanText.refs` when someone needs the records, and text comparisons never need
-    them (see :class:`PlanText`)."""
-    if text is None or len(text) != plan_text_length(count):
-        return None
-    return PlanText(text, count)
 
 
 @dataclass(frozen=True)
@@ -466,7 +433,6 @@ class ReasoningStore:
     def _observations(
         self, where: str, params: Sequence[object], *, limit: int = -1, newest_first: bool = True
     ) -> list[Observation]:
-        # Unordered reads skip SQLite's sort, which would copy every row, plans included.
         order = "ORDER BY id DESC " if newest_first else ""
         with self._sqlite("read observations") as conn:
             rows = conn.execute(
@@ -477,18 +443,15 @@ class ReasoningStore:
         return [self._observation(row) for row in rows]
 
     def _observation(self, row: Sequence[Any]) -> Observation:
-        (id_, scope_id, generation, position, start, end, envelope_fp, payload_fp,
-         output_hash, plan_text, plan_count, intent_id, snapshot, replayable,
-         observed_at) = row  # fmt: skip
-        plan = _read_plan(plan_text, plan_count)
-        if plan is None:
+        # Columns in Observation's field order (_OBSERVATION_COLUMNS); built positionally,
+        # since a long plan reads hundreds of rows.
+        plan = PriorPlan(row[9], row[10], row[11])
+        well_formed = plan.well_formed
+        if not well_formed:
             self._malformed_plans += 1
         return Observation(
-            id=id_, scope_id=scope_id, generation=generation, position=position,
-            start_digest=start, end_digest=end, envelope_fingerprint=envelope_fp,
-            payload_fingerprint=payload_fp, output_hash=output_hash, prior_plan=plan or EMPTY_PLAN,
-            intent_id=intent_id, snapshot=snapshot,
-            replayable=bool(replayable) and plan is not None, observed_at=observed_at,
+            row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], plan,
+            row[12], row[13], bool(row[14]) and well_formed, row[15],
         )  # fmt: skip
 
     def observation(self, observation_id: int) -> Observation | None:
@@ -499,33 +462,46 @@ class ReasoningStore:
         """Every observation ending at ``end_digest``, all generations, newest first."""
         return self._observations("scope_id = ? AND end_digest = ?", (scope_id, end_digest))
 
+    def observations_ending_at(
+        self, scope_id: int, end_digests: Iterable[str]
+    ) -> dict[str, list[Observation]]:
+        """The observations ending at each of ``end_digests`` that has any, newest first,
+        read in a few queries (a planning's messages all at once)."""
+        found: dict[str, list[Observation]] = {}
+        for batch in in_batches(dict.fromkeys(end_digests)):
+            where = f"scope_id = ? AND end_digest IN ({placeholders(len(batch))})"
+            for observation in self._observations(where, (scope_id, *batch)):
+                found.setdefault(observation.end_digest, []).append(observation)
+        return found
+
     def repeats(
         self, scope_id: int, *, generation: int, position: int, start_digest: str,
         end_digest: str, envelope_fingerprint: str, payload_fingerprint: str,
-        prior_plan: PlanText,
+        prior_plan: PriorPlan,
     ) -> list[int]:  # fmt: skip
-        """Ids of the observations equal to this one in everything that was recorded."""
+        """Ids of the observations equal to this one in everything that was recorded (the
+        plan compared by its length and chain digest: the same ordered blocks)."""
         with self._sqlite("read observations") as conn:
             rows = conn.execute(
                 "SELECT id FROM observations WHERE scope_id = ? AND end_digest = ? "
                 "AND generation = ? AND position = ? AND start_digest = ? AND envelope_fp = ? "
-                "AND payload_fp = ? AND prior_plan = ? AND prior_plan_count = ?",
+                "AND payload_fp = ? AND prior_chain = ? AND prior_plan_count = ?",
                 (scope_id, end_digest, generation, position, start_digest,
-                 envelope_fingerprint, payload_fingerprint, prior_plan.text, prior_plan.count),
+                 envelope_fingerprint, payload_fingerprint, prior_plan.chain, prior_plan.count),
             )  # fmt: skip
             return [row[0] for row in rows]
 
     def conflicts_at(
-        self, scope_id: int, end_digest: str, payload_fingerprint: str, prior_plan: PlanText
+        self, scope_id: int, end_digest: str, payload_fingerprint: str, prior_plan: PriorPlan
     ) -> bool:
         """Whether an observation ending at ``end_digest`` holds another payload or was
         made on another plan (a malformed stored plan counts as another)."""
         with self._sqlite("read observations") as conn:
             row = conn.execute(
                 "SELECT EXISTS (SELECT 1 FROM observations WHERE scope_id = ? "
-                "AND end_digest = ? AND (payload_fp != ? OR prior_plan != ? "
+                "AND end_digest = ? AND (payload_fp != ? OR prior_chain != ? "
                 "OR prior_plan_count != ?))",
-                (scope_id, end_digest, payload_fingerprint, prior_plan.text, prior_plan.count),
+                (scope_id, end_digest, payload_fingerprint, prior_plan.chain, prior_plan.count),
             ).fetchone()
         return bool(row[0])
 
@@ -533,27 +509,13 @@ class ReasoningStore:
         """Every observation generated at ``start_digest`` (competitors), newest first."""
         return self._observations("scope_id = ? AND start_digest = ?", (scope_id, start_digest))
 
-    def observations_by_refs(
-        self, scope_id: int, refs: Iterable[BlockRef]
-    ) -> dict[BlockRef, Observation]:
-        """The newest observation of each ref (end digest + payload fingerprint) that has
-        one, read in a few queries (a plan's ancestors all at once)."""
-        wanted = set(refs)
-        found: dict[BlockRef, Observation] = {}
+    def lineage(self, scope_id: int, observation_id: int, limit: int) -> list[Observation]:
+        """The observation ``observation_id`` and up to ``limit - 1`` more up its parent
+        links, nearest first, in one query, as far as the links lead inside the scope (the
+        planner checks every link's digest itself)."""
         with self._sqlite("read observations") as conn:
-            for batch in in_batches(dict.fromkeys(ref.end_digest for ref in wanted)):
-                rows = conn.execute(
-                    f"SELECT {_REF_COLUMNS} FROM observations WHERE scope_id = ? "  # noqa: S608
-                    f"AND end_digest IN ({placeholders(len(batch))})",
-                    (scope_id, *batch),
-                )
-                for row in rows:
-                    observation = _observation_by_ref(row)
-                    ref = observation.ref
-                    newest = found.get(ref)
-                    if ref in wanted and (newest is None or observation.id > newest.id):
-                        found[ref] = observation
-        return found
+            rows = conn.execute(_LINEAGE, (observation_id, limit, scope_id)).fetchall()
+        return [self._observation(row) for row in rows]
 
     def snapshot_last_seen(self, scope_id: int, snapshot: str) -> float | None:
         with self._sqlite("read observations") as conn:
@@ -566,19 +528,22 @@ class ReasoningStore:
     def add_observation(
         self, *, scope_id: int, generation: int, position: int, start_digest: str,
         end_digest: str, envelope_fingerprint: str, payload_fingerprint: str,
-        output_hash: str, prior_plan: PlanText, intent_id: str | None,
+        output_hash: str, prior_plan: PriorPlan, intent_id: str | None,
         snapshot: str | None, replayable: bool, now: float,
     ) -> Observation:  # fmt: skip
-        """Record one observed generation; a snapshot also becomes the scope's latest."""
+        """Record one observed generation; a snapshot also becomes the scope's latest.
+        ``ValueError`` for a prior plan that could not read back as one."""
+        if not prior_plan.well_formed or (prior_plan.count and prior_plan.parent_id is None):
+            raise ValueError("a prior plan needs a link, a length and a chain digest that agree")
         with self._writer("record an observation") as conn:
             cursor = conn.execute(
                 "INSERT INTO observations (scope_id, generation, position, start_digest, "
-                "end_digest, envelope_fp, payload_fp, output_hash, prior_plan, "
-                "prior_plan_count, prior_plan_digest, intent_id, snapshot, replayable, "
+                "end_digest, envelope_fp, payload_fp, output_hash, parent_id, "
+                "prior_plan_count, prior_chain, intent_id, snapshot, replayable, "
                 "observed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (scope_id, generation, position, start_digest, end_digest,
-                 envelope_fingerprint, payload_fingerprint, output_hash, prior_plan.text,
-                 prior_plan.count, prior_plan.stamp.digest, intent_id, snapshot,
+                 envelope_fingerprint, payload_fingerprint, output_hash, prior_plan.parent_id,
+                 prior_plan.count, prior_plan.chain, intent_id, snapshot,
                  int(replayable), now),
             )  # fmt: skip
             if snapshot is not None:
@@ -592,13 +557,20 @@ class ReasoningStore:
             intent_id, snapshot, replayable, now,
         )  # fmt: skip
 
-    def add_dependencies(self, observation_id: int, ancestor_ids: Iterable[int]) -> None:
-        """Record the retained ancestry of an observation (idempotent)."""
-        with self._writer("record dependencies") as conn:
-            conn.executemany(
-                "INSERT OR IGNORE INTO dependencies (observation_id, ancestor_id) VALUES (?, ?)",
-                [(observation_id, ancestor) for ancestor in ancestor_ids],
+    def children_of(self, observation_id: int) -> list[int]:
+        """Ids of the observations generated with ``observation_id`` as the last block of
+        their replay plan (its direct descendants), oldest first."""
+        with self._sqlite("read observations") as conn:
+            rows = conn.execute(
+                "SELECT id FROM observations WHERE parent_id = ? ORDER BY id", (observation_id,)
             )
+            return [row[0] for row in rows]
+
+    def has_retained_descendant(self, observation_id: int) -> bool:
+        """Whether any observation generated on top of ``observation_id`` still has its
+        payload (retention reclaims descendants before ancestors)."""
+        with self._sqlite("read observations") as conn:
+            return has_retained_descendant(conn, observation_id)
 
     # --- payloads ----------------------------------------------------------------------
 
@@ -698,16 +670,16 @@ class ReasoningStore:
 
     def create_intent(
         self, intent_id: str, *, scope_id: int, position: int, start_digest: str,
-        prior_plan: PlanText, now: float, deadline_at: float | None,
+        prior_plan: PriorPlan, now: float, deadline_at: float | None,
     ) -> None:  # fmt: skip
         """Record a generation about to be dispatched (phase ``dispatch``)."""
         with self._writer("record an intent") as conn:
             conn.execute(
                 "INSERT INTO intents (id, scope_id, phase, position, start_digest, "
-                "prior_plan, prior_plan_count, created_at, deadline_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "parent_id, prior_plan_count, prior_chain, created_at, deadline_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (intent_id, scope_id, IntentPhase.DISPATCH.value, position, start_digest,
-                 prior_plan.text, prior_plan.count, now, deadline_at),
+                 prior_plan.parent_id, prior_plan.count, prior_plan.chain, now, deadline_at),
             )  # fmt: skip
 
     def pin(self, intent_id: str, observation_ids: Iterable[int]) -> None:
@@ -763,13 +735,12 @@ class ReasoningStore:
         with self._sqlite("read intents") as conn:
             rows = conn.execute(_SELECT_INTENTS).fetchall()
         intents = []
-        for id_, scope_id, phase, position, start, text, count, created, deadline in rows:
-            plan = _read_plan(text, count)
-            if plan is None:
+        for id_, scope_id, phase, position, start, parent, count, chain, created, deadline in rows:
+            plan = PriorPlan(parent, count, chain)
+            if not plan.well_formed:
                 self._malformed_plans += 1
             intents.append(IntentRow(
-                id_, scope_id, IntentPhase(phase), position, start, plan or EMPTY_PLAN, created,
-                deadline,
+                id_, scope_id, IntentPhase(phase), position, start, plan, created, deadline,
             ))  # fmt: skip
         return intents
 

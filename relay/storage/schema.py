@@ -1,8 +1,9 @@
 """The replay store's SQLite schema and its migrations (design §6).
 
 ``PRAGMA user_version`` is the schema version: ``MIGRATIONS[k]`` takes a database from
-version ``k`` to ``k + 1``, and :func:`migrate` applies every pending step inside the
-caller's open transaction, so a crash mid-migration leaves the old version intact.
+version ``k`` to ``k + 1`` (SQL statements, and Python steps where rows must be
+rewritten), and :func:`migrate` applies every pending step inside the caller's open
+transaction, so a crash mid-migration leaves the old version intact.
 ``PRAGMA application_id`` marks the file as ours, so an unrelated SQLite database is
 refused instead of having tables added to it.
 
@@ -12,11 +13,12 @@ commit the surrounding transaction first.
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Final, TypeVar
 
-from relay.core.records import plan_digest
+from relay.storage.ancestry_migration import migrate_to_links
 
 APPLICATION_ID: Final = 0x52525231  # "RRR1"
 
@@ -135,7 +137,7 @@ _VERSION_2: Final = (
 
 # Ancestors are read by reference without their plan's text (up to 33 KB in the middle of
 # the row, so reading any column after it walks its overflow pages): each row records its
-# plan's digest (relay.core.records.plan_digest, backfilled here), and an index
+# plan's digest (SHA-256 of the text, backfilled here; dropped again in v5), and an index
 # covering every other column answers the by-reference read alone. It also serves every
 # (scope_id, end_digest) lookup the index it replaces did.
 _VERSION_3: Final = (
@@ -165,7 +167,29 @@ _VERSION_4: Final = (
     "ALTER TABLE markers_v4 RENAME TO markers",
 )
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_VERSION_1, _VERSION_2, _VERSION_3, _VERSION_4)
+# Linear ancestry (relay.storage.ancestry_migration): a record links to its plan's last
+# block and keeps the plan's chain digest instead of its whole text, and observations
+# hold no dependencies rows any more (intents still pin through them). The parent index
+# answers "which records were generated on top of this one" (retention).
+_VERSION_5: Final = (
+    "ALTER TABLE observations ADD COLUMN parent_id INTEGER REFERENCES observations (id)",
+    "ALTER TABLE observations ADD COLUMN prior_chain TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE intents ADD COLUMN parent_id INTEGER",
+    "ALTER TABLE intents ADD COLUMN prior_chain TEXT NOT NULL DEFAULT ''",
+    migrate_to_links,
+    "DELETE FROM dependencies WHERE observation_id IS NOT NULL",
+    "DROP INDEX observations_by_ref",
+    "ALTER TABLE observations DROP COLUMN prior_plan_digest",
+    "ALTER TABLE observations DROP COLUMN prior_plan",
+    "ALTER TABLE intents DROP COLUMN prior_plan",
+    "CREATE INDEX observations_by_end ON observations (scope_id, end_digest)",
+    "CREATE INDEX observations_by_parent ON observations (parent_id) WHERE parent_id IS NOT NULL",
+)
+
+Step = str | Callable[[sqlite3.Connection], None]
+MIGRATIONS: Final[tuple[tuple[Step, ...], ...]] = (
+    _VERSION_1, _VERSION_2, _VERSION_3, _VERSION_4, _VERSION_5,
+)  # fmt: skip
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 TABLES: Final = ("scopes", "observations", "payloads", "markers", "dependencies", "intents")
@@ -192,15 +216,31 @@ def migrate(conn: sqlite3.Connection) -> int:
         )
     if found == 0 and conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
         raise SchemaRefused("it has tables but no reasoning-cache schema version")
-    conn.create_function("relay_plan_digest", 1, plan_digest, deterministic=True)
-    for statements in MIGRATIONS[found:]:
-        for statement in statements:
-            conn.execute(statement)
-    if found < SCHEMA_VERSION:
-        # PRAGMAs take no parameters; both values are integers from this module.
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION:d}")
-        conn.execute(f"PRAGMA application_id = {APPLICATION_ID:d}")
+    migrate_to(conn, SCHEMA_VERSION, found)
     return found
+
+
+def migrate_to(conn: sqlite3.Connection, version: int, found: int | None = None) -> None:
+    """Apply the steps from the file's version (``found``) up to ``version`` (tests build
+    files of an earlier version with it) and record ``version``."""
+    if found is None:
+        found = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    conn.create_function("relay_plan_digest", 1, _legacy_plan_digest, deterministic=True)
+    for steps in MIGRATIONS[found:version]:
+        for step in steps:
+            if isinstance(step, str):
+                conn.execute(step)
+            else:
+                step(conn)
+    if found < version:
+        # PRAGMAs take no parameters; both values are integers from this module.
+        conn.execute(f"PRAGMA user_version = {version:d}")
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID:d}")
+
+
+def _legacy_plan_digest(text: str) -> str:
+    """The v3 backfill of ``prior_plan_digest``: SHA-256 of a v3 plan's text."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 _T = TypeVar("_T")

@@ -73,7 +73,7 @@ from relay.core.disk_policy import MIN_RESERVE_BYTES
 from relay.core.identity import HistoryDigests, Scope, history_digests
 from relay.core.planner import Plan, PlanLimits, plan_replay
 from relay.core.receipts import Reason
-from relay.core.records import BlockRef, PlanText
+from relay.core.records import BlockRef, plan_chain
 from relay.errors import StoreFull, StoreLatched, UpstreamHTTPError
 from relay.model_alias import ModelAlias
 from relay.storage.disk_guard import DiskGuard, guard_path
@@ -612,14 +612,20 @@ class ReplayMachine(RuleBasedStateMachine):
             assert len(new) == 1, f"expected one new observation, got {new}"
             row = new[0]
             assert row.id == record.key
-            assert isinstance(row.prior_plan, PlanText)
             assert (row.replayable, row.generation, row.intent_id, row.position) == (
                 record.admitted,
                 record.generation,
                 pending.intent,
                 len(pending.start),
             ), f"{row} vs {record}"
-            assert row.prior_plan.refs() == pending.refs
+            # The plan is one link plus its chain digest; walking the links from the
+            # store gives back exactly the dispatched plan, in order.
+            plan = row.prior_plan
+            assert (plan.count, plan.chain) == (len(pending.refs), plan_chain(pending.refs))
+            walked = [] if plan.parent_id is None else store.lineage(
+                scope_id, plan.parent_id, plan.count
+            )  # fmt: skip
+            assert tuple(o.ref for o in reversed(walked)) == pending.refs
             assert row.snapshot == record.snapshot
             payload = store.load_payload(row.id, max_bytes=1 << 20)
             if record.admitted:

@@ -18,12 +18,11 @@ from relay.core.planner import Plan, PlanLimits, plan_replay
 from relay.core.receipts import Reason
 from relay.core.records import (
     EMPTY_PLAN,
-    BlockRef,
     Observation,
-    PlanStamp,
-    PlanText,
+    PriorPlan,
     StoredPayload,
     StoredSizeExceeded,
+    plan_chain,
 )
 from tests.support.canonical_reference import identity_scope
 
@@ -44,25 +43,30 @@ class MemorySource:
     latest: str | None = "snap-1"
     seen: dict[str, float] = field(default_factory=dict)
     loads: int = 0
-    batches: list[int] = field(default_factory=list)  # refs asked for, per read
+    lineages: list[int] = field(default_factory=list)  # records asked for, per read
+    end_reads: list[int] = field(default_factory=list)  # end digests asked for, per read
     payload_batches: list[int] = field(default_factory=list)  # payloads asked for, per read
 
-    def observations_at(self, end_digest: str) -> Sequence[Observation]:
-        found = [o for o in self.observations if o.end_digest == end_digest]
-        return sorted(found, key=lambda o: -o.id)
+    def observations_ending_at(self, end_digests: Iterable[str]) -> dict[str, list[Observation]]:
+        wanted = list(end_digests)
+        self.end_reads.append(len(wanted))
+        found: dict[str, list[Observation]] = {}
+        for o in sorted(self.observations, key=lambda o: -o.id):
+            if o.end_digest in wanted:
+                found.setdefault(o.end_digest, []).append(o)
+        return found
 
-    def observations_by_refs(self, refs: Iterable[BlockRef]) -> dict[BlockRef, Observation]:
-        refs = list(refs)
-        self.batches.append(len(refs))
-        newest: dict[BlockRef, Observation] = {}
-        for o in sorted(self.observations, key=lambda o: o.id):
-            newest[o.ref] = o
-        # As the store reads an ancestor: its plan as the stamp recorded with it.
-        return {
-            ref: newest[ref]._replace(prior_plan=newest[ref].plan_stamp)
-            for ref in set(refs)
-            if ref in newest
-        }
+    def lineage(self, observation_id: int, limit: int) -> list[Observation]:
+        """As the store walks it: up the parent links while each points to an older row."""
+        self.lineages.append(limit)
+        by_id = {o.id: o for o in self.observations}
+        found: list[Observation] = []
+        current = by_id.get(observation_id)
+        while current is not None and len(found) < limit:
+            found.append(current)
+            parent = current.prior_plan.parent_id
+            current = by_id.get(parent) if parent is not None and parent < current.id else None
+        return found
 
     def poisoned_starts(self, start_digests: Iterable[str]) -> set[str]:
         return self.poisoned & set(start_digests)
@@ -181,7 +185,7 @@ class Builder:
             envelope_fingerprint=key.envelope_fingerprint,
             payload_fingerprint=hashlib.sha256(b"p" + output_json.encode()).hexdigest(),
             output_hash=hashlib.sha256(output_json.encode()).hexdigest(),
-            prior_plan=PlanText.of([o.ref for o in prior]),
+            prior_plan=prior[-1].chain_plan if prior else EMPTY_PLAN,
             intent_id=f"intent_{position}",
             snapshot="snap-1",
             replayable=True,
@@ -268,26 +272,99 @@ def test_fallback_stops_where_a_descendant_was_generated_without_the_block() -> 
     assert reasons(plan) == [Reason.NOT_REPLAYABLE, Reason.DESCENDANT_WITHOUT_BLOCK]
 
 
-def test_past_the_plan_limit_a_descendant_on_the_chain_is_not_parsed_and_damage_still_stops() -> (
+def test_past_the_plan_limit_a_descendant_on_the_chain_is_not_walked_and_damage_still_stops() -> (
     None
 ):
     # Past the plan-record limit every later record was dispatched on the same fallback
-    # chain, so its plan is that chain's text exactly: equal to a valid plan, not parsed.
+    # chain, so its prior plan is that chain's: compared as is, no link walked.
     b = Builder()
     a1 = b.record(1)
     a3 = b.record(3, [a1])
     a5 = b.record(5, [a1, a3])
-    assert isinstance(a5.prior_plan, PlanText)
-    unread = PlanText(a5.prior_plan.text, a5.prior_plan.count)  # as read back: not parsed
-    _replace(b, a5, prior_plan=unread)
     plan = b.plan(max_plan_records=2)  # a5 is one record too long
     assert positions(plan) == [1, 3]
     assert reasons(plan) == [Reason.PLAN_TOO_LONG]
-    assert unread._refs is None
-    _replace(b, a5._replace(prior_plan=unread), prior_plan=_damaged(unread))
+    assert b.source.lineages == [1]  # a3's one ancestor; a5's chain was never read
+    _replace(b, a5, prior_plan=_damaged(a5.prior_plan))
     plan = b.plan(max_plan_records=2)
     assert plan.blocks == ()  # a damaged later plan stops every chain beneath it
     assert Reason.DESCENDANT_WITHOUT_BLOCK in reasons(plan)
+
+
+def test_a_descendant_further_down_a_chain_is_walked_to_the_block() -> None:
+    """a5 was generated on a1 and a3; a3 may not replay now (not admitted), so a1 alone is
+    proposed: a5 lies on top of it through a3's link, which is walked and checked."""
+    b = Builder()
+    a1 = b.record(1)
+    a3 = b.record(3, [a1], replayable=False)
+    b.record(5, [a1, a3])
+    plan = b.plan()
+    assert positions(plan) == [1]
+    assert reasons(plan) == [Reason.NOT_REPLAYABLE, Reason.NOT_REPLAYABLE]
+
+
+@pytest.mark.parametrize(
+    "link",
+    [
+        pytest.param(lambda a1, a3: PriorPlan(a1.id, 2, a3.chain_plan.chain), id="count"),
+        pytest.param(lambda a1, a3: PriorPlan(a1.id, 1, a3.chain_plan.chain), id="parent"),
+        pytest.param(lambda a1, a3: PriorPlan(99, 2, a3.chain_plan.chain), id="missing"),
+        pytest.param(lambda a1, a3: PriorPlan(None, 2, a3.chain_plan.chain), id="cut"),
+    ],
+)
+def test_a_descendant_whose_links_do_not_lead_to_the_block_stops_it(
+    link: Callable[[Observation, Observation], PriorPlan],
+) -> None:
+    b = Builder()
+    a1 = b.record(1)
+    a3 = b.record(3, [a1], replayable=False)
+    a5 = b.record(5, [a1, a3])
+    _replace(b, a5, prior_plan=link(a1, a3))
+    plan = b.plan()
+    assert plan.blocks == ()
+    assert reasons(plan)[-1] == Reason.DESCENDANT_WITHOUT_BLOCK
+
+
+@pytest.mark.parametrize(
+    ("link", "reason"),
+    [
+        pytest.param(
+            lambda a1, a3: PriorPlan(a1.id, 2, a3.chain_plan.chain),
+            Reason.ANCESTOR_REORDERED,
+            id="to-another",
+        ),
+        pytest.param(
+            lambda a1, a3: PriorPlan(99, 2, a3.chain_plan.chain),
+            Reason.ANCESTOR_MISSING,
+            id="to-nothing",
+        ),
+        pytest.param(
+            lambda a1, a3: PriorPlan(4, 2, a3.chain_plan.chain),
+            Reason.ANCESTOR_MISSING,
+            id="to-a-newer-row",
+        ),
+        pytest.param(
+            lambda a1, a3: PriorPlan(a3.id, 2, a1.chain_plan.chain),
+            Reason.ANCESTOR_REORDERED,
+            id="digest",
+        ),
+        pytest.param(
+            lambda a1, a3: PriorPlan(a3.id, 3, a3.chain_plan.chain),
+            Reason.ANCESTOR_REORDERED,
+            id="count",
+        ),
+    ],
+)
+def test_a_tampered_link_on_the_newest_record_is_named(
+    link: Callable[[Observation, Observation], PriorPlan], reason: Reason
+) -> None:
+    b = Builder()
+    a1, a3, a5 = b.chain()
+    assert b.record(3, [a1], intent_id="again").id == 4  # a row newer than a5
+    _replace(b, a5, prior_plan=link(a1, a3))
+    plan = b.plan()
+    assert plan.rejections[0].reason == reason
+    assert 5 not in positions(plan)
 
 
 def test_own_intent_does_not_compete_but_another_does() -> None:
@@ -318,10 +395,9 @@ def _payload(b: Builder, o: Observation, items: Any) -> None:
     _replace(b, o, output_hash=hashlib.sha256(text.encode()).hexdigest())
 
 
-def _damaged(plan: PlanText | PlanStamp) -> PlanText:
-    """The plan's text as it would read back after damage that keeps its length."""
-    assert isinstance(plan, PlanText)
-    return PlanText(plan.text.upper(), plan.count)
+def _damaged(plan: PriorPlan) -> PriorPlan:
+    """The plan as it would read back after damage to its digest that keeps its length."""
+    return dataclasses.replace(plan, chain=plan.chain.upper())
 
 
 # Mutations of the middle record (a3) of a 3-turn chain: every one must stop the whole
@@ -470,7 +546,7 @@ def test_budgets_fall_back_without_replaying_a_partial_chain(
     assert reason in reasons(plan)
     assert positions(plan) in ([1, 3], [1], [])
     for index, block in enumerate(plan.blocks):  # never a chain missing its ancestors
-        assert block.observation.plan_stamp == PlanText.of(plan.refs[:index]).stamp
+        assert block.observation.prior_plan.chain == plan_chain(plan.refs[:index])
 
 
 def test_verification_work_is_bounded() -> None:
@@ -522,13 +598,50 @@ def test_each_payload_is_loaded_once_per_plan_in_one_batch() -> None:
     assert b.source.payload_batches == [3]
 
 
+def test_the_messages_a_plan_looks_up_are_read_in_few_batches() -> None:
+    b = Builder()
+    b.chain()
+    assert positions(b.plan()) == [1, 3, 5]
+    assert b.source.end_reads == [1]  # the newest message decided: nothing else read
+    b = Builder()
+    a1 = b.record(1)
+    b.record(5, [a1], replayable=False)  # a5 fails; a3 unmatched, a1 below it
+    assert positions(b.plan()) == [1]
+    # The newest message, then the others in one batch; the later-record check of a1 and
+    # the unmatched count read nothing more.
+    assert b.source.end_reads == [1, 2]
+
+
+def test_a_plan_far_back_reads_the_messages_in_growing_batches() -> None:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    for turn in range(60):
+        messages += [{"role": "assistant", "content": f"turn {turn}"},
+                     {"role": "user", "content": f"more {turn}"}]  # fmt: skip
+    history = digests(messages)
+    source = MemorySource()
+    first = history.assistant_blocks[0]
+    output_json = json.dumps([reasoning("0"), message("0", "turn 0")], separators=(",", ":"))
+    record = Observation(
+        1, 1, 1, first.position, first.start_digest, first.end_digest,
+        first.envelope_fingerprint, hashlib.sha256(b"p" + output_json.encode()).hexdigest(),
+        hashlib.sha256(output_json.encode()).hexdigest(), EMPTY_PLAN, "intent_1", "snap-1",
+        True, NOW - 10,
+    )  # fmt: skip
+    source.observations.append(record)
+    source.payloads[1] = StoredPayload(1, output_json, len(output_json), NOW - 10)
+    plan = plan_replay(history, messages, source, generation=1, now=NOW)
+    assert [block.observation.id for block in plan.blocks] == [1]
+    assert plan.unmatched == 59
+    assert source.end_reads == [1, 16, 17, 26]  # 60 messages: 1, then 16, then doubling
+
+
 def test_ancestors_are_read_in_one_batch_and_never_twice() -> None:
     b = Builder()
     a1 = b.record(1)
     a3 = b.record(3, [a1])
     b.record(5, [a1, a3], replayable=False)  # rejected: the fallback needs only a1 again
     assert positions(b.plan()) == [1, 3]
-    assert b.source.batches == [2]  # a1 and a3 together; the fallback reread nothing
+    assert b.source.lineages == [2]  # a3 and a1 in one walk; the fallback reread nothing
 
 
 # --- unmatched: assistant messages no record ends at ("why no replay?") -------------------

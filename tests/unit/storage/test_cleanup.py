@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from relay.clock import ManualClock
 from relay.core.identity import ScopeTargeting
-from relay.core.records import BlockRef, MarkerKind, PlanText
+from relay.core.records import EMPTY_PLAN, BlockRef, MarkerKind, PriorPlan
 from relay.storage.cleanup import MAX_RECLAIMED_PER_RUN, CleanupResult
 from relay.storage.replay_store import ReasoningStore
 
@@ -36,7 +36,7 @@ def h(n: int) -> str:
 class Rec:
     id: int
     ref: BlockRef
-    chain: tuple[BlockRef, ...]  # its ancestors' refs then its own
+    plan: PriorPlan  # the plan of its chain: its ancestors, then itself
 
 
 @pytest.fixture
@@ -55,20 +55,18 @@ def admit(
     """An admitted record at ``position`` generated on top of ``parent``'s chain, with
     a payload last touched at ``touched``. The only place that writes ancestry."""
     n = next(_serial)
-    prior = parent.chain if parent is not None else ()
+    prior = parent.plan if parent is not None else EMPTY_PLAN
     ref = BlockRef(h(n), h(n + 10**8))
     with store.transaction():
         row = store.add_observation(
             scope_id=scope_id, generation=1, position=position,
             start_digest=start or h(n + 2 * 10**8), end_digest=ref.end_digest,
             envelope_fingerprint=h(3), payload_fingerprint=ref.payload_fingerprint,
-            output_hash=h(4), prior_plan=PlanText.of(prior), intent_id=f"producer_{n}",
+            output_hash=h(4), prior_plan=prior, intent_id=f"producer_{n}",
             snapshot=None, replayable=True, now=touched,
         )  # fmt: skip
         store.put_payload(row.id, f'[{{"n":{n}}}]', touched)
-        ancestors = store.observations_by_refs(scope_id, prior)
-        store.add_dependencies(row.id, [ancestors[r].id for r in prior])
-    return Rec(row.id, ref, (*prior, ref))
+    return Rec(row.id, ref, row.chain_plan)
 
 
 def scope(store: ReasoningStore, n: int = 1) -> int:
@@ -84,7 +82,7 @@ def pin(store: ReasoningStore, scope_id: int, intent_id: str, *recs: Rec) -> Non
     with store.transaction():
         store.create_intent(
             intent_id, scope_id=scope_id, position=99, start_digest=h(7),
-            prior_plan=PlanText.of([r.ref for r in recs]), now=NOW, deadline_at=None,
+            prior_plan=recs[-1].plan if recs else EMPTY_PLAN, now=NOW, deadline_at=None,
         )  # fmt: skip
         store.pin(intent_id, [r.id for r in recs])
 
@@ -152,7 +150,7 @@ def test_the_producing_intent_pins_its_record(store: ReasoningStore) -> None:
     assert producer is not None and producer.intent_id is not None
     with store.transaction():
         store.create_intent(producer.intent_id, scope_id=sid, position=1, start_digest=h(6),
-                            prior_plan=PlanText.of(()), now=NOW, deadline_at=None)  # fmt: skip
+                            prior_plan=EMPTY_PLAN, now=NOW, deadline_at=None)  # fmt: skip
     assert store.cleanup.reclaim(CUTOFF).pinned == 1
     assert kept(store, a) == [True]
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sqlite3
 import stat
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,25 +17,22 @@ from relay.clock import ManualClock
 from relay.core.identity import ScopeTargeting
 from relay.core.records import (
     EMPTY_PLAN,
-    MAX_STORED_PLAN,
     BlockRef,
     MarkerKind,
     Observation,
-    PlanStamp,
-    PlanText,
+    PriorPlan,
     StoredPayload,
     StoredSizeExceeded,
-    plan_digest,
+    plan_chain,
 )
 from relay.errors import CacheUnavailable, StoreCorrupt, StoreError, StoreFull, StoreLocked
 from relay.storage.replay_store import (
     _FEW,
-    _REF_COLUMNS,
     IntentPhase,
     IntentRow,
     ReasoningStore,
 )
-from relay.storage.schema import APPLICATION_ID, IN_CHUNK, MIGRATIONS, SCHEMA_VERSION
+from relay.storage.schema import APPLICATION_ID, IN_CHUNK, SCHEMA_VERSION, migrate_to
 
 REPO = Path(__file__).resolve().parents[3]
 TARGET = ScopeTargeting(credential="c" * 64, model="gpt-5", caller=None)
@@ -93,7 +89,7 @@ def observe(
     payload: str = h("d"),
     generation: int = 1,
     position: int = 1,
-    plan: Sequence[BlockRef] = (),
+    plan: PriorPlan = EMPTY_PLAN,
     intent_id: str | None = None,
     snapshot: str | None = None,
     replayable: bool = True,
@@ -103,7 +99,7 @@ def observe(
         return store.add_observation(
             scope_id=scope, generation=generation, position=position, start_digest=start,
             end_digest=end, envelope_fingerprint=h("e"), payload_fingerprint=payload,
-            output_hash=h("f"), prior_plan=PlanText.of(plan), intent_id=intent_id, snapshot=snapshot,
+            output_hash=h("f"), prior_plan=plan, intent_id=intent_id, snapshot=snapshot,
             replayable=replayable, now=now,
         )  # fmt: skip
 
@@ -245,7 +241,7 @@ def test_reopen_after_close_keeps_data(db_path: Path, clock: ManualClock) -> Non
 
 def test_fresh_file_gets_current_schema(store: ReasoningStore) -> None:
     conn = conn_of(store)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
 
 
@@ -253,12 +249,7 @@ def _file_at_version(db_path: Path, version: int) -> sqlite3.Connection:
     """A store file as schema ``version`` left it, with a secret and one scope (id 1)."""
     db_path.parent.mkdir(mode=0o700)
     conn = sqlite3.connect(db_path, isolation_level=None)
-    conn.create_function("relay_plan_digest", 1, plan_digest, deterministic=True)
-    for statements in MIGRATIONS[:version]:
-        for statement in statements:
-            conn.execute(statement)
-    conn.execute(f"PRAGMA user_version = {version:d}")
-    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    migrate_to(conn, version)
     conn.execute("INSERT INTO meta (key, value) VALUES ('secret', ?)", (b"s" * 32,))
     conn.execute(
         "INSERT INTO scopes (digest, credential, model, caller, created_at) "
@@ -268,24 +259,28 @@ def _file_at_version(db_path: Path, version: int) -> sqlite3.Connection:
     return conn
 
 
-def test_a_version_2_file_gets_plan_digests_and_the_covering_index(db_path: Path) -> None:
+def test_a_version_2_file_goes_through_every_step_to_linked_plans(db_path: Path) -> None:
     conn = _file_at_version(db_path, 2)
-    plans = [PlanText.of([BlockRef(h(i), h(i + 1)) for i in range(n)]) for n in (0, 1, 3)]
-    for number, plan in enumerate(plans):
+    refs = [BlockRef(h(200 + n), h(300)) for n in range(3)]
+    for number in range(3):  # a chain: each record generated on the ones before
+        text = "[" + ",".join(f'["{r.end_digest}","{r.payload_fingerprint}"]'
+                              for r in refs[:number]) + "]"  # fmt: skip
         conn.execute(
             "INSERT INTO observations (scope_id, generation, position, start_digest, "
             "end_digest, envelope_fp, payload_fp, output_hash, prior_plan, prior_plan_count, "
             "replayable, observed_at) VALUES (1, 1, ?, ?, ?, ?, ?, ?, ?, ?, 1, 1.0)",
-            (number, h(100 + number), h(200 + number), h("e"), h("p"), h("o"), plan.text,
-             plan.count),
+            (number, h(100 + number), h(200 + number), h("e"), h(300), h("o"), text, number),
         )  # fmt: skip
     conn.close()
     with ReasoningStore.open(db_path, clock=ManualClock()) as store:
-        refs = [BlockRef(h(200 + number), h("p")) for number in range(len(plans))]
-        found = store.observations_by_refs(1, refs)
-        assert [found[ref].plan_stamp for ref in refs] == [plan.stamp for plan in plans]
+        read = [store.observations_at(1, ref.end_digest)[0] for ref in refs]
+        assert [o.prior_plan for o in read] == [
+            EMPTY_PLAN, PriorPlan(1, 1, plan_chain(refs[:1])), PriorPlan(2, 2, plan_chain(refs[:2]))
+        ]  # fmt: skip
+        assert all(o.replayable for o in read)
         indexes = {row[0] for row in conn_of(store).execute("SELECT name FROM sqlite_master")}
-        assert "observations_by_ref" in indexes and "observations_by_end" not in indexes
+        assert {"observations_by_end", "observations_by_parent"} <= indexes
+        assert "observations_by_ref" not in indexes
         assert store.integrity_check() == ["ok"]
 
 
@@ -388,7 +383,6 @@ WRITES: list[tuple[str, Callable[[ReasoningStore], object]]] = [
         intent_id=None, snapshot=None, replayable=True, now=1.0)),
     ("put_payload", lambda s: s.put_payload(1, "[]", 1.0)),
     ("add_marker", lambda s: s.add_marker(1, MarkerKind.END_CONFLICT, h(1), 1, 1.0)),
-    ("add_dependencies", lambda s: s.add_dependencies(1, [1])),
     ("touch_payloads", lambda s: s.touch_payloads([1], 1.0)),
     ("create_intent", lambda s: s.create_intent(
         "i", scope_id=1, position=1, start_digest=h(0), prior_plan=EMPTY_PLAN, now=1.0,
@@ -507,26 +501,26 @@ def test_observations_at_all_generations_newest_first(store: ReasoningStore) -> 
 
 def test_observation_round_trips_every_field(store: ReasoningStore) -> None:
     sid = scope_id(store)
-    plan = (BlockRef(h(1), h(2)), BlockRef(h(3), h(4)))
+    parent = observe(store, sid, end=h(1), payload=h(2))
+    plan = PriorPlan(parent.id, 2, h(9))
     obs = observe(
         store, sid, end=h(5), start=h(3), position=4, plan=plan, intent_id="intent-1",
         snapshot="gpt-5-2026-01-01", replayable=False, now=123.5,
     )  # fmt: skip
     (read,) = store.observations_at(sid, h(5))
     assert read == obs
-    assert isinstance(read.prior_plan, PlanText)
-    assert read.prior_plan.refs() == plan
+    assert read.prior_plan == plan
     assert (read.position, read.intent_id, read.replayable) == (4, "intent-1", False)
 
 
 def test_repeats_match_every_recorded_field(store: ReasoningStore) -> None:
     sid = scope_id(store)
-    plan = [BlockRef(h(1), h(2))]
+    parent = observe(store, sid, end=h(1), payload=h(2))
+    plan = parent.chain_plan
     obs = observe(store, sid, end=h(5), start=h(3), position=4, plan=plan, payload=h("p"))
     same: dict[str, Any] = {
         "generation": 1, "position": 4, "start_digest": h(3), "end_digest": h(5),
-        "envelope_fingerprint": h("e"), "payload_fingerprint": h("p"),
-        "prior_plan": PlanText.of(plan),
+        "envelope_fingerprint": h("e"), "payload_fingerprint": h("p"), "prior_plan": plan,
     }  # fmt: skip
     assert store.repeats(sid, **same) == [obs.id]
     for field, other in [
@@ -542,61 +536,85 @@ def test_a_conflict_is_another_payload_or_another_plan_at_the_same_end(
     store: ReasoningStore,
 ) -> None:
     sid = scope_id(store)
-    plan = PlanText.of([BlockRef(h(1), h(2))])
+    plan = observe(store, sid, end=h(1), payload=h(2)).chain_plan
     assert not store.conflicts_at(sid, h(5), h("p"), plan)  # nothing there yet
-    obs = observe(store, sid, end=h(5), plan=plan.refs() or (), payload=h("p"))
+    obs = observe(store, sid, end=h(5), plan=plan, payload=h("p"))
     assert not store.conflicts_at(sid, h(5), h("p"), plan)
     assert store.conflicts_at(sid, h(5), h("q"), plan)
     assert store.conflicts_at(sid, h(5), h("p"), EMPTY_PLAN)
     assert not store.conflicts_at(sid, h(6), h("q"), EMPTY_PLAN)  # another end
     conn_of(store).execute(  # damage that keeps the length: still another plan
-        "UPDATE observations SET prior_plan = replace(prior_plan, '0', 'O') WHERE id = ?", (obs.id,)
+        "UPDATE observations SET prior_chain = replace(prior_chain, '0', 'O') WHERE id = ?",
+        (obs.id,),
     )
     assert store.conflicts_at(sid, h(5), h("p"), plan)
 
 
-def test_observations_by_refs_are_the_newest_matches(store: ReasoningStore) -> None:
+def chain_of(store: ReasoningStore, sid: int, length: int) -> list[Observation]:
+    """``length`` records, each generated with the ones before replayed."""
+    made: list[Observation] = []
+    for n in range(length):
+        plan = made[-1].chain_plan if made else EMPTY_PLAN
+        made.append(observe(store, sid, end=h(n + 1), payload=h(100 + n), position=n, plan=plan))
+    return made
+
+
+def test_lineage_walks_the_parent_links_nearest_first(store: ReasoningStore) -> None:
     sid = scope_id(store)
-    observe(store, sid, end=h(1), payload=h("d"))
-    newest = observe(store, sid, end=h(1), payload=h("d"), generation=2)
-    other = observe(store, sid, end=h(1), payload=h("b"))
-    elsewhere = observe(store, sid, end=h(2), payload=h("d"))
-    wanted = [BlockRef(h(1), h("d")), BlockRef(h(1), h("c")), BlockRef(h(2), h("d")),
-              BlockRef(h(1), h("b")), BlockRef(h(3), h("d"))]  # fmt: skip
-    assert store.observations_by_refs(sid, wanted) == {
-        BlockRef(h(1), h("d")): by_ref(newest), BlockRef(h(2), h("d")): by_ref(elsewhere),
-        BlockRef(h(1), h("b")): by_ref(other),
-    }  # fmt: skip
-    assert store.observations_by_refs(scope_id(store, h("b")), wanted) == {}
-    assert store.observations_by_refs(sid, []) == {}
+    a, b, c, d = chain_of(store, sid, 4)
+    assert store.lineage(sid, d.id, 10) == [d, c, b, a]
+    assert store.lineage(sid, c.id, 2) == [c, b]
+    assert store.lineage(sid, a.id, 5) == [a]
+    assert store.lineage(sid, 999, 5) == []
+    assert store.lineage(scope_id(store, h("b")), d.id, 5) == []  # another scope's rows
+    assert [o.prior_plan.chain for o in (b, c, d)] == [
+        plan_chain([o.ref for o in (a, b, c)][:n]) for n in (1, 2, 3)
+    ]
 
 
-def by_ref(observation: Observation) -> Observation:
-    """``observation`` as a by-reference read returns it: its plan as a stamp."""
-    return observation._replace(prior_plan=observation.plan_stamp)
-
-
-def test_an_ancestor_read_carries_its_plan_stamp_from_the_covering_index(
+def test_lineage_stops_at_a_link_that_does_not_point_to_an_older_row(
     store: ReasoningStore,
 ) -> None:
     sid = scope_id(store)
-    plan = PlanText.of([BlockRef(h(1), h(2)), BlockRef(h(3), h(4))])
-    obs = observe(store, sid, end=h(5), plan=plan.refs() or ())
-    read = store.observations_by_refs(sid, [obs.ref])[obs.ref]
-    assert read.prior_plan == PlanStamp(2, hashlib.sha256(plan.text.encode()).hexdigest())
-    assert read.plan_stamp == obs.plan_stamp == plan.stamp
-    # The plan's text (and its overflow pages) is never touched: the index answers alone.
-    sql = f"SELECT {_REF_COLUMNS} FROM observations WHERE scope_id = ? AND end_digest IN (?, ?)"
-    query = conn_of(store).execute(f"EXPLAIN QUERY PLAN {sql}", (sid, h(5), h(6)))
-    assert "USING COVERING INDEX observations_by_ref" in " ".join(row[-1] for row in query)
+    a, b, c = chain_of(store, sid, 3)
+    conn = conn_of(store)
+    conn.execute("PRAGMA foreign_keys = OFF")  # tampering, as damage on disk would
+    conn.execute("UPDATE observations SET parent_id = ? WHERE id = ?", (c.id, a.id))  # a loop
+    assert store.lineage(sid, c.id, 100) == [
+        c,
+        b,
+        a._replace(prior_plan=PriorPlan(c.id, 0, a.prior_plan.chain), replayable=False),
+    ]
+    conn.execute("UPDATE observations SET parent_id = 999 WHERE id = ?", (b.id,))
+    assert [o.id for o in store.lineage(sid, c.id, 100)] == [c.id, b.id]
+
+
+def test_children_and_retained_descendants_follow_the_links_down(store: ReasoningStore) -> None:
+    sid = scope_id(store)
+    a, b, c = chain_of(store, sid, 3)
+    sibling = observe(store, sid, end=h(50), payload=h(51), plan=a.chain_plan)
+    assert store.children_of(a.id) == [b.id, sibling.id]
+    assert store.children_of(c.id) == []
+    assert not store.has_retained_descendant(a.id)  # none of them holds a payload
+    with store.transaction():
+        store.put_payload(c.id, "[1]", now=1.0)
+    # c is a's grandchild through b, which holds no payload: a still has one retained.
+    assert store.has_retained_descendant(a.id) and store.has_retained_descendant(b.id)
+    assert not store.has_retained_descendant(c.id)
+    assert not store.has_retained_descendant(sibling.id)
+    assert store.stats()["dependencies"] == 0  # ancestry costs no dependency rows
 
 
 def test_batched_reads_cross_the_in_list_bound(store: ReasoningStore) -> None:
     sid = scope_id(store)
     count = IN_CHUNK + 3
     made = [observe(store, sid, start=h(10_000 + i), end=h(i)) for i in range(count)]
-    found = store.observations_by_refs(sid, [o.ref for o in made])
-    assert found == {o.ref: by_ref(o) for o in made}
+    again = observe(store, sid, start=h(7), end=h(0), generation=2)
+    ends = [h(i) for i in range(count)] + [h(99_999)]  # one no record ends at
+    assert store.observations_ending_at(sid, ends) == {
+        h(i): [again, o] if i == 0 else [o] for i, o in enumerate(made)
+    }
+    assert store.observations_ending_at(scope_id(store, h("b")), ends) == {}
     with store.transaction():
         for i in range(count):
             store.create_intent(
@@ -645,33 +663,19 @@ def test_snapshots(store: ReasoningStore) -> None:
 @pytest.mark.parametrize(
     "plan",
     [
-        [BlockRef("A" * 64, h(1))],  # uppercase hex
-        [BlockRef(h(1), "ab")],  # short
-        [BlockRef(h(1), h(2))] * (MAX_STORED_PLAN + 1),
+        PriorPlan(1, 1, "A" * 64),  # uppercase hex
+        PriorPlan(1, 1, "ab"),  # short
+        PriorPlan(None, 1, h(1)),  # a plan with no link
+        PriorPlan(1, 0, EMPTY_PLAN.chain),  # an empty plan with one
     ],
 )
 def test_add_observation_refuses_plans_that_would_not_read_back(
-    store: ReasoningStore, plan: list[BlockRef]
+    store: ReasoningStore, plan: PriorPlan
 ) -> None:
     sid = scope_id(store)
     with pytest.raises(ValueError, match="plan"):
         observe(store, sid, end=h(1), plan=plan)
     assert store.stats()["observations"] == 0
-
-
-def test_dependencies_are_idempotent(store: ReasoningStore) -> None:
-    sid = scope_id(store)
-    a, b, c = (observe(store, sid, end=h(n)) for n in (1, 2, 3))
-    with store.transaction():
-        store.add_dependencies(c.id, [a.id, b.id])
-        store.add_dependencies(c.id, [b.id])
-    rows = conn_of(store).execute(
-        "SELECT observation_id, intent_id, ancestor_id FROM dependencies ORDER BY ancestor_id"
-    )
-    assert rows.fetchall() == [(c.id, None, a.id), (c.id, None, b.id)]
-    with pytest.raises(StoreError), store.transaction():
-        store.add_dependencies(c.id, [999])  # foreign key: no such ancestor
-    assert store.stats()["dependencies"] == 2
 
 
 def test_dependency_needs_exactly_one_holder(store: ReasoningStore) -> None:
@@ -692,67 +696,45 @@ def test_dependency_needs_exactly_one_holder(store: ReasoningStore) -> None:
 # --- malformed stored plans ----------------------------------------------------------
 
 
-GOOD_PLAN = f'[["{h(1)}","{h(2)}"]]'
-
-
 @pytest.mark.parametrize(
-    ("text", "count"),
+    ("parent", "count", "chain"),
     [
-        ("not json", 1),
-        (GOOD_PLAN, 2),  # count disagrees with the list
-        (GOOD_PLAN, 0),  # longer than a 0-descriptor plan can be: never parsed
-        (f'[["{h(1)}","{h(2)}"]' + " " * 200 + "]", 1),  # over the length bound
-        ('[["nothex","nothex"]]', 1),
-        ('[["a","b","c"]]', 1),
-        ("[" * 60 + "]" * 60, 1),
-        ('{"a": 1}', 1),
-        ("[]", MAX_STORED_PLAN + 1),
+        (1, 0, EMPTY_PLAN.chain),  # an empty plan with a link
+        (None, 0, h(7)),  # an empty plan with another digest
+        (1, 1, "not a digest"),
+        (1, 1, ""),  # retired by the v5 migration
+        (1, -1, h(7)),
     ],
 )
-def test_malformed_stored_plan_never_replays(store: ReasoningStore, text: str, count: int) -> None:
+def test_malformed_stored_plan_never_replays(
+    store: ReasoningStore, parent: int | None, count: int, chain: str
+) -> None:
     sid = scope_id(store)
-    obs = observe(store, sid, end=h(1), plan=[BlockRef(h(1), h(2))], replayable=True)
-    conn_of(store).execute(
-        "UPDATE observations SET prior_plan = ?, prior_plan_count = ? WHERE id = ?",
-        (text, count, obs.id),
+    ancestor = observe(store, sid, end=h(9))
+    obs = observe(store, sid, end=h(1), plan=ancestor.chain_plan, replayable=True)
+    conn = conn_of(store)
+    conn.execute("PRAGMA ignore_check_constraints = ON")  # damage, as on disk
+    conn.execute(
+        "UPDATE observations SET parent_id = ?, prior_plan_count = ?, prior_chain = ? WHERE id = ?",
+        (parent, count, chain, obs.id),
     )
     for read in (store.observations_at(sid, h(1))[0], store.observation(obs.id)):
         assert read is not None
-        assert (read.replayable, read.prior_plan) == (False, EMPTY_PLAN)
+        # Read as stored, so a walk through it fails its digest check too.
+        assert (read.replayable, read.prior_plan) == (False, PriorPlan(parent, count, chain))
     assert store.malformed_plans_seen == 2
-    # As an ancestor it is compared by the digest recorded with it, whatever its text became.
-    ancestor = store.observations_by_refs(sid, [obs.ref])[obs.ref]
-    assert ancestor.plan_stamp == PlanStamp(count, obs.plan_stamp.digest)
 
 
-@pytest.mark.parametrize(
-    ("digest", "count"),
-    [("", 1), ("0" * 64, 1), (PlanText.of([BlockRef(h(1), h(2))]).stamp.digest, 0)],
-)
-def test_a_damaged_plan_stamp_equals_no_valid_plan(
-    store: ReasoningStore, digest: str, count: int
-) -> None:
-    sid = scope_id(store)
-    plan = [BlockRef(h(1), h(2))]
-    obs = observe(store, sid, end=h(3), plan=plan)
-    conn_of(store).execute(
-        "UPDATE observations SET prior_plan_digest = ?, prior_plan_count = ? WHERE id = ?",
-        (digest, count, obs.id),
-    )
-    stamp = store.observations_by_refs(sid, [obs.ref])[obs.ref].plan_stamp
-    assert stamp not in (PlanText.of(plan).stamp, EMPTY_PLAN.stamp)
-
-
-def test_malformed_intent_plan_reads_as_empty(store: ReasoningStore) -> None:
+def test_malformed_intent_plan_reads_as_stored_and_is_counted(store: ReasoningStore) -> None:
     sid = scope_id(store)
     with store.transaction():
         store.create_intent(
             "i", scope_id=sid, position=1, start_digest=h(0),
-            prior_plan=PlanText.of([BlockRef(h(1), h(2))]), now=1.0, deadline_at=None,
+            prior_plan=PriorPlan(3, 1, h(4)), now=1.0, deadline_at=None,
         )  # fmt: skip
-    conn_of(store).execute("UPDATE intents SET prior_plan = 'nope'")
+    conn_of(store).execute("UPDATE intents SET prior_chain = 'nope'")
     (intent,) = store.unresolved_intents()
-    assert intent.prior_plan == EMPTY_PLAN
+    assert intent.prior_plan == PriorPlan(3, 1, "nope") and not intent.prior_plan.well_formed
     assert store.malformed_plans_seen == 1
 
 
@@ -907,7 +889,7 @@ def test_markers_survive_generation_changes(store: ReasoningStore) -> None:
 def test_intent_lifecycle(store: ReasoningStore) -> None:
     sid = scope_id(store)
     ancestor = observe(store, sid, end=h(1))
-    plan = PlanText.of((ancestor.ref,))
+    plan = ancestor.chain_plan
     with store.transaction():
         store.create_intent(
             "intent-1", scope_id=sid, position=3, start_digest=h(2), prior_plan=plan,

@@ -13,7 +13,7 @@ from relay.clock import ManualClock
 from relay.core.identity import ScopeTargeting
 from relay.errors import StoreError
 from relay.storage.replay_store import ReasoningStore
-from relay.storage.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
+from relay.storage.schema import SCHEMA_VERSION, migrate_to
 from relay.storage.strict_store import MAX_PAGE, StrictEntries, StrictTally, text_digest
 
 S, OTHER = "a" * 64, "b" * 64
@@ -198,10 +198,7 @@ def test_a_closed_store_raises_store_errors(db_path: Path) -> None:
 def test_a_version_1_file_is_migrated(db_path: Path) -> None:
     db_path.parent.mkdir(mode=0o700)
     conn = sqlite3.connect(db_path, isolation_level=None)
-    for statement in MIGRATIONS[0]:
-        conn.execute(statement)
-    conn.execute("PRAGMA user_version = 1")
-    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    migrate_to(conn, 1)
     conn.execute("INSERT INTO meta (key, value) VALUES ('secret', ?)", (b"s" * 32,))
     conn.execute(
         "INSERT INTO scopes (digest, credential, model, caller, created_at) "
@@ -214,7 +211,7 @@ def test_a_version_1_file_is_migrated(db_path: Path) -> None:
         assert store.find_scope("d" * 64) is not None
         migrated = store._conn
         assert migrated is not None
-        assert migrated.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert migrated.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
         assert put(store.strict, 1).id == 1
         assert store.integrity_check() == ["ok"]
     with ReasoningStore.open(db_path, clock=ManualClock()) as again:  # idempotent
