@@ -437,9 +437,11 @@ def _check_references(
         by_reference = item.get("type") == "item_reference" or (
             item.get("type") == "reasoning" and item.get("encrypted_content") is None
         )
-        if not by_reference or (store and item.get("id") in ledger.stored_items):
-            continue
         item_id = item.get("id")
+        if by_reference and not isinstance(item_id, str):  # unhashable ids must not 500
+            raise _bad("Invalid type for 'input[].id': expected a string.", param="input")
+        if not by_reference or (store and item_id in ledger.stored_items):
+            continue
         message = f"Item with id '{item_id}' not found."
         if not store:
             message += (
