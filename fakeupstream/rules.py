@@ -270,14 +270,14 @@ def _check_item(index: int, item: Any) -> None:
     kind = item.get("type", "message" if "role" in item else None)
     if kind is None:
         raise _missing(f"{where}.type")
+    item_id = item.get("id")
+    if item_id is not None and not isinstance(item_id, str):  # of every type: ids are keys
+        raise _type_error(f"{where}.id", "a string", item_id)
     if kind not in CHECKED_ITEM_TYPES:
         if kind not in OTHER_ITEM_TYPES:
             raise _invalid_value(f"{where}.type", kind, CHECKED_ITEM_TYPES + OTHER_ITEM_TYPES)
         return
-    item_id = item.get("id")
     if item_id is not None:
-        if not isinstance(item_id, str):
-            raise _type_error(f"{where}.id", "a string", item_id)
         prefix = ID_PREFIXES.get(kind)
         if prefix is not None and not item_id.startswith(prefix):
             raise _bad(
@@ -437,11 +437,9 @@ def _check_references(
         by_reference = item.get("type") == "item_reference" or (
             item.get("type") == "reasoning" and item.get("encrypted_content") is None
         )
-        item_id = item.get("id")
-        if by_reference and not isinstance(item_id, str):  # unhashable ids must not 500
-            raise _bad("Invalid type for 'input[].id': expected a string.", param="input")
-        if not by_reference or (store and item_id in ledger.stored_items):
+        if not by_reference or (store and item.get("id") in ledger.stored_items):
             continue
+        item_id = item.get("id")
         message = f"Item with id '{item_id}' not found."
         if not store:
             message += (

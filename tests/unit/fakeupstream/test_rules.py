@@ -249,6 +249,15 @@ def test_unknown_item_type_lists_what_is_supported():
     assert error.param == "input[0].type"
 
 
+@pytest.mark.parametrize("item_id", [[], {}, 7])
+def test_an_unchecked_item_type_still_needs_a_string_id(item_id):
+    # item_reference is not shape-checked, but its id is a lookup key (found by the fuzz
+    # test: an array id was a 500).
+    error = reject({"model": "gpt-5", "input": [{"type": "item_reference", "id": item_id}]})
+    assert (error.status, error.param, error.code) == (400, "input[0].id", "invalid_type")
+    assert error.message.startswith("Invalid type for 'input[0].id': expected a string")
+
+
 # --- replay rules --------------------------------------------------------------------
 
 
