@@ -25,6 +25,7 @@ from typing import Any
 
 from scenarios import launch
 from scenarios.fakeapi import FakeControl
+from scenarios.faults.disk import temp_prefix
 from scenarios.history import History
 from scenarios.launch import LaunchMod
 from scenarios.procs import ManagedProcess, group_alive, processes_with_marker
@@ -32,7 +33,6 @@ from scenarios.relaylog import parse_relay_events
 from scenarios.seed import Seed
 
 ROOT = Path(__file__).resolve().parent.parent
-TEMP_PREFIX = "relay-scenario-"
 RELAY_BANNER = r"^relay listening on http://(?P<host>[^\s/]+):(?P<port>\d+)/v1"
 FAKE_BANNER = r"^fakeupstream listening on http://(?P<host>[^\s/]+):(?P<port>\d+)"
 
@@ -142,7 +142,7 @@ class Harness:
     _closed: bool = False
 
     def __post_init__(self) -> None:
-        self.tmp = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
+        self.tmp = Path(tempfile.mkdtemp(prefix=temp_prefix()))
         for sub in ("logs", "relay-data", "fake", "faults"):
             (self.tmp / sub).mkdir()
         self.history = History(path=self.tmp / "history.jsonl")

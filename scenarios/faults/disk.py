@@ -34,6 +34,12 @@ FIU_LIB_DIRS = ("/usr/lib/fiu", "/usr/local/lib/fiu", "/usr/lib/x86_64-linux-gnu
 MOUNT_MARKER = "relay-scenario-"
 
 
+def temp_prefix() -> str:
+    """The prefix of a temp dir that may hold mounts: the marker, then this process's pid,
+    so that another run's sweep leaves the mounts of a run still alive alone."""
+    return f"{MOUNT_MARKER}{os.getpid()}-"
+
+
 class DiskFaultUnavailable(RuntimeError):
     """The mechanism cannot run on this machine; the message says what is missing."""
 
@@ -144,16 +150,39 @@ def _unmount_all() -> None:
 
 
 def sweep_stale_mounts() -> list[str]:
-    """Unmount tmpfs mounts left in scenario temp dirs by an earlier, killed harness."""
-    root = tempfile.gettempdir()
-    removed: list[str] = []
+    """Unmount tmpfs mounts left in scenario temp dirs by an earlier, killed harness (one
+    whose process is gone: concurrent runs keep theirs)."""
     with open("/proc/self/mounts", encoding="utf-8") as mounts:
         points = [line.split()[1] for line in mounts if len(line.split()) > 2]
-    for point in sorted(points, key=len, reverse=True):
-        if point.startswith(os.path.join(root, MOUNT_MARKER)):
-            subprocess.run(["umount", "-l", point], check=False, timeout=10)
-            removed.append(point)
-    return removed
+    stale = stale_mount_points(points, tempfile.gettempdir())
+    for point in stale:
+        subprocess.run(["umount", "-l", point], check=False, timeout=10)
+    return stale
+
+
+def stale_mount_points(points: list[str], root: str) -> list[str]:
+    """Which of the mount ``points`` are in a scenario temp dir under ``root`` whose run is
+    gone, innermost first (the order to unmount them in)."""
+    marker = os.path.join(root, MOUNT_MARKER)
+    return [
+        point
+        for point in sorted(points, key=len, reverse=True)
+        if point.startswith(marker) and not _owner_alive(point[len(marker) :])
+    ]
+
+
+def _owner_alive(name: str) -> bool:
+    """Whether the run whose temp dir is ``name`` (after the marker: ``<pid>-...``) lives."""
+    pid = name.split("-", 1)[0]
+    if not pid.isdigit():
+        return False  # a dir from before the pid was part of the name
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 # --- libfiu (EIO at run time) ----------------------------------------------------------------

@@ -6,10 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
-import os
-import shutil
 import stat
-import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +16,7 @@ import requests
 
 from relay.body_log import BodyLog, write_file
 from tests.support.stack import Stack, running_stack
+from tests.support.tmpfs import size_limited_tmpfs
 
 ON = {"LOG_BODIES": "1"}
 
@@ -146,33 +144,15 @@ def test_a_blocked_body_log_does_not_slow_the_call(
 
 
 @pytest.fixture
-def full_tmpfs(tmp_path: Path) -> Iterator[Path]:
-    """A 64 KiB tmpfs with no space left (root only; skipped where mounting is refused)."""
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a size-limited tmpfs needs root and mount(8)")
-    point = tmp_path / "full"
-    point.mkdir()
-    result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(point)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        pytest.skip(f"mount tmpfs refused here: {result.stderr.strip()}")
-    try:
-        (point / "bodies").mkdir(mode=0o700)
-        filler = os.open(point / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
-        try:
-            with pytest.raises(OSError, match="No space left") as caught:
-                while os.write(filler, b"\0" * 4096):
-                    pass
-            assert caught.value.errno == errno.ENOSPC
-        finally:
-            os.close(filler)
-        yield point / "bodies"
-    finally:
-        subprocess.run(["umount", "-l", str(point)], check=False)
+def full_tmpfs() -> Iterator[Path]:
+    """A 64 KiB tmpfs with no space left, holding an empty ``bodies`` directory."""
+    with size_limited_tmpfs(64 * 1024) as volume:
+        (volume.target / "bodies").mkdir(mode=0o700)
+        volume.fill()
+        with pytest.raises(OSError, match="No space left") as caught:
+            (volume.target / "probe").write_bytes(b"\0" * 4096)
+        assert caught.value.errno == errno.ENOSPC
+        yield volume.target / "bodies"
 
 
 def test_a_full_disk_under_the_body_log_never_fails_the_call(

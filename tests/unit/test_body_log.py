@@ -8,9 +8,7 @@ import asyncio
 import errno
 import logging
 import os
-import shutil
 import stat
-import subprocess
 import threading
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
@@ -30,6 +28,7 @@ from relay.body_log import (
 )
 from relay.clock import ManualClock
 from relay.errors import ConfigError
+from tests.support.tmpfs import size_limited_tmpfs
 
 
 def run(coro: Coroutine[Any, Any, None]) -> None:
@@ -355,29 +354,17 @@ def test_only_known_artifact_kinds_exist(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
-    """A 64 KiB tmpfs at ``tmp_path/data`` (root only; skipped where mounting is refused)."""
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a size-limited tmpfs needs root and mount(8)")
-    point = tmp_path / "data"
-    point.mkdir()
-    result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(point)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        pytest.skip(f"mount tmpfs refused here: {result.stderr.strip()}")
-    try:
-        yield point
-    finally:
-        subprocess.run(["umount", "-l", str(point)], check=False)
+def small_tmpfs() -> Iterator[Path]:
+    """A 64 KiB tmpfs at ``<base>/data``; the base is returned, to stand for ``tmp_path``."""
+    with size_limited_tmpfs(64 * 1024) as volume:
+        yield volume.target.parent
 
 
 def test_a_full_disk_disables_the_writer_and_keeps_what_fit(
-    tmp_path: Path, small_tmpfs: Path, caplog: pytest.LogCaptureFixture
+    small_tmpfs: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    tmp_path = small_tmpfs
+
     async def go() -> None:
         body_log = open_log(tmp_path)
         writer = body_log.for_request("req_1").writer("upstream-response")

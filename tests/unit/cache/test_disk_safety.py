@@ -4,8 +4,6 @@ and a store on a volume with no free byte left still opens."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +15,8 @@ from relay.core.disk_policy import Admission
 from relay.errors import StoreLatched
 from relay.storage.disk_guard import DiskGuard
 from relay.storage.replay_store import ReasoningStore
-from scenarios.faults.disk import MOUNT_MARKER, TmpfsMount, integrity_check, tmpfs_missing
+from scenarios.faults.disk import TmpfsMount, integrity_check
+from tests.support.tmpfs import size_limited_tmpfs
 
 RESERVE = 256 * 1024
 BIG = "y" * 200_000  # more frames than any WAL slack: the write needs new blocks
@@ -25,16 +24,8 @@ BIG = "y" * 200_000  # more frames than any WAL slack: the write needs new block
 
 @pytest.fixture
 def volume() -> Iterator[TmpfsMount]:
-    if (reason := tmpfs_missing()) is not None:
-        pytest.skip(reason)
-    root = Path(tempfile.mkdtemp(prefix=MOUNT_MARKER + "disk-safety-"))
-    mount = TmpfsMount(root / "data", 2 << 20)
-    try:
-        mount.mount()
+    with size_limited_tmpfs(2 << 20) as mount:
         yield mount
-    finally:
-        mount.unmount()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def big_write(store: ReasoningStore, key: str) -> None:

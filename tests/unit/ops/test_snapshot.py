@@ -6,7 +6,6 @@ import asyncio
 import os
 import sqlite3
 import stat
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from relay.core.records import EMPTY_PLAN
 from relay.ops import snapshot
 from relay.ops.snapshot import PAGES_PER_STEP, Progress, SnapshotRefused, Snapshotter
 from relay.storage.replay_store import ReasoningStore
+from tests.support.tmpfs import size_limited_tmpfs
 
 TARGET = ScopeTargeting(credential="c" * 64, model="gpt-5", caller=None)
 
@@ -178,17 +178,10 @@ def test_refusals(store: ReasoningStore, tmp_path: Path) -> None:
     assert os.listdir(open_dir) == []
 
 
-def test_no_copy_without_the_free_space_margin(store: ReasoningStore, tmp_path: Path) -> None:
+def test_no_copy_without_the_free_space_margin(store: ReasoningStore) -> None:
     """A real 16 MiB tmpfs: the store fits, the 64 MiB margin does not."""
-    small = tmp_path / "small"
-    small.mkdir(mode=0o700)
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", str(small)],
-        capture_output=True, check=False,
-    )  # fmt: skip
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
+    with size_limited_tmpfs(16 << 20) as volume:
+        small = volume.target
         snapper = Snapshotter(store, small, ManualClock())
 
         async def run() -> str:
@@ -199,8 +192,6 @@ def test_no_copy_without_the_free_space_margin(store: ReasoningStore, tmp_path: 
         message = asyncio.run(run())
         assert "64" in message or str(64 * 1024 * 1024) in message
         assert os.listdir(small) == []
-    finally:
-        subprocess.run(["umount", str(small)], check=True)
 
 
 def test_no_copy_of_a_store_over_the_ceiling(
