@@ -2,47 +2,22 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import requests
 
 from tests.support.log_leaks import observe_process
+from tests.support.relay_cli import relay_env, serving
 
-
-def relay_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RELAY_"))}
-    return {**env, "RELAY_PORT": "0", "RELAY_DATA_DIR": str(tmp_path / "data"), **extra}
-
-
-@contextmanager
-def serving(env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
-    """``relay serve`` as a real process; killed (and reaped) however the test ends."""
-    with subprocess.Popen(
-        [sys.executable, "-m", "relay", "serve"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as proc:
-        try:
-            yield proc
-        finally:
-            proc.kill()
-            proc.wait()
-            # What the test did not read itself goes to the suite's log scan.
-            rest = [p.read() for p in (proc.stdout, proc.stderr) if p is not None and not p.closed]
-            observe_process("test_cli relay serve", "".join(rest), env)
+LABEL = "test_cli relay serve"
 
 
 def test_serve_without_key_uses_offline_fake_and_says_so(tmp_path: Path) -> None:
-    with serving(relay_env(tmp_path)) as proc:
+    with serving(relay_env(tmp_path), LABEL) as proc:
         assert proc.stdout is not None
         banner = [proc.stdout.readline() for _ in range(4)]
         assert banner[0].startswith("relay listening on http://127.0.0.1:")
@@ -66,7 +41,7 @@ def test_serve_without_key_uses_offline_fake_and_says_so(tmp_path: Path) -> None
         assert proc.stderr is not None
         stderr = proc.stderr.read()
         assert token not in stderr
-        observe_process("test_cli relay serve", stderr, relay_env(tmp_path))
+        observe_process(LABEL, stderr, relay_env(tmp_path))
 
 
 def test_invalid_config_stops_startup_with_one_line(tmp_path: Path) -> None:
@@ -78,7 +53,7 @@ def test_invalid_config_stops_startup_with_one_line(tmp_path: Path) -> None:
         timeout=30,
         check=False,
     )
-    observe_process("test_cli relay serve", result.stdout + result.stderr)
+    observe_process(LABEL, result.stdout + result.stderr)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "relay: configuration error: RELAY_PORT='x': expected a whole number >= 0"
@@ -87,7 +62,7 @@ def test_invalid_config_stops_startup_with_one_line(tmp_path: Path) -> None:
 
 def test_a_second_relay_on_the_same_cache_is_refused_clearly(tmp_path: Path) -> None:
     env = relay_env(tmp_path, REASONING_CACHE_ENABLED="1")
-    with serving(env) as first:
+    with serving(env, LABEL) as first:
         assert first.stdout is not None
         banner = [first.stdout.readline() for _ in range(4)]
         assert banner[3].startswith("reasoning cache: on (")
@@ -99,7 +74,7 @@ def test_a_second_relay_on_the_same_cache_is_refused_clearly(tmp_path: Path) -> 
             timeout=30,
             check=False,
         )
-        observe_process("test_cli relay serve", second.stdout + second.stderr, env)
+        observe_process(LABEL, second.stdout + second.stderr, env)
         assert second.returncode == 1
         lines = second.stderr.strip().splitlines()
         assert len(lines) == 1, lines
@@ -114,7 +89,7 @@ def test_an_existing_data_dir_is_made_private_even_with_relay_token(tmp_path: Pa
     data.mkdir(mode=0o755)
     data.chmod(0o755)
     env = relay_env(tmp_path, RELAY_TOKEN="a-token-of-sixteen-or-more")
-    with serving(env) as proc:
+    with serving(env, LABEL) as proc:
         assert proc.stdout is not None
         assert proc.stdout.readline().startswith("relay listening on")
         assert stat.S_IMODE(data.stat().st_mode) == 0o700
@@ -133,7 +108,7 @@ def test_a_data_dir_that_cannot_be_private_stops_startup_with_one_line(tmp_path:
         timeout=30,
         check=False,
     )
-    observe_process("test_cli relay serve", result.stdout + result.stderr)
+    observe_process(LABEL, result.stdout + result.stderr)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"relay: configuration error: the data directory {tmp_path / 'data'} (RELAY_DATA_DIR) "

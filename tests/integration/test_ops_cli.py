@@ -15,7 +15,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.test_cli import relay_env, serving
+from tests.support.relay_cli import relay_env, serving
 
 
 def relay(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -54,7 +54,7 @@ def test_status_metrics_and_snapshot_against_a_running_relay(tmp_path: Path, soc
         tmp_path, REASONING_CACHE_ENABLED="1", RELAY_ADMIN_SOCKET=str(sock),
         RELAY_ADMIN_SNAPSHOT_DIR=str(snaps),
     )  # fmt: skip
-    with serving(env) as proc:
+    with serving(env, "test_ops_cli relay serve") as proc:
         assert proc.stdout is not None
         banner = [proc.stdout.readline() for _ in range(5)]
         assert banner[4] == f"admin socket: {sock} (relay status, relay admin ...)\n"

@@ -20,6 +20,7 @@ import requests
 
 from tests.support import fake_tunnel
 from tests.support.processes import running, wait_gone
+from tests.support.relay_cli import relay_env
 
 AUTHTOKEN = "2AbCdEfGhIjKlMnOpQrStUvWx_serve"
 NAME = Path(sys.executable).name
@@ -75,14 +76,7 @@ def serving(tmp_path: Path, *tunnel_args: str, **extra: str) -> Iterator[Relay]:
             *tunnel_args,
         ]
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RELAY_"))}
-    env.update(
-        RELAY_PORT="0",
-        RELAY_DATA_DIR=str(tmp_path / "data"),
-        RELAY_TUNNEL_CMD=command,
-        NGROK_AUTHTOKEN=AUTHTOKEN,
-        **extra,
-    )
+    env = relay_env(tmp_path, RELAY_TUNNEL_CMD=command, NGROK_AUTHTOKEN=AUTHTOKEN, **extra)
     with subprocess.Popen(
         [sys.executable, "-m", "relay", "serve"],
         env=env,
