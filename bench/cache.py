@@ -43,6 +43,7 @@ from relay.core.records import EMPTY_PLAN, Observation, ScopeRow
 from relay.routing import resolve_model
 from relay.runtime import Runtime
 from relay.translate.chat_to_responses import TranslatedRequest
+from relay.translate.events import ChatCompletion
 from relay.translate.request import translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion
 
@@ -271,17 +272,22 @@ def completed_output(text: str, number: int) -> list[dict[str, Any]]:
     return output_items({"content": text}, number)
 
 
-def feed_generation(session: CacheSession, output: list[dict[str, Any]]) -> ClientProjection:
-    """Feed the capture a completed upstream generation; what the client was sent."""
+def feed_completion(session: CacheSession, output: list[dict[str, Any]]) -> ChatCompletion:
+    """Feed the capture a completed upstream generation; the Chat completion the client
+    was sent for it."""
     for index, item in enumerate(output):
         session.feed("response.output_item.done", {"output_index": index, "item": item})
     response = {"status": "completed", "model": SNAPSHOT, "output": output}
     session.feed("response.completed", {"response": response})
-    completion = response_to_chat_completion(
+    return response_to_chat_completion(
         response, completion_id="chatcmpl-bench", created=0, model="gpt-5",
         reasoning_summaries=False,
     )  # fmt: skip
-    return ClientProjection.from_completion(completion)
+
+
+def feed_generation(session: CacheSession, output: list[dict[str, Any]]) -> ClientProjection:
+    """Feed the capture a completed upstream generation; what the client was sent."""
+    return ClientProjection.from_completion(feed_completion(session, output))
 
 
 def bench_commits(*, rounds: int = 31, messages: int = 10) -> dict[str, Any]:

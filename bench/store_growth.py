@@ -26,10 +26,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.cache import SNAPSHOT, bench_config, open_cache, session_for, translated
+from bench.cache import bench_config, feed_completion, open_cache, session_for, translated
 from bench.identity import recorded_request
 from relay.core.capture import ClientProjection
-from relay.translate.responses_to_chat import response_to_chat_completion
 
 STEPS = (40, 160, 1000)
 # Random bytes of each reasoning item's ciphertext (base64 in the payload): 128 gives the
@@ -55,14 +54,7 @@ def answer(step: int, ciphertext_bytes: int) -> list[dict[str, Any]]:
 
 def generate(session: Any, output: list[dict[str, Any]]) -> tuple[ClientProjection, Any]:
     """Feed a completed generation; what the client was sent and its assistant message."""
-    for index, item in enumerate(output):
-        session.feed("response.output_item.done", {"output_index": index, "item": item})
-    response = {"status": "completed", "model": SNAPSHOT, "output": output}
-    session.feed("response.completed", {"response": response})
-    completion = response_to_chat_completion(
-        response, completion_id="chatcmpl-bench", created=0, model="gpt-5",
-        reasoning_summaries=False,
-    )  # fmt: skip
+    completion = feed_completion(session, output)
     return ClientProjection.from_completion(completion), completion["choices"][0]["message"]
 
 
