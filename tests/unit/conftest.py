@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from relay.clock import ManualClock
 from relay.core.identity import Scope
+from relay.storage.replay_store import ReasoningStore
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[ReasoningStore]:
+    """A fresh replay store, a real SQLite file at ``tmp_path/data/cache.sqlite``."""
+    with ReasoningStore.open(tmp_path / "data" / "cache.sqlite", clock=ManualClock()) as opened:
+        yield opened
 
 
 @pytest.fixture

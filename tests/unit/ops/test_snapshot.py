@@ -6,7 +6,6 @@ import asyncio
 import os
 import sqlite3
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +27,10 @@ def h(n: int) -> str:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[ReasoningStore]:
-    opened = ReasoningStore.open(tmp_path / "data" / "cache.sqlite", clock=ManualClock())
-    fill(opened, 300)
-    yield opened
-    opened.close()
+def store(store: ReasoningStore) -> ReasoningStore:
+    """The shared fresh store (tests/unit/conftest.py), with 300 records in it."""
+    fill(store, 300)
+    return store
 
 
 def fill(store: ReasoningStore, n: int, *, start: int = 0) -> None:

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from relay.clock import ManualClock
 from relay.core.identity import ScopeTargeting
 from relay.core.records import EMPTY_PLAN
 from relay.storage.aggregates import PAYLOAD_BYTES_SCAN_ROWS, read_aggregates
@@ -20,13 +18,6 @@ TARGET = ScopeTargeting(credential="c" * 64, model="gpt-5", caller=None)
 
 def h(n: int) -> str:
     return f"{n:064x}"
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[ReasoningStore]:
-    opened = ReasoningStore.open(tmp_path / "data" / "cache.sqlite", clock=ManualClock())
-    yield opened
-    opened.close()
 
 
 def fill(store: ReasoningStore, n: int, *, first_touch: float = 1000.0) -> list[int]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -37,12 +36,6 @@ class Rec:
     id: int
     ref: BlockRef
     plan: PriorPlan  # the plan of its chain: its ancestors, then itself
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[ReasoningStore]:
-    with ReasoningStore.open(tmp_path / "cache.sqlite", clock=ManualClock()) as opened:
-        yield opened
 
 
 _serial = iter(range(1, 10**9))

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
-from relay.clock import ManualClock
 from relay.core.identity import ScopeTargeting
 from relay.core.records import EMPTY_PLAN
 from relay.storage.recovery import (
@@ -22,12 +18,6 @@ from relay.storage.replay_store import ReasoningStore
 
 def h(n: int | str) -> str:
     return f"{n}".rjust(64, "0")
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[ReasoningStore]:
-    with ReasoningStore.open(tmp_path / "cache.sqlite", clock=ManualClock()) as opened:
-        yield opened
 
 
 def scope(store: ReasoningStore, digest: str, *, model: str = "gpt-5", caller: str | None = None,
