@@ -1,11 +1,25 @@
+"""Fixtures of the loopback integration tests."""
+
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.stack import Stack, running_stack
+
+
+@pytest.fixture(autouse=True)
+def _collect_what_the_test_left() -> Iterator[None]:
+    """Collect garbage as each test ends, so that a socket or file it left unclosed is
+    reported (as an unraisable ResourceWarning, an error here) by that test, not by
+    whichever later test the collector happens to run in. What survives is frozen (moved
+    out of the collector's sight), so each collection only looks at one test's objects."""
+    yield
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture

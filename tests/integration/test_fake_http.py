@@ -219,10 +219,10 @@ def test_unknown_urls_get_openais_404(fake, method, path):
 
 
 def test_models_lists_the_fakes_models_in_openais_shape(fake):
-    client = openai.OpenAI(
+    with openai.OpenAI(
         base_url=fake.url, api_key=KEY, max_retries=0, _strict_response_validation=True
-    )
-    page = client.models.list()
+    ) as client:
+        page = client.models.list()
     assert [(m.id, m.created, m.owned_by) for m in page.data] == [
         (model_id, created, owner) for model_id, (created, owner) in MODELS.items()
     ]

@@ -49,6 +49,10 @@ class Stack:
     relay: RelayServer
     config: Config
     clock: Clock = dataclasses.field(default_factory=SystemClock)
+    # Clients handed out by openai(), closed with the stack: an SDK client left to the
+    # garbage collector closes its pooled socket late, as a ResourceWarning in some
+    # other test.
+    clients: list[Any] = dataclasses.field(default_factory=list)
 
     @property
     def base_url(self) -> str:
@@ -73,13 +77,20 @@ class Stack:
     def openai(self, **kwargs: Any) -> Any:
         import openai
 
-        return openai.OpenAI(
+        client = openai.OpenAI(
             base_url=self.base_url,
             api_key=TOKEN,
             max_retries=0,
             _strict_response_validation=True,
             **kwargs,
         )
+        self.clients.append(client)
+        return client
+
+    def close_clients(self) -> None:
+        for client in self.clients:
+            client.close()
+        self.clients.clear()
 
 
 @contextmanager
@@ -119,6 +130,7 @@ def running_stack(
         try:
             yield stack
         finally:
+            stack.close_clients()
             loop.run(stack.relay.stop())
     finally:
         loop.run(fake.stop())
