@@ -223,9 +223,12 @@ def test_a_rejected_upstream_key_lists_the_aliases(
 
 
 def test_the_embedded_fake_lists_its_models(tmp_path: Path) -> None:
-    with embedded_relay(tmp_path) as base_url, openai.OpenAI(
-        base_url=base_url, api_key=TOKEN, max_retries=0, _strict_response_validation=True
-    ) as client:
+    with (
+        embedded_relay(tmp_path) as base_url,
+        openai.OpenAI(
+            base_url=base_url, api_key=TOKEN, max_retries=0, _strict_response_validation=True
+        ) as client,
+    ):
         assert [m.id for m in client.models.list().data] == FAKE_IDS
 
 
