@@ -4,6 +4,7 @@ key), and shut down in order."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,87 +71,99 @@ class RelayServer:
     ops: Operations | None = None  # admin socket, /metrics (relay.ops)
 
     async def start(self) -> int:
+        """Start everything and bind; a failure anywhere (a locked store, a port in use)
+        releases what was already started -- the store's lock first of all, so that the
+        next attempt can own it -- and raises."""
         config = self.config
         # Private whether or not it holds the token: the cache lives there too.
         ensure_private_dir(config.data_dir)
-        # Before the cache: a refused body directory must not leave the store locked.
-        body_log = BodyLog.open(config.bodies_dir, self.clock) if config.log_bodies else None
-        if config.relay_token is not None:
-            token = config.relay_token
-        else:
-            token, path = load_or_create_token(config.data_dir)
-            self.token_path = str(path)
-        if config.uses_embedded_fake:
-            factory = self.offline or load_offline_upstream()
-            self.fake = factory(clock=self.clock)
-            await self.fake.start("127.0.0.1", 0)
-            base_url, api_key = self.fake.base_url.rstrip("/"), EMBEDDED_FAKE_KEY
-        else:
-            assert config.openai_api_key is not None
-            base_url, api_key = config.openai_base_url, config.openai_api_key
-        builtin = Provider(BUILTIN, "responses", base_url, api_key, api_key_env="OPENAI_API_KEY")
-        upstream_url = builtin.url
-        # The cache's wall readings feed the retention deletion barrier, begun here.
-        cache_clock = WatchedClock(self.clock)
-        cache = ReplayCache.open(
-            config,
-            cache_clock,
-            upstream_url=upstream_url,
-            upstream_credential=api_key,
-            relay_token=token,
-            new_id=Runtime.new_id,
-        )
-        strict = StrictCache(
-            clock=self.clock,
-            store=cache.store if cache.enabled else None,
-            relay_token=token,
-            ttl_s=config.reasoning_cache_strict_ttl_seconds,
-            memory_entries=config.reasoning_cache_strict_memory_entries,
-            max_entry_bytes=config.reasoning_cache_max_entry_bytes,
-        )
-        self.runtime = Runtime(
-            config=config,
-            clock=self.clock,
-            relay_token=token,
-            upstream_url=upstream_url,
-            upstream_api_key=api_key,
-            http_client=make_http_client(self.clock),
-            cache=cache,
-            strict=strict,
-            providers={**config.providers, BUILTIN: builtin},
-            body_log=body_log,
-        )
-        if cache.enabled and cache.store is not None:
-            self.runtime.retention = RetentionCleanup(
-                cache.store,
-                cache_clock,
-                retention_s=config.reasoning_cache_retention_days * 86_400.0,
-                every_s=config.reasoning_cache_cleanup_interval_ms / 1000,
-            )
-        self._http = RelayHTTPServer(
-            make_app(self.runtime),
-            idle_connection_timeout=config.idle_timeout_ms / 1000,
-            body_timeout=config.idle_timeout_ms / 1000,
-            # The per-request limit is enforced by the chat handler with a proper 413.
-            max_body_size=2**62,
-            new_id=Runtime.new_id,
-        )
-        self.ops = Operations(self.runtime, offline_fake=self.fake is not None)
-        try:
-            self.ops.start()
-            sockets = bind_sockets(config.port, config.host, family=socket.AF_UNSPEC)
-        except BaseException:
-            await self.ops.stop()
-            cache.close()  # release the store's exclusive lock for the next attempt
+        async with contextlib.AsyncExitStack() as undo:
+            undo.callback(self._forget_start)  # runs last: after a failure, nothing is held
+            # Before the cache: a refused body directory must not leave the store locked.
+            body_log = BodyLog.open(config.bodies_dir, self.clock) if config.log_bodies else None
             if body_log is not None:
-                body_log.close()
-            raise
+                undo.callback(body_log.close)
+            if config.relay_token is not None:
+                token = config.relay_token
+            else:
+                token, path = load_or_create_token(config.data_dir)
+                self.token_path = str(path)
+            if config.uses_embedded_fake:
+                factory = self.offline or load_offline_upstream()
+                fake = self.fake = factory(clock=self.clock)
+                await fake.start("127.0.0.1", 0)
+                undo.push_async_callback(fake.stop)
+                base_url, api_key = fake.base_url.rstrip("/"), EMBEDDED_FAKE_KEY
+            else:
+                assert config.openai_api_key is not None
+                base_url, api_key = config.openai_base_url, config.openai_api_key
+            builtin = Provider(
+                BUILTIN, "responses", base_url, api_key, api_key_env="OPENAI_API_KEY"
+            )
+            upstream_url = builtin.url
+            # The cache's wall readings feed the retention deletion barrier, begun here.
+            cache_clock = WatchedClock(self.clock)
+            cache = ReplayCache.open(
+                config,
+                cache_clock,
+                upstream_url=upstream_url,
+                upstream_credential=api_key,
+                relay_token=token,
+                new_id=Runtime.new_id,
+            )
+            undo.callback(cache.close)  # releases the store's exclusive lock
+            strict = StrictCache(
+                clock=self.clock,
+                store=cache.store if cache.enabled else None,
+                relay_token=token,
+                ttl_s=config.reasoning_cache_strict_ttl_seconds,
+                memory_entries=config.reasoning_cache_strict_memory_entries,
+                max_entry_bytes=config.reasoning_cache_max_entry_bytes,
+            )
+            http_client = make_http_client(self.clock)
+            undo.callback(http_client.close)
+            self.runtime = Runtime(
+                config=config,
+                clock=self.clock,
+                relay_token=token,
+                upstream_url=upstream_url,
+                upstream_api_key=api_key,
+                http_client=http_client,
+                cache=cache,
+                strict=strict,
+                providers={**config.providers, BUILTIN: builtin},
+                body_log=body_log,
+            )
+            if cache.enabled and cache.store is not None:
+                self.runtime.retention = RetentionCleanup(
+                    cache.store,
+                    cache_clock,
+                    retention_s=config.reasoning_cache_retention_days * 86_400.0,
+                    every_s=config.reasoning_cache_cleanup_interval_ms / 1000,
+                )
+            self._http = RelayHTTPServer(
+                make_app(self.runtime),
+                idle_connection_timeout=config.idle_timeout_ms / 1000,
+                body_timeout=config.idle_timeout_ms / 1000,
+                # The per-request limit is enforced by the chat handler with a proper 413.
+                max_body_size=2**62,
+                new_id=Runtime.new_id,
+            )
+            ops = self.ops = Operations(self.runtime, offline_fake=self.fake is not None)
+            undo.push_async_callback(ops.stop)  # also after a start that failed half-way
+            ops.start()
+            sockets = bind_sockets(config.port, config.host, family=socket.AF_UNSPEC)
+            undo.pop_all()  # started: stop() releases it all from here on
         self._http.add_sockets(sockets)
         self.port = sockets[0].getsockname()[1]
         strict.start_cleanup()
         if self.runtime.retention is not None:
             self.runtime.retention.start()
         return self.port
+
+    def _forget_start(self) -> None:
+        self.runtime = self.fake = self.ops = self._http = None
+        self.token_path = None
 
     async def start_tunnel(self) -> None:
         """Start ``RELAY_TUNNEL_CMD``'s program, if set, once the banner is out (what it
@@ -233,8 +246,10 @@ class RelayServer:
 
 async def serve_forever(server: RelayServer, stop_event: asyncio.Event) -> None:
     await server.start()
-    for line in server.banner():
-        print(line, flush=True)
-    await server.start_tunnel()
-    await stop_event.wait()
-    await server.stop()
+    try:
+        for line in server.banner():
+            print(line, flush=True)
+        await server.start_tunnel()
+        await stop_event.wait()
+    finally:  # a banner that cannot be printed or a tunnel that cannot start still stops
+        await server.stop()

@@ -138,6 +138,57 @@ def test_a_port_in_use_releases_the_cache_before_it_fails(tmp_path: Path) -> Non
     run(test)
 
 
+# As above: Tornado's socket from the failed bind.
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_failed_start_stops_the_offline_fake_it_had_started(tmp_path: Path) -> None:
+    started: list[Any] = []
+    factory = load_offline_upstream()
+
+    def recording(**kwargs: Any) -> Any:
+        started.append(fake := factory(**kwargs))
+        return fake
+
+    async def test() -> None:
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            server = RelayServer(
+                config(tmp_path, RELAY_PORT=str(taken.getsockname()[1])), offline=recording
+            )
+            with pytest.raises(OSError):
+                await server.start()
+        gc.collect()
+        [fake] = started
+        with pytest.raises((ConnectionError, HTTPClientError, OSError)):
+            await AsyncHTTPClient(force_instance=True).fetch(fake.base_url + "/models")
+        assert server.runtime is None and server.fake is None and server.port is None
+        await server.stop()  # nothing to stop: a no-op, not a second close
+
+    run(test)
+
+
+def test_serve_forever_stops_the_server_when_the_banner_cannot_be_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def closed_stdout(*args: object, **kwargs: object) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr("builtins.print", closed_stdout)
+
+    async def test() -> None:
+        server = RelayServer(config(tmp_path, OPENAI_API_KEY="sk-x", RELAY_TOKEN=TOKEN,
+                                    REASONING_CACHE_ENABLED="1"))  # fmt: skip
+        with pytest.raises(BrokenPipeError):
+            await serve_forever(server, asyncio.Event())
+        assert server.runtime is not None and server.runtime.shutting_down
+        again = RelayServer(server.config)
+        await again.start()  # the store was closed: its lock is free
+        await again.stop()
+
+    run(test)
+
+
 def test_serve_forever_prints_the_banner_and_stops_when_told(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
