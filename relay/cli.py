@@ -1,4 +1,5 @@
-"""``relay`` command line: ``relay serve``, and the admin socket's clients (relay.ops.commands)."""
+"""``relay`` command line: ``relay serve``, the admin socket's clients (relay.ops.commands)
+and the offline cache commands (relay.ops.cache_commands)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from relay import __version__, log
 from relay.config import load_config
 from relay.errors import ConfigError, StoreError
 from relay.offline import load_offline_upstream
+from relay.ops import cache_commands
 from relay.ops import commands as ops_commands
 from relay.server import RelayServer, serve_forever
 
@@ -56,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("serve", help="run the relay HTTP server")
     ops_commands.register(commands)  # relay admin ..., relay status
+    cache_commands.register(commands)  # relay cache backup|restore|verify
     args = parser.parse_args(argv)
     if args.command != "serve":
         return int(args.run(args))

@@ -27,9 +27,9 @@ import threading
 
 ENV_VAR = "RELAY_TEST_CRASH_AT"
 
-# Every point the relay calls, in request order. Add a name here when you add a call, so
+# Every point a request passes, in request order. Add a name here when you add a call, so
 # scenarios can iterate over them ("fail at every point") and typos fail loudly.
-KNOWN_POINTS: tuple[str, ...] = (
+REQUEST_POINTS: tuple[str, ...] = (
     "before_dispatch_intent",  # the cache has planned; no intent row yet
     "before_upstream_send",  # the intent is committed; nothing sent upstream yet
     "after_upstream_headers",  # mid-stream: the upstream answered
@@ -37,6 +37,14 @@ KNOWN_POINTS: tuple[str, ...] = (
     "after_terminal_frame",  # the client has the end; the intent is unresolved
     "after_done_frame",  # SSE: [DONE] sent; the intent is unresolved
 )
+# The points of an offline ``relay cache backup|restore`` (relay.storage.backup), in order.
+BACKUP_POINTS: tuple[str, ...] = (
+    "backup_blocked",  # DEST.blocked is durable; no copy yet
+    "backup_copying",  # after each step of SQLite's backup into the temporary file
+    "backup_prepared",  # the copy has its new secret, gap and recovery; not yet fsynced
+    "backup_published",  # DEST is linked and durable; DEST.blocked is still there
+)
+KNOWN_POINTS: tuple[str, ...] = REQUEST_POINTS + BACKUP_POINTS
 
 
 class CrashPointSpecError(ValueError):

@@ -131,6 +131,11 @@ class StoreLatched(StoreError):
     the operator deletes the guard."""
 
 
+class StoreBlocked(StoreError):
+    """``.blocked`` beside the store: an offline backup or restore into it has not finished,
+    so the file may be incomplete; no relay opens it (design §7 backups)."""
+
+
 class ShuttingDown(RelayError):
     status = 503
     error_type = "server_error"
@@ -200,6 +205,11 @@ class UpstreamHTTPError(UpstreamError):
 
     def envelope(self) -> dict[str, Any]:
         return self._envelope
+
+
+class SnapshotRefused(Exception):
+    """``relay cache backup|restore`` refused or failed (the destination exists, the copy
+    could not be made); the message says what to do. Never reaches a client."""
 
 
 class ConfigError(Exception):

@@ -26,7 +26,7 @@ from relay.core.disk_policy import (
     wal_policy,
 )
 from relay.errors import StoreError, StoreFull, StoreIOError, StoreLatched
-from relay.storage.disk_guard import DiskGuard, refuse_if_latched
+from relay.storage.disk_guard import DiskGuard, refuse_if_blocked, refuse_if_latched
 from relay.storage.replay_store import ReasoningStore
 
 T = TypeVar("T")
@@ -34,10 +34,12 @@ PAGE_SIZE = 4096  # SQLite's default, which the store keeps
 
 
 def open_store(guard: DiskGuard, clock: Clock) -> ReasoningStore:
-    """Open the store unless it is latched. A full disk or an I/O error may refuse the
-    startup checkpoint or write: the reserve is released and the open tried once more
-    (a second failure stops startup; it writes no guard, since nothing was served)."""
+    """Open the store unless it is latched (``.guard``) or a backup or restore into it has
+    not finished (``.blocked``). A full disk or an I/O error may refuse the startup
+    checkpoint or write: the reserve is released and the open tried once more (a second
+    failure stops startup; it writes no guard, since nothing was served)."""
     refuse_if_latched(guard.db)
+    refuse_if_blocked(guard.db)  # checked before the open, which would create a missing file
     try:
         return ReasoningStore.open(guard.db, clock=clock, reserve_bytes=guard.reserve_bytes)
     except (StoreFull, StoreIOError) as err:

@@ -133,7 +133,7 @@ class ReplayCache:
         path = config.cache_path
         if config.reasoning_cache_enabled or ReasoningStore.exists(path):
             guard = DiskGuard(path, config.reasoning_cache_reserve_bytes)
-            store = open_store(guard, clock)  # refuses a latched store (.guard)
+            store = open_store(guard, clock)  # refuses a latched or blocked store
             safety = DiskSafety(
                 store, guard, disk_bytes=config.reasoning_cache_disk_bytes, clock=clock
             )

@@ -104,7 +104,7 @@ class RetentionCleanup:
             )
             return None
         try:
-            result = self.store.cleanup.reclaim(cutoff)
+            result = self.store.cleanup.reclaim(cutoff, now=now)
             eligible = self.store.cleanup.eligible(cutoff)
         except StoreError as err:
             totals.failures += 1

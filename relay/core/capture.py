@@ -51,12 +51,22 @@ __all__ = [
     "ClientProjection",
     "OutputCapture",
     "finish_capture",
+    "payload_digests",
 ]
 
 PAYLOAD_DOMAIN: Final = b"rrr/payload/v1\0"
 _TERMINAL_EVENTS: Final = ("response.completed", "response.incomplete", "response.failed")
 # Whatever json.dumps or a malformed value can throw at us; each means "not known exactly".
 _BAD_DATA: Final = (ValueError, TypeError, RecursionError)
+
+
+def payload_digests(payload: bytes) -> tuple[str, str]:
+    """``(payload_fingerprint, output_hash)`` of a payload's stored bytes: what a record
+    names it by (domain-separated) and the plain hash the planner checks its bytes with."""
+    return (
+        hashlib.sha256(PAYLOAD_DOMAIN + payload).hexdigest(),
+        hashlib.sha256(payload).hexdigest(),
+    )
 
 
 @dataclass(frozen=True)
@@ -322,7 +332,7 @@ def finish_capture(capture: OutputCapture, sent: ClientProjection) -> CaptureRes
     if envelopes is None:
         # A refusal is its own code: how a client echoes one back is unknown (predict.py).
         return poison(Reason.REFUSAL if sent.refusal is not None else Reason.UNKNOWN_PREDICTION)
-    payload = output_json.encode("utf-8")
+    payload_fingerprint, output_hash = payload_digests(output_json.encode("utf-8"))
     # The spellings differ only in argument strings: the reason is the same for each.
     reason = _observation_reason(output, envelopes[0])
     return CaptureResult(
@@ -331,7 +341,7 @@ def finish_capture(capture: OutputCapture, sent: ClientProjection) -> CaptureRes
         envelopes=envelopes,
         output=tuple(output),
         output_json=output_json,
-        payload_fingerprint=hashlib.sha256(PAYLOAD_DOMAIN + payload).hexdigest(),
-        output_hash=hashlib.sha256(payload).hexdigest(),
+        payload_fingerprint=payload_fingerprint,
+        output_hash=output_hash,
         snapshot=capture.snapshot,
     )

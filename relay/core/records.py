@@ -57,6 +57,11 @@ def _is_hex_text(value: str) -> bool:
 EMPTY_CHAIN: Final = hashlib.sha256(b"relay.replay-chain.v1").hexdigest()
 
 
+# What the v5 migration writes into a record it cannot convert (and retires): equal to no
+# chain digest, so that record replays nothing and fails every child's link check.
+RETIRED_CHAIN: Final = ""
+
+
 def chain_digest(prior_chain: str, ref: BlockRef) -> str:
     """The chain digest of a plan: that of the plan before its last block (``prior_chain``)
     extended by the last block's ``ref``. Fixed-width hex fields, so no framing needed."""

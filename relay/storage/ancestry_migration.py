@@ -34,13 +34,10 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from typing import Final
 
 import orjson
 
-from relay.core.records import BlockRef, is_hex_digest, plan_chain
-
-RETIRED_CHAIN: Final = ""  # equal to no chain digest
+from relay.core.records import RETIRED_CHAIN, BlockRef, is_hex_digest, plan_chain
 
 
 def legacy_plan_refs(text: object, count: object) -> tuple[BlockRef, ...] | None:

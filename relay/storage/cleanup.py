@@ -6,7 +6,8 @@ and transactions (like :mod:`relay.storage.strict_store`). One run is one transa
 Only ``payloads`` rows are deleted. Observations, markers and dependency rows are the
 safety ledger and are kept forever: a position's ambiguity or poison never becomes
 reusable when its data goes, and a record without its payload simply stops replaying
-(``payload_missing``).
+(``payload_missing``). The same transaction sets the record's ``reclaimed_at`` (schema
+v6), so ``relay cache verify`` can tell a reclaimed payload from a lost one.
 
 A payload is *eligible* when it has been idle longer than the retention window
 (``touched_at < cutoff``, the same test by which the planner already refuses it as
@@ -99,10 +100,13 @@ def _competitor_in_use(
 class PayloadCleanup:
     """``ReasoningStore.cleanup``: reclaim idle payloads, one transaction per run."""
 
-    def __init__(self, access: Access, writer: Access, transaction: Transaction) -> None:
+    def __init__(
+        self, access: Access, writer: Access, transaction: Transaction, wall: Callable[[], float]
+    ) -> None:
         self._access = access
         self._writer = writer
         self._transaction = transaction
+        self._wall = wall  # the store's clock: when a payload was reclaimed
 
     def eligible(self, cutoff: float) -> int:
         """How many payloads are idle past ``cutoff`` (blocked or not), for diagnostics."""
@@ -118,8 +122,11 @@ class PayloadCleanup:
         *,
         limit: int = MAX_RECLAIMED_PER_RUN,
         scan: int = MAX_SCANNED_PER_RUN,
+        now: float | None = None,
     ) -> CleanupResult:
-        """Delete up to ``limit`` eligible, unblocked payloads, descendants first."""
+        """Delete up to ``limit`` eligible, unblocked payloads, descendants first, and mark
+        each record reclaimed at ``now`` (default: the store's wall clock)."""
+        reclaimed_at = self._wall() if now is None else now
         reclaimed = reclaimed_bytes = examined = pinned = competitor = descendant = 0
         capped = False
         with self._transaction(), self._writer("reclaim payloads") as conn:
@@ -142,6 +149,10 @@ class PayloadCleanup:
                     descendant += 1
                 else:
                     conn.execute("DELETE FROM payloads WHERE observation_id = ?", (observation_id,))
+                    conn.execute(
+                        "UPDATE observations SET reclaimed_at = ? WHERE id = ?",
+                        (reclaimed_at, observation_id),
+                    )
                     reclaimed += 1
                     reclaimed_bytes += size
             capped = capped or len(candidates) == scan

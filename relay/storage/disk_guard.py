@@ -8,6 +8,11 @@ pressure"): the physical reserve and the ``.guard`` latch. The decisions are in
 - ``<db>.guard``: written when a safety write failed even after the reserve was released.
   While it exists no relay reuses the store (:func:`refuse_if_latched`); the operator
   frees space, checks the store and deletes it (README, *Disk pressure*).
+
+One more sibling latch is not about disk pressure but is refused at the same place:
+``<db>.blocked``, written first by an offline backup or restore into ``<db>`` and
+removed only once the copy is published durably (relay.storage.backup). While it exists
+the file may be half made, so no relay opens it (:func:`refuse_if_blocked`).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import os
 from pathlib import Path
 
 from relay.core.disk_policy import DiskState, may_recreate_reserve
-from relay.errors import StoreError, StoreLatched
+from relay.errors import StoreBlocked, StoreError, StoreLatched
 
 
 def reserve_path(db: Path) -> Path:
@@ -27,6 +32,28 @@ def reserve_path(db: Path) -> Path:
 
 def guard_path(db: Path) -> Path:
     return db.with_name(db.name + ".guard")
+
+
+def blocked_path(db: Path) -> Path:
+    return db.with_name(db.name + ".blocked")
+
+
+def partial_pattern(db: Path) -> str:
+    """The names a backup or restore into ``db`` builds its copy under (a glob)."""
+    return f".{db.name}.partial-*"
+
+
+def refuse_if_blocked(db: Path) -> None:
+    """Raise :class:`StoreBlocked` (one line: what happened, what to do) while a backup or
+    restore into ``db`` has not finished (``<db>.blocked`` exists)."""
+    blocked = blocked_path(db)
+    if not blocked.exists():
+        return
+    raise StoreBlocked(
+        f"{blocked} exists: a backup or restore into {db} did not finish, so it may be "
+        f"incomplete; delete {db} (if there), its -wal file, {partial_pattern(db)} beside it "
+        f"and {blocked}, then run `relay cache backup` or `relay cache restore` again"
+    )
 
 
 def refuse_if_latched(db: Path) -> None:

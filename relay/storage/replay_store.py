@@ -102,7 +102,7 @@ class IntentRow:
     deadline_at: float | None
 
 
-def _store_error(exc: sqlite3.Error, path: Path, action: str) -> StoreError:
+def store_error(exc: sqlite3.Error, path: Path, action: str) -> StoreError:
     """Translate a sqlite3 error using its code only: its text may quote stored values."""
     name = getattr(exc, "sqlite_errorname", None)
     code = getattr(exc, "sqlite_errorcode", None)
@@ -184,7 +184,7 @@ class ReasoningStore:
         # The strict-provider records (relay.strict), on this same connection.
         self.strict = StrictEntries(self._sqlite, self._writer, self.transaction)
         # Payload reclamation (relay.storage.cleanup), on this same connection.
-        self.cleanup = PayloadCleanup(self._sqlite, self._writer, self.transaction)
+        self.cleanup = PayloadCleanup(self._sqlite, self._writer, self.transaction, clock.wall)
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -223,7 +223,7 @@ class ReasoningStore:
             # which steps the backup while the IOLoop waits (relay.storage.inspection_copy).
             conn = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
-            raise _store_error(exc, path, "open") from None
+            raise store_error(exc, path, "open") from None
         try:
             secret = cls._take_ownership(conn, path, clock, reserve_bytes)
             for suffix in ("", "-wal", "-shm", "-journal"):
@@ -286,7 +286,7 @@ class ReasoningStore:
                 "REASONING_CACHE_PATH to another file"
             ) from None
         except sqlite3.Error as exc:
-            raise _store_error(exc, path, action) from None
+            raise store_error(exc, path, action) from None
         if not isinstance(secret[0], bytes) or len(secret[0]) != SECRET_BYTES:
             raise StoreCorrupt(f"reasoning cache {path}: the cache secret is malformed")
         return secret[0]
@@ -339,7 +339,7 @@ class ReasoningStore:
         try:
             yield self._conn
         except sqlite3.Error as exc:
-            raise _store_error(exc, self._path, action) from None
+            raise store_error(exc, self._path, action) from None
 
     def _writer(self, action: str) -> AbstractContextManager[sqlite3.Connection]:
         if not self._in_transaction:

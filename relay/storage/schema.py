@@ -186,9 +186,20 @@ _VERSION_5: Final = (
     "CREATE INDEX observations_by_parent ON observations (parent_id) WHERE parent_id IS NOT NULL",
 )
 
+# Reclaimed payloads are told apart from lost ones (relay cache verify, design §6): cleanup
+# sets reclaimed_at (wall time) in the transaction that deletes the payload. v5 kept no
+# such mark, so a payload already gone from a replayable record when the store reaches v6
+# gets RECLAIMED_BEFORE_V6: most likely cleanup, but nobody can prove it any more.
+RECLAIMED_BEFORE_V6: Final = -1.0
+_VERSION_6: Final = (
+    "ALTER TABLE observations ADD COLUMN reclaimed_at REAL",
+    f"""UPDATE observations SET reclaimed_at = {RECLAIMED_BEFORE_V6!r} WHERE replayable = 1
+        AND NOT EXISTS (SELECT 1 FROM payloads WHERE observation_id = observations.id)""",  # noqa: S608
+)
+
 Step = str | Callable[[sqlite3.Connection], None]
 MIGRATIONS: Final[tuple[tuple[Step, ...], ...]] = (
-    _VERSION_1, _VERSION_2, _VERSION_3, _VERSION_4, _VERSION_5,
+    _VERSION_1, _VERSION_2, _VERSION_3, _VERSION_4, _VERSION_5, _VERSION_6,
 )  # fmt: skip
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
@@ -205,6 +216,14 @@ def migrate(conn: sqlite3.Connection) -> int:
     Returns the version found. Raises :class:`SchemaRefused` for a newer schema or a
     foreign database; ``sqlite3.Error`` propagates for the caller to translate.
     """
+    found = check_version(conn)
+    migrate_to(conn, SCHEMA_VERSION, found)
+    return found
+
+
+def check_version(conn: sqlite3.Connection) -> int:
+    """The file's schema version, or :class:`SchemaRefused` when this code may not use it
+    (a foreign database, a newer schema); changes nothing."""
     found = int(conn.execute("PRAGMA user_version").fetchone()[0])
     application_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
     if application_id not in (0, APPLICATION_ID):
@@ -216,7 +235,6 @@ def migrate(conn: sqlite3.Connection) -> int:
         )
     if found == 0 and conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
         raise SchemaRefused("it has tables but no reasoning-cache schema version")
-    migrate_to(conn, SCHEMA_VERSION, found)
     return found
 
 

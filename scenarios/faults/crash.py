@@ -15,7 +15,7 @@ SIGKILLs itself at that point (see relay.crashpoints).
 
 from __future__ import annotations
 
-from relay.crashpoints import KNOWN_POINTS
+from relay.crashpoints import KNOWN_POINTS, REQUEST_POINTS
 from scenarios.client import RelayConnection
 from scenarios.faults.network import stall_until_blocked
 from scenarios.runner import Harness
@@ -33,8 +33,9 @@ def arm(*points: str | tuple[str, int]) -> str:
 
 
 def every_point() -> tuple[str, ...]:
-    """All named points, for "fail at every point" loops."""
-    return KNOWN_POINTS
+    """Every named point a request passes, for "fail at every point" loops (the offline
+    backup's points are exercised by tests/integration/test_cache_backup.py)."""
+    return REQUEST_POINTS
 
 
 def kill_after_upstream_events(harness: Harness, events: int, timeout: float = 10.0) -> None:

@@ -16,6 +16,10 @@ of digests, and every rule below is a sentence of the spec:
 - nothing is replayed beneath a later record (of this history) generated without it;
 - the same visible identity seen with a different payload or a different prior plan is a
   conflict; seen again with the same payload, plan and generation it is a repeat;
+- an offline backup and restore starts a new *epoch*: the copy has a fresh secret, so
+  its records and markers belong to scopes no request reaches again (and a coverage gap
+  quarantines them besides); nothing recorded before replays, conflicts with, competes
+  with or lies beneath anything recorded after, but the payloads stay for retention;
 - retention: a payload's touch time moves only forward (``max``); cleanup deletes a
   payload only when it is idle longer than the window, the deletion barrier is open (30
   days of monotonic time since startup or since the wall clock last went back or drifted
@@ -57,6 +61,7 @@ class Record:
     snapshot: str
     observed_at: float
     prior_keys: tuple[int, ...] = ()  # the handles of the records dispatched beneath it
+    epoch: int = 0  # backups restored before it was recorded (each copy: a new secret)
 
     @property
     def end(self) -> History:
@@ -92,24 +97,28 @@ class Model:
     # The deletion barrier: (wall, monotonic) when it began, and the newest reading.
     barrier_since: tuple[float, float] = (0.0, 0.0)
     barrier_last: tuple[float, float] = (0.0, 0.0)
+    epoch: int = 0  # the current one (see Record.epoch)
+    archived_markers: int = 0  # markers of earlier epochs: still stored, never matched
 
     # --- queries ------------------------------------------------------------------------
 
     def at(self, end: History) -> list[Record]:
-        """Every record ending with ``end``, newest first."""
-        return [r for r in reversed(self.records) if r.end == end]
+        """Every record of this epoch ending with ``end``, newest first."""
+        return [r for r in reversed(self.records) if r.end == end and r.epoch == self.epoch]
 
     def by_key(self, key: int) -> Record | None:
         return next((r for r in self.records if r.key == key), None)
 
-    def by_ref(self, ref: Ref) -> Record | None:
-        return next((r for r in reversed(self.records) if r.ref == ref), None)
+    def by_ref(self, ref: Ref, epoch: int | None = None) -> Record | None:
+        """The newest record of ``epoch`` (default: this one) with ``ref``."""
+        epoch = self.epoch if epoch is None else epoch
+        return next((r for r in reversed(self.records) if r.ref == ref and r.epoch == epoch), None)
 
     def chain(self, record: Record) -> list[Record] | None:
         """The record's recorded ancestors then itself; None when one is unknown."""
         chain = []
         for ref in record.prior:
-            ancestor = self.by_ref(ref)
+            ancestor = self.by_ref(ref, record.epoch)
             if ancestor is None:
                 return None
             chain.append(ancestor)
@@ -118,6 +127,7 @@ class Model:
     def _member_ok(self, record: Record, index: int, chain: list[Record], history: History) -> bool:
         return (
             is_prefix(record.end, history)
+            and record.epoch == self.epoch
             and record.prior == tuple(member.ref for member in chain[:index])
             and record.admitted
             and record.generation == self.generation
@@ -136,7 +146,10 @@ class Model:
     def _snapshot_ok(self, record: Record) -> bool:
         if record.snapshot == self.latest_snapshot:
             return True
-        seen = max(r.observed_at for r in self.records if r.snapshot == record.snapshot)
+        seen = max(
+            r.observed_at for r in self.records
+            if r.snapshot == record.snapshot and r.epoch == record.epoch
+        )  # fmt: skip
         return seen >= self.now - SNAPSHOT_WINDOW
 
     def replayable(self, chain: list[Record], history: History) -> bool:
@@ -150,7 +163,7 @@ class Model:
         return all(
             list(later.prior[: len(refs)]) == refs
             for later in self.records
-            if len(later.end) > last and is_prefix(later.end, history)
+            if len(later.end) > last and is_prefix(later.end, history) and later.epoch == self.epoch
         )
 
     def expected(self, history: History, assistant_positions: Sequence[int]) -> list[Record] | None:
@@ -225,6 +238,7 @@ class Model:
             snapshot=snapshot,
             observed_at=self.now,
             prior_keys=prior_keys,
+            epoch=self.epoch,
         )
         self.records.append(record)
         self.latest_snapshot = snapshot
@@ -242,6 +256,16 @@ class Model:
 
     def poison(self, start: History) -> None:
         self.poisoned.add(start)
+
+    def restored_from_backup(self) -> None:
+        """The relay (stopped, no intent open) now runs on a restored backup: a new epoch
+        whose one scope starts at generation 1, with no markers and no latest snapshot."""
+        assert not self.intents, "a backup is made while the relay is stopped"
+        self.archived_markers += len(self.poisoned) + len(self.conflicted) + len(self.rejected)
+        self.poisoned, self.conflicted, self.rejected = set(), set(), set()
+        self.epoch += 1
+        self.generation = 1
+        self.latest_snapshot = None
 
     def resolve(self, intent: str) -> None:
         del self.intents[intent]
@@ -284,7 +308,8 @@ class Model:
                 and r.key not in pinned
                 and r.intent not in producing
                 and not any(o.key in alive and o.key != r.key and o.start == r.start
-                            and self.touched[o.key] >= cutoff for o in self.records)
+                            and o.epoch == r.epoch and self.touched[o.key] >= cutoff
+                            for o in self.records)
                 and not any(o.key in alive and r.key in o.prior_keys for o in self.records)
             }  # fmt: skip
             if not more:

@@ -37,6 +37,7 @@ TABLE: list[tuple[type[RelayError], int, str, str | None]] = [
     (errors.StoreFull, 503, "server_error", "cache_unavailable"),
     (errors.StoreIOError, 503, "server_error", "cache_unavailable"),
     (errors.StoreLatched, 503, "server_error", "cache_unavailable"),
+    (errors.StoreBlocked, 503, "server_error", "cache_unavailable"),
     (errors.ShuttingDown, 503, "server_error", "shutting_down"),
     (errors.UpstreamError, 502, "upstream_error", "bad_gateway"),
     (errors.UpstreamProtocolError, 502, "upstream_error", "upstream_protocol_error"),

@@ -8,8 +8,10 @@ synthetic upstream Responses events fed to the capture, ``complete`` (which runs
 ``abort``; or an upstream refusal of the replayed state (``refused``: the blocks are
 retired and the request resent without replay). The store is a real SQLite file in a
 temporary directory, closed and reopened (gracefully, after a crash, or around a
-caching-off period) by the restart rule and damaged by hand by the tamper rule; fencing
-and capacity bypass go through ``ReplayCache``.
+caching-off period) by the restart rule, copied by the offline backup and restore
+(relay.storage.backup) with the relay stopped by the backup rule, which then goes on with
+the restored copy, and damaged by hand by the tamper rule; fencing and capacity bypass go
+through ``ReplayCache``.
 
 After every step, for each of the (newest 24) visible histories the machine knows, the
 planner's plan is checked against the model:
@@ -76,8 +78,10 @@ from relay.core.receipts import Reason
 from relay.core.records import BlockRef, plan_chain
 from relay.errors import StoreFull, StoreLatched, UpstreamHTTPError
 from relay.model_alias import ModelAlias
+from relay.storage.backup import SnapshotKind, make_snapshot
 from relay.storage.disk_guard import DiskGuard, guard_path
 from relay.storage.replay_store import ReasoningStore
+from relay.storage.verify import verify_store
 from relay.translate.body_encoding import encode_body
 from relay.translate.request import translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion
@@ -222,6 +226,7 @@ class Relay:
         self.path = path
         self.clock = clock
         self.count = 0
+        self.copies = 0  # offline backups restored
         self.last_intent = ""
         self.disk = FullDisk()
         self.cache = self._open()
@@ -276,6 +281,22 @@ class Relay:
         self.cache = self._open()
         scope = self._scope()
         assert scope.digest == self.scope.digest, "the cache secret must survive a restart"
+
+    def restore_from_backup(self) -> Path:
+        """With the relay stopped: back the store up, restore the backup into a new live
+        file (both with the offline commands' code) and start on that file. Returns the
+        backup's path."""
+        self.cache.close()
+        self.copies += 1
+        backup = self.path.with_name(f"backup-{self.copies}.sqlite")
+        restored = self.path.with_name(f"restored-{self.copies}.sqlite")
+        make_snapshot(self.path, backup, kind=SnapshotKind.BACKUP, clock=self.clock)
+        make_snapshot(backup, restored, kind=SnapshotKind.RESTORE, clock=self.clock)
+        self.path = restored
+        self.cache = self._open()
+        self.scope = self._scope()  # the copy's fresh secret: a new scope digest
+        self._digests.clear()
+        return backup
 
     def close(self) -> None:
         self.cache.close()
@@ -795,13 +816,10 @@ class ReplayMachine(RuleBasedStateMachine):
             message["content"] = f"edited {n}"
         self.remember((*history[:i], canonical(message), *history[i + 1 :]))
 
-    @rule(how=st.sampled_from(["graceful", "crash", "disabled_in_between"]))
-    def restart(self, how: str) -> None:
-        """Close the store and reopen the same file. Graceful shutdown aborts sessions in
-        flight (poisoning those not yet observed); after a crash, startup recovery poisons
-        the position of every intent left, delivering ones included; serving a while with
-        caching off leaves a coverage gap: the next enabled open advances generations."""
-        exists = self.relay.scope_id() is not None
+    def stop_generations(self, how: str) -> list[History]:
+        """The relay stops: a graceful shutdown aborts the sessions in flight (poisoning
+        those not yet observed); after a crash the intents stay for startup recovery to
+        poison, delivering ones included. The starts the model now holds poisoned."""
         poisoned = []
         for pending in self.pending:
             if how != "crash":
@@ -811,6 +829,15 @@ class ReplayMachine(RuleBasedStateMachine):
                 poisoned.append(pending.start)
             self.model.resolve(pending.intent)
         self.pending.clear()
+        return poisoned
+
+    @rule(how=st.sampled_from(["graceful", "crash", "disabled_in_between"]))
+    def restart(self, how: str) -> None:
+        """Close the store and reopen the same file, after a graceful stop or a crash;
+        serving a while with caching off leaves a coverage gap: the next enabled open
+        advances generations."""
+        exists = self.relay.scope_id() is not None
+        poisoned = self.stop_generations(how)
         kept = ("scopes", "observations", "payloads", "payload_bytes")
         before = {key: self.relay.store.stats()[key] for key in kept}
         self.relay.restart(disabled_in_between=how == "disabled_in_between")
@@ -821,6 +848,58 @@ class ReplayMachine(RuleBasedStateMachine):
             self.check_poisoned(start)
         self.model.generation += int(exists and how == "disabled_in_between")
         self.model.start_barrier(self.clock.wall(), self.clock.monotonic())
+
+    @rule(how=st.sampled_from(["graceful", "crash"]))
+    def offline_backup_and_restore(self, how: str) -> None:
+        """The relay stops (gracefully, or killed with generations in flight); its store is
+        backed up and the backup restored into a new live file, and the relay goes on with
+        that file. The copy keeps every row, with a fresh secret (the old scope digest is
+        no longer anyone's), its open intents recovered (poisoned) and a coverage gap,
+        which the enabled start consumes by advancing the old scope's generation: nothing
+        recorded before replays, even through the old scope. New conversations replay."""
+        old_scope, old_generation = self.relay.scope, self.relay.generation()
+        poisoned = self.stop_generations(how)
+        starts = [self.relay.digests(start).boundaries[-1] for start in poisoned]
+        old_digests = {h: self.relay.digests(h) for h in self.histories}
+        kept = ("scopes", "observations", "payloads", "payload_bytes", "markers")
+        before = {key: self.relay.store.stats()[key] for key in kept}
+        backup = self.relay.restore_from_backup()
+        self.check_verified(backup)
+        store = self.relay.store
+        after = store.stats()
+        assert {key: after[key] for key in kept[:-1]} == {key: before[key] for key in kept[:-1]}
+        assert after["intents"] == 0 and after["markers"] >= before["markers"]
+        assert self.relay.scope.digest != old_scope.digest, "the copy must have a new secret"
+        assert self.relay.scope_id() is None  # no request reached the new scope yet
+        old = store.find_scope(old_scope.digest)
+        assert (old is None) == (old_generation is None)
+        if old is not None and old_generation is not None:
+            assert old.generation == old_generation + 1  # the gap quarantined it
+            assert store.poisoned_starts(old.id, starts) == set(starts)  # recovered
+            for history, digests in old_digests.items():
+                plan = plan_replay(
+                    digests, messages_of(history), ScopedSource(store, old.id),
+                    generation=old.generation, now=self.clock.wall(),
+                )  # fmt: skip
+                assert plan.blocks == (), f"a pre-snapshot block replays: [{describe(history)}]"
+        event(f"backup restored ({how})")
+        self.model.restored_from_backup()
+        self.model.start_barrier(self.clock.wall(), self.clock.monotonic())
+
+    def check_verified(self, backup: Path) -> None:
+        """``relay cache verify`` on the backup finds exactly the model's damage: the
+        tampered payloads (a changed letter may also break the block's JSON or its
+        fields), no broken link anywhere; the reclaimed payloads are notes, not damage."""
+        tally = verify_store(backup).tally
+        tampered = self.model.tampered - self.model.reclaimed
+        damage = dict(tally.damage)
+        assert damage.pop("payload_digest_mismatch", 0) == len(tampered), tally.damage
+        assert set(damage) <= {"payload_malformed", "call_pairing_broken", "duplicate_item"}
+        assert set(tally.examples.get("payload_digest_mismatch", ())) <= tampered
+        notes = tally.notes
+        assert notes.get("payload_reclaimed", 0) == len(self.model.reclaimed), notes
+        assert set(notes) <= {"payload_reclaimed"}, notes  # no intent left, none unlinked
+        assert tally.records == len(self.model.records)
 
     @precondition(lambda self: not self.pending and bool(self.growing()))
     @rule(pick=picks, room_after_release=st.booleans())
@@ -873,10 +952,12 @@ class ReplayMachine(RuleBasedStateMachine):
     @rule()
     def advance_generation(self) -> None:
         """Every existing scope starts a new generation (a scope created later starts at
-        generation 1): nothing recorded before replays."""
+        generation 1): nothing recorded before replays. (Scopes of restored backups'
+        earlier secrets advance too; the model has done with them.)"""
         exists = self.relay.scope_id() is not None
+        scopes = self.relay.store.stats()["scopes"]
         with self.relay.store.transaction():
-            assert self.relay.store.advance_generations() == int(exists)
+            assert self.relay.store.advance_generations() == scopes
         self.model.generation += int(exists)
 
     @rule()
@@ -994,7 +1075,7 @@ class ReplayMachine(RuleBasedStateMachine):
         assert store.poisoned_starts(scope_id, poisoned) == poisoned
         assert store.conflicted_ends(scope_id, conflicted) == conflicted
         assert store.rejected_ends(scope_id, rejected) == rejected
-        markers = len(poisoned) + len(conflicted) + len(rejected)
+        markers = len(poisoned) + len(conflicted) + len(rejected) + self.model.archived_markers
         assert store.stats()["markers"] == markers, "a marker too many"
 
     @invariant()

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from relay.crashpoints import KNOWN_POINTS
+from relay.crashpoints import REQUEST_POINTS
 from scenarios import launch
 from scenarios.answer import ChatAnswer, parse_sse_data
 from scenarios.client import _Body
@@ -458,6 +458,7 @@ def test_store_integrity_needs_the_relay_down_and_counts_intents(tmp_path: Path)
 def test_lifecycle_cases_cover_every_point_in_both_modes() -> None:
     cases = lifecycle_cases(Seed(5))
     assert sorted(cases) == sorted(
-        [(p, True) for p in KNOWN_POINTS] + [(p, False) for p in KNOWN_POINTS if p not in SSE_ONLY]
+        [(p, True) for p in REQUEST_POINTS]
+        + [(p, False) for p in REQUEST_POINTS if p not in SSE_ONLY]
     )
     assert cases != lifecycle_cases(Seed(6))  # the order comes from the seed

@@ -19,8 +19,15 @@ from relay.clock import ManualClock
 from relay.core.identity import HistoryDigests, history_digests
 from relay.core.planner import Plan, plan_replay
 from relay.core.receipts import Reason
-from relay.core.records import EMPTY_PLAN, BlockRef, Observation, PriorPlan, plan_chain
-from relay.storage.ancestry_migration import RETIRED_CHAIN, legacy_plan_refs
+from relay.core.records import (
+    EMPTY_PLAN,
+    RETIRED_CHAIN,
+    BlockRef,
+    Observation,
+    PriorPlan,
+    plan_chain,
+)
+from relay.storage.ancestry_migration import legacy_plan_refs
 from relay.storage.recovery import open_enabled
 from relay.storage.replay_store import ReasoningStore
 from relay.storage.schema import APPLICATION_ID, migrate_to

@@ -90,6 +90,28 @@ def test_only_payloads_idle_longer_than_the_window_go(store: ReasoningStore) -> 
     assert kept(store, idle, fresh) == [False, True]
 
 
+def reclaimed_at(store: ReasoningStore, *recs: Rec) -> list[float | None]:
+    conn = store._conn
+    assert conn is not None
+    marks = dict(conn.execute("SELECT id, reclaimed_at FROM observations").fetchall())
+    return [marks[r.id] for r in recs]
+
+
+def test_the_run_that_deletes_a_payload_marks_its_record_reclaimed(
+    store: ReasoningStore, tmp_path: Path
+) -> None:
+    sid = scope(store)
+    idle, fresh = admit(store, sid, 1, touched=OLD), admit(store, sid, 3, touched=FRESH)
+    assert reclaimed_at(store, idle, fresh) == [None, None]
+    store.cleanup.reclaim(CUTOFF, now=NOW + 5)
+    assert reclaimed_at(store, idle, fresh) == [NOW + 5, None]  # only the one deleted
+    # Without a time given, the store's clock says when.
+    with ReasoningStore.open(tmp_path / "other.sqlite", clock=ManualClock(wall=NOW + 9)) as other:
+        rec = admit(other, scope(other), 1, touched=OLD)
+        other.cleanup.reclaim(CUTOFF)
+        assert reclaimed_at(other, rec) == [NOW + 9]
+
+
 def test_an_idle_chain_goes_descendants_first_and_the_ledger_stays(store: ReasoningStore) -> None:
     sid = scope(store)
     a = admit(store, sid, 1, touched=OLD)

@@ -32,7 +32,13 @@ from relay.storage.replay_store import (
     IntentRow,
     ReasoningStore,
 )
-from relay.storage.schema import APPLICATION_ID, IN_CHUNK, SCHEMA_VERSION, migrate_to
+from relay.storage.schema import (
+    APPLICATION_ID,
+    IN_CHUNK,
+    RECLAIMED_BEFORE_V6,
+    SCHEMA_VERSION,
+    migrate_to,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 TARGET = ScopeTargeting(credential="c" * 64, model="gpt-5", caller=None)
@@ -241,7 +247,7 @@ def test_reopen_after_close_keeps_data(db_path: Path, clock: ManualClock) -> Non
 
 def test_fresh_file_gets_current_schema(store: ReasoningStore) -> None:
     conn = conn_of(store)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
 
 
@@ -306,6 +312,31 @@ def test_a_version_3_file_keeps_its_markers_and_accepts_rejections(db_path: Path
             assert store.add_marker(1, MarkerKind.END_REJECTED, h(3), 1, 1.0)
         assert store.rejected_ends(1, [h(2), h(3)]) == {h(3)}
         assert store.integrity_check() == ["ok"]
+
+
+def test_a_version_5_file_marks_payloads_already_gone_and_keeps_every_row(db_path: Path) -> None:
+    conn = _file_at_version(db_path, 5)
+    for n, replayable, payload in ((1, 1, True), (2, 1, False), (3, 0, False)):
+        conn.execute(
+            "INSERT INTO observations (scope_id, generation, position, start_digest, "
+            "end_digest, envelope_fp, payload_fp, output_hash, prior_plan_count, prior_chain, "
+            "replayable, observed_at) VALUES (1, 1, ?, ?, ?, ?, ?, ?, 0, ?, ?, 1.0)",
+            (n, h(100 + n), h(200 + n), h("e"), h(300), h("o"), EMPTY_PLAN.chain, replayable),
+        )  # fmt: skip
+        if payload:
+            conn.execute(
+                "INSERT INTO payloads (observation_id, output_json, size, touched_at) "
+                "VALUES (?, '[]', 2, 1.0)",
+                (n,),
+            )
+    before = conn.execute("SELECT * FROM observations ORDER BY id").fetchall()
+    conn.close()
+    with ReasoningStore.open(db_path, clock=ManualClock()) as store:
+        rows = conn_of(store).execute("SELECT * FROM observations ORDER BY id").fetchall()
+        assert [row[:-1] for row in rows] == before  # every v5 column kept as it was
+        # Only the replayable record whose payload is gone gets the "before v6" mark.
+        assert [row[-1] for row in rows] == [None, RECLAIMED_BEFORE_V6, None]
+        assert store.stats()["payloads"] == 1 and store.integrity_check() == ["ok"]
 
 
 def test_empty_existing_file_is_initialized(db_path: Path) -> None:

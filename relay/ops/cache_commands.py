@@ -1,0 +1,147 @@
+"""``relay cache backup|restore|verify``: offline commands on a stopped relay's store
+(relay.storage.backup, relay.storage.verify; README *Backup, restore and verify*).
+
+Each reads ``REASONING_CACHE_PATH`` (or its default) unless given a path. Progress and
+refusals go to stderr, one line each; the verify report goes to stdout. Exit codes: 0
+done (verify: clean), 1 refused or failed (verify: damage found), 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from relay.clock import SystemClock
+from relay.config import load_config
+from relay.errors import ConfigError, SnapshotRefused, StoreError
+from relay.ops.progress import ProgressReport
+from relay.storage.backup import SnapshotKind, make_snapshot
+from relay.storage.disk_guard import blocked_path, guard_path
+from relay.storage.verify import VerifyReport, verify_store
+
+USAGE = 2
+
+
+def register(commands: Any) -> None:
+    """Add ``relay cache ...`` to ``relay``'s subparsers (each action sets ``run``)."""
+    cache = commands.add_parser(
+        "cache", help="back up, restore or verify the reasoning cache of a stopped relay"
+    )
+    actions = cache.add_subparsers(dest="cache_command", required=True)
+    backup = actions.add_parser("backup", help="copy the store into a new snapshot file")
+    backup.add_argument("dest", type=Path, help="the new file (must not exist)")
+    backup.add_argument(
+        "--source", type=Path, help="the store to copy (default: REASONING_CACHE_PATH)"
+    )
+    backup.set_defaults(run=run_backup)
+    restore = actions.add_parser("restore", help="make a new live store from a backup file")
+    restore.add_argument("src", type=Path, help="the backup file")
+    restore.add_argument(
+        "dest", type=Path, nargs="?",
+        help="the new store (must not exist; default: REASONING_CACHE_PATH)",
+    )  # fmt: skip
+    restore.set_defaults(run=run_restore)
+    verify = actions.add_parser("verify", help="check a store's integrity and every record")
+    verify.add_argument("path", type=Path, nargs="?", help="default: REASONING_CACHE_PATH")
+    verify.add_argument("--json", action="store_true", help="the report as JSON")
+    verify.set_defaults(run=run_verify)
+
+
+def _configured_path(prog: str) -> Path | None:
+    try:
+        return load_config().cache_path
+    except ConfigError as exc:
+        print(f"{prog}: configuration error: {exc}", file=sys.stderr)
+        return None
+
+
+def run_backup(args: argparse.Namespace) -> int:
+    source = args.source or _configured_path("relay cache backup")
+    if source is None:
+        return USAGE
+    return _snapshot("relay cache backup", source, args.dest, SnapshotKind.BACKUP)
+
+
+def run_restore(args: argparse.Namespace) -> int:
+    dest = args.dest or _configured_path("relay cache restore")
+    if dest is None:
+        return USAGE
+    return _snapshot("relay cache restore", args.src, dest, SnapshotKind.RESTORE)
+
+
+def _snapshot(prog: str, source: Path, dest: Path, kind: SnapshotKind) -> int:
+    if not source.is_file():
+        print(f"{prog}: there is no reasoning cache at {source}", file=sys.stderr)
+        return USAGE
+    report = ProgressReport(sys.stderr, f"{prog}: copying", "pages")
+    try:
+        result = make_snapshot(source, dest, kind=kind, clock=SystemClock(), progress=report.update)
+    except (StoreError, SnapshotRefused) as exc:
+        report.done()
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        report.done()
+        print(f"{prog}: {exc.filename or dest}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    report.done()
+    extra = f"; {result.recovered_intents} open intents poisoned" * bool(result.recovered_intents)
+    print(
+        f"{kind.value} written: {result.path} ({result.bytes} bytes, {result.pages} pages{extra}); "
+        "it has a new cache secret, and a relay opening it quarantines every earlier generation"
+    )
+    return 0
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    prog = "relay cache verify"
+    path = args.path or _configured_path(prog)
+    if path is None:
+        return USAGE
+    if not path.is_file():
+        print(f"{prog}: there is no reasoning cache at {path}", file=sys.stderr)
+        return USAGE
+    siblings = (
+        (guard_path(path), "the cache latched (README, Disk pressure)"),
+        (blocked_path(path), "a backup or restore into it did not finish"),
+    )
+    for sibling, meaning in siblings:
+        if sibling.exists():
+            print(f"{prog}: note: {sibling} exists: {meaning}", file=sys.stderr)
+    report = ProgressReport(sys.stderr, f"{prog}: checking", "records")
+    try:
+        verified = verify_store(
+            path, progress=lambda _phase, done, total: report.update(done, total)
+        )
+    except StoreError as exc:
+        report.done()
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
+    report.done()
+    if args.json:
+        print(json.dumps(verified.to_json(), indent=2, sort_keys=True))
+    else:
+        print(render(verified))
+    return 1 if verified.damaged else 0
+
+
+def render(report: VerifyReport) -> str:
+    """The text report: counts by code, a few observation ids for damage."""
+    tally = report.tally
+    lines = [
+        f"verified {report.path} (schema {report.schema_version}): "
+        f"{tally.records} records, {tally.payloads} payloads"
+    ]
+    damage, notes = tally.damage, tally.notes
+    lines.append("damage:" if damage else "damage: none")
+    for code, count in damage.items():
+        ids = tally.examples.get(code)
+        where = f" (observations {', '.join(map(str, ids))})" if ids else ""
+        lines.append(f"  {code} {count}{where}")
+    lines.append("notes:" if notes else "notes: none")
+    lines += [f"  {code} {count}" for code, count in notes.items()]
+    lines.append(f"result: {'damaged' if damage else 'clean'}")
+    return "\n".join(lines)

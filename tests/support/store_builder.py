@@ -1,0 +1,114 @@
+"""A real replay store made through the code the chat handler uses (``ReplayCache.begin``,
+``CacheSession.dispatch``, synthetic upstream events fed to the capture, ``complete``,
+``delivered``), for tests that need the rows a relay writes: admitted text and tool-call
+turns, each replaying the chain beneath it. Nothing here writes a row by hand."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from pathlib import Path
+from typing import Any
+
+from relay.cache.replay_cache import ReplayCache
+from relay.clock import ManualClock
+from relay.config import Config
+from relay.core.capture import ClientProjection
+from relay.core.disk_policy import MIN_RESERVE_BYTES
+from relay.model_alias import ModelAlias
+from relay.translate.request import translate_request
+from relay.translate.responses_to_chat import response_to_chat_completion
+
+GPT5 = ModelAlias("gpt-5", "gpt-5")
+TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
+Message = dict[str, Any]
+
+
+def ciphertext(n: int) -> str:
+    """The encrypted reasoning of answer ``n`` (a test can look for it in any output)."""
+    return f"gAAAAB{n:06d}secret-reasoning-ciphertext"
+
+
+def answer_text(n: int) -> str:
+    return f"visible answer text {n}"
+
+
+class StoreBuilder:
+    """A relay's cache on ``path``, answering turn by turn; :meth:`close` when done."""
+
+    def __init__(self, path: Path, clock: ManualClock | None = None) -> None:
+        self.clock = clock or ManualClock()
+        self._ids = itertools.count(1)
+        config = Config(
+            reasoning_cache_enabled=True,
+            reasoning_cache_path=path,
+            reasoning_cache_reserve_bytes=MIN_RESERVE_BYTES,
+        )
+        self.cache = ReplayCache.open(
+            config, self.clock, upstream_url="https://api.openai.com/v1/responses",
+            upstream_credential="sk-test", relay_token="relay-token",
+            new_id=lambda prefix: f"{prefix}{next(self._ids)}",
+        )  # fmt: skip
+
+    def close(self) -> None:
+        self.cache.close()
+
+    def turn(self, messages: list[Message], *, tool: bool = False) -> list[Message]:
+        """Answer ``messages`` (admitted: reasoning, then text or a tool call) and return
+        the history extended by the answer and the client's next message."""
+        n = next(self._ids)
+        body = {"model": "gpt-5", "messages": messages, "tools": TOOLS}
+        request = translate_request(body, GPT5, reasoning_summaries=False)
+        session = self.cache.begin(request, body, f"req_{n}")
+        assert session is not None
+        session.dispatch()
+        items: list[Message] = [
+            {"type": "reasoning", "id": f"rs_{n}", "summary": [],
+             "encrypted_content": ciphertext(n)},
+        ]  # fmt: skip
+        if tool:
+            items.append({"type": "function_call", "id": f"fc_{n}", "call_id": f"call_{n}",
+                          "name": "read", "arguments": f'{{"path":"f{n}.py"}}',
+                          "status": "completed"})  # fmt: skip
+        else:
+            items.append({"type": "message", "id": f"msg_{n}", "status": "completed",
+                          "role": "assistant", "content": [
+                              {"type": "output_text", "text": answer_text(n), "annotations": []}
+                          ]})  # fmt: skip
+        for index, item in enumerate(items):
+            session.feed("response.output_item.done", {"type": "response.output_item.done",
+                         "output_index": index, "item": copy.deepcopy(item)})  # fmt: skip
+        response = {"id": f"resp_{n}", "object": "response", "status": "completed",
+                    "model": "gpt-5", "output": copy.deepcopy(items)}  # fmt: skip
+        session.feed("response.completed", {"type": "response.completed", "response": response})
+        completion = response_to_chat_completion(
+            {"status": "completed", "output": items}, completion_id="chatcmpl-1", created=0,
+            model="gpt-5", reasoning_summaries=False,
+        )  # fmt: skip
+        assert session.complete(ClientProjection.from_completion(completion)).kind == "admit"
+        session.delivered()
+        message: Message = dict(completion["choices"][0]["message"])
+        visible: Message = {"role": "assistant", "content": message.get("content")}
+        if message.get("tool_calls"):
+            visible["tool_calls"] = message["tool_calls"]
+            follow: Message = {"role": "tool", "tool_call_id": f"call_{n}", "content": "ok"}
+        else:
+            follow = {"role": "user", "content": f"question {n}"}
+        return [*messages, visible, follow]
+
+    def conversation(self, turns: str, prompt: str = "hello") -> list[Message]:
+        """``turns`` of ``t`` (text) and ``c`` (tool call), one after the other."""
+        history: list[Message] = [{"role": "user", "content": prompt}]
+        for kind in turns:
+            history = self.turn(history, tool=kind == "c")
+        return history
+
+
+def build_store(path: Path, *conversations: str) -> None:
+    """A closed store at ``path`` with one conversation per ``turns`` string."""
+    builder = StoreBuilder(path)
+    try:
+        for index, turns in enumerate(conversations):
+            builder.conversation(turns, prompt=f"hello {index}")
+    finally:
+        builder.close()
