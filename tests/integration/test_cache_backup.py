@@ -26,8 +26,8 @@ from relay.clock import SystemClock
 from relay.crashpoints import BACKUP_POINTS
 from relay.storage.disk_guard import blocked_path
 from tests.integration.test_cache_relay import continuity
-from tests.integration.test_cli import relay_env
 from tests.support.log_leaks import observe_process
+from tests.support.relay_cli import relay_env
 from tests.support.stack import TOKEN, UPSTREAM_KEY, LoopThread
 from tests.support.store_builder import build_store
 
