@@ -88,8 +88,9 @@ class SelectedBlock:
     payload: VerifiedPayload
 
     @property
-    def text(self) -> str:
-        """The original output items as stored: the JSON array text that is replayed."""
+    def text(self) -> bytes:
+        """The original output items as stored: the JSON array text (UTF-8) that is
+        replayed."""
         return self.payload.text
 
     @property
@@ -428,15 +429,15 @@ def _verified_block(state: _Planning, record: Observation) -> SelectedBlock:
 
 def _verify_payload(row: StoredPayload, record: Observation) -> VerifiedPayload:
     """Every check of a payload that depends only on its bytes."""
-    raw = row.output_json.encode("utf-8", "surrogatepass")
+    raw = row.output_json
     if hashlib.sha256(raw).hexdigest() != record.output_hash:
         raise _Rejected(Reason.PAYLOAD_DIGEST_MISMATCH, record)
-    calls, keys = _check_block(row.output_json, record)
-    return VerifiedPayload(row.output_json, record.output_hash, len(raw), calls, keys)
+    calls, keys = _check_block(raw, record)
+    return VerifiedPayload(raw, record.output_hash, len(raw), calls, keys)
 
 
 def _check_block(
-    output_json: str, record: Observation
+    output_json: bytes, record: Observation
 ) -> tuple[tuple[tuple[Any, Any], ...], tuple[tuple[str, str], ...]]:
     """A well-formed block's calls ((call_id, name), in order) and item keys (("id" |
     "call_id", value)). Parsed only to be checked: the text itself is what is replayed, so

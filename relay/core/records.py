@@ -142,9 +142,11 @@ class Observation(NamedTuple):  # a named tuple: a plan reads hundreds per reque
 
 @dataclass(frozen=True)
 class StoredPayload:
-    """An admitted record's original ``response.output`` JSON, exactly as stored."""
+    """An admitted record's original ``response.output`` JSON, exactly as stored: its
+    UTF-8 bytes as the row holds them, never decoded (the planner hashes and replays
+    those bytes; a damaged row fails its hash check)."""
 
     observation_id: int
-    output_json: str
-    size: int  # bytes of output_json as UTF-8
+    output_json: bytes
+    size: int  # len(output_json)
     touched_at: float  # wall clock seconds, max(existing, now) on qualifying touches

@@ -587,21 +587,24 @@ class ReasoningStore:
     ) -> dict[int, StoredPayload | StoredSizeExceeded]:
         """Each stored payload of these observations (absent: none stored), read in a few
         queries, or the refusal to load one over ``max_bytes`` — decided on the stored
-        size column, so oversize text is never loaded. The hash is not checked here: the
-        planner does, to name the refusal."""
+        size column, so oversize text is never loaded. The text comes as its stored UTF-8
+        bytes (a cast, not a decode: neither SQLite nor Python converts it, and the
+        planner hashes and replays exactly those bytes). The hash is not checked here:
+        the planner does, to name the refusal (a damaged row, valid UTF-8 or not, fails
+        it)."""
         loaded: dict[int, StoredPayload | StoredSizeExceeded] = {}
         with self._sqlite("load payloads") as conn:
             for batch in in_batches(dict.fromkeys(observation_ids)):
                 rows = conn.execute(
                     "SELECT observation_id, size, touched_at, "  # noqa: S608
-                    "CASE WHEN size <= ? THEN output_json END FROM payloads "
+                    "CASE WHEN size <= ? THEN CAST(output_json AS BLOB) END FROM payloads "
                     f"WHERE observation_id IN ({placeholders(len(batch))})",
                     (max_bytes, *batch),
                 )
                 for observation_id, size, touched_at, text in rows:
                     # Measured after loading too: a wrong size column must not let
                     # larger text through.
-                    actual = size if text is None else len(text.encode("utf-8"))
+                    actual = size if text is None else len(text)
                     if text is None or actual > max_bytes:
                         loaded[observation_id] = StoredSizeExceeded(
                             f"stored payload of observation {observation_id} is {actual} "

@@ -370,7 +370,7 @@ def check_plan(
         record = model.by_key(observation.id)
         assert record is not None, f"replayed a block the model never recorded: {context}"
         assert record.end == history[: position + 1], context
-        assert block.text == record.payload, f"bytes differ: {context}"
+        assert block.text == record.payload.encode(), f"bytes differ: {context}"
     if keys:
         last = model.by_key(keys[-1])
         assert last is not None
@@ -490,7 +490,7 @@ class ReplayMachine(RuleBasedStateMachine):
             items = json.loads(block.text)
             at = [i for i in range(len(inputs)) if inputs[i : i + len(items)] == items]
             assert len(at) == 1, f"a selected block is in the upstream input {len(at)} times"
-            assert block.text[1:-1].encode() in encoded, "a block was not sent as stored"
+            assert block.text[1:-1] in encoded, "a block was not sent as stored"
         keys = tuple(block.observation.id for block in plan.blocks)
         pending = Pending(session, request, self.relay.last_intent, self.model.generation,
                           tuple(r.ref for r in chain), plan.refs, keys=keys)  # fmt: skip
@@ -629,7 +629,7 @@ class ReplayMachine(RuleBasedStateMachine):
             assert row.snapshot == record.snapshot
             payload = store.load_payload(row.id, max_bytes=1 << 20)
             if record.admitted:
-                assert payload is not None and payload.output_json == record.payload
+                assert payload is not None and payload.output_json == record.payload.encode()
             else:
                 assert payload is None, "a non-admitted observation must not store a payload"
         conflicted = end in self.model.conflicted
@@ -1128,6 +1128,25 @@ def test_a_held_generation_competes_with_its_rivals_but_not_itself(
     assert replayed(relay, one) == ([], [Reason.COMPETING_INTENT])
     second.delivered()
     assert replayed(relay, one) == (["rs_1"], [])
+
+
+@pytest.mark.parametrize("damage", [b"\xff", b" "], ids=["not-utf8", "utf8"])
+def test_a_payload_damaged_on_disk_is_refused_not_failed(relay: Relay, damage: bytes) -> None:
+    """Payload text is read as its stored bytes: damage, whether or not it leaves valid
+    UTF-8, fails the hash check (no replay, a receipt) rather than the request."""
+    u0 = user("hi")
+    answer(relay, (u0,), "one", 1)
+    follow = (u0, said("one"), user("more"))
+    assert replayed(relay, follow) == (["rs_1"], [])
+    conn = relay.store._conn
+    assert conn is not None
+    conn.execute("UPDATE payloads SET output_json = CAST(CAST(output_json AS BLOB) || ? AS TEXT)",
+                 (damage,))  # fmt: skip
+    assert replayed(relay, follow) == ([], [Reason.PAYLOAD_DIGEST_MISMATCH])
+    session = relay.session(follow)
+    session.dispatch()  # no StoreError: the request goes out without replay
+    assert session.plan.blocks == ()
+    session.abort("test")
 
 
 def test_dispatch_renews_a_payload_past_its_admission_age(relay: Relay) -> None:

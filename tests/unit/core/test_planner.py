@@ -193,8 +193,9 @@ class Builder:
         )
         observation = observation._replace(**changes)
         self.source.observations.append(observation)
+        stored = output_json.encode()
         self.source.payloads[observation.id] = StoredPayload(
-            observation.id, output_json, len(output_json.encode()), NOW - 10
+            observation.id, stored, len(stored), NOW - 10
         )
         return observation
 
@@ -231,7 +232,7 @@ def test_newest_record_brings_its_recorded_ancestors() -> None:
     plan = b.plan()
     assert positions(plan) == [1, 3, 5]
     assert plan.refs == (a1.ref, a3.ref, a5.ref)
-    assert plan.blocks[1].text == json.dumps(BLOCKS[3], separators=(",", ":"))  # as stored
+    assert plan.blocks[1].text == json.dumps(BLOCKS[3], separators=(",", ":")).encode()  # as stored
     assert plan.replay_bytes == sum(b.source.payloads[o.id].size for o in (a1, a3, a5))
 
 
@@ -380,7 +381,7 @@ def test_own_intent_does_not_compete_but_another_does() -> None:
 def _tamper(b: Builder, o: Observation) -> None:
     payload = b.source.payloads[o.id]
     b.source.payloads[o.id] = dataclasses.replace(
-        payload, output_json=payload.output_json.replace("enc-", "enX-")
+        payload, output_json=payload.output_json.replace(b"enc-", b"enX-")
     )
 
 
@@ -390,9 +391,9 @@ def _replace(b: Builder, o: Observation, **changes: Any) -> None:
 
 
 def _payload(b: Builder, o: Observation, items: Any) -> None:
-    text = json.dumps(items)
+    text = json.dumps(items).encode()
     b.source.payloads[o.id] = StoredPayload(o.id, text, len(text), NOW)
-    _replace(b, o, output_hash=hashlib.sha256(text.encode()).hexdigest())
+    _replace(b, o, output_hash=hashlib.sha256(text).hexdigest())
 
 
 def _damaged(plan: PriorPlan) -> PriorPlan:
@@ -587,7 +588,7 @@ def test_a_payload_changed_on_disk_after_it_was_cached_is_verified_again() -> No
     _payload(b, a3, items)
     plan = b.plan()
     assert positions(plan) == [1, 3, 5]
-    assert plan.blocks[1].text == json.dumps(items)  # the rewritten row, as stored
+    assert plan.blocks[1].text == json.dumps(items).encode()  # the rewritten row, as stored
 
 
 def test_each_payload_is_loaded_once_per_plan_in_one_batch() -> None:
@@ -628,7 +629,7 @@ def test_a_plan_far_back_reads_the_messages_in_growing_batches() -> None:
         True, NOW - 10,
     )  # fmt: skip
     source.observations.append(record)
-    source.payloads[1] = StoredPayload(1, output_json, len(output_json), NOW - 10)
+    source.payloads[1] = StoredPayload(1, output_json.encode(), len(output_json), NOW - 10)
     plan = plan_replay(history, messages, source, generation=1, now=NOW)
     assert [block.observation.id for block in plan.blocks] == [1]
     assert plan.unmatched == 59

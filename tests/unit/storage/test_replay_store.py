@@ -634,7 +634,7 @@ def test_batched_reads_cross_the_in_list_bound(store: ReasoningStore) -> None:
         if i % 3 == 2:
             assert isinstance(loaded[o.id], StoredSizeExceeded)
         else:
-            text = "[" + "1," * (i % 3) + "1]"
+            text = ("[" + "1," * (i % 3) + "1]").encode()
             assert loaded[o.id] == StoredPayload(o.id, text, len(text), 5.0)
 
 
@@ -750,7 +750,8 @@ def test_payload_round_trip(store: ReasoningStore) -> None:
         store.put_payload(obs.id, text, 50.0)
     loaded = store.load_payload(obs.id, max_bytes=100)
     assert loaded is not None
-    assert (loaded.observation_id, loaded.output_json, loaded.touched_at) == (obs.id, text, 50.0)
+    stored = (loaded.observation_id, loaded.output_json, loaded.touched_at)
+    assert stored == (obs.id, text.encode(), 50.0)  # the stored UTF-8 bytes, not decoded
     assert loaded.size == len(text.encode()) == len(text) + 1
     assert store.stats()["payload_bytes"] == loaded.size
 
@@ -773,13 +774,28 @@ def test_oversize_payload_is_refused_before_its_text_is_read(store: ReasoningSto
     obs = observe(store, sid, end=h(1))
     with store.transaction():
         store.put_payload(obs.id, "x", 1.0)
-    # Text that cannot be decoded: reading it at all would raise.
-    conn_of(store).execute("UPDATE payloads SET size = 5000, output_json = CAST(x'ff' AS TEXT)")
+    # One byte of text under a size column of 5000: refused on the column alone, since
+    # loading the text would have measured 1 byte and let it through.
+    conn_of(store).execute("UPDATE payloads SET size = 5000")
     with pytest.raises(StoredSizeExceeded, match="is 5000 bytes"):
         store.load_payload(obs.id, max_bytes=4999)
-    with pytest.raises(StoreError) as info:  # proof that this row's text is unreadable
-        store.load_payload(obs.id, max_bytes=5000)
-    assert info.value.__suppress_context__
+    loaded = store.load_payload(obs.id, max_bytes=5000)
+    assert loaded is not None and (loaded.output_json, loaded.size) == (b"x", 1)
+
+
+def test_payload_text_is_loaded_as_its_stored_bytes_even_when_damaged(
+    store: ReasoningStore,
+) -> None:
+    """No decode: bytes that are not UTF-8 load as they are (the planner's hash check
+    refuses them) instead of failing the read, and so the request."""
+    sid = scope_id(store)
+    obs = observe(store, sid, end=h(1))
+    with store.transaction():
+        store.put_payload(obs.id, "x", 1.0)
+    conn_of(store).execute("UPDATE payloads SET size = 2, output_json = CAST(? AS TEXT)",
+                           (b"\xffx",))  # fmt: skip
+    loaded = store.load_payload(obs.id, max_bytes=100)
+    assert loaded is not None and (loaded.output_json, loaded.size) == (b"\xffx", 2)
 
 
 def test_understated_size_column_is_measured(store: ReasoningStore) -> None:
@@ -1023,17 +1039,17 @@ def test_constraint_errors_do_not_leak_values(store: ReasoningStore) -> None:
     assert info.value.sqlite_error.startswith("SQLITE_CONSTRAINT")
     loaded = store.load_payload(obs.id, max_bytes=100)
     assert loaded is not None
-    assert loaded.output_json == MARKER
+    assert loaded.output_json == MARKER.encode()
 
 
 def test_unreadable_text_error_does_not_leak_it(store: ReasoningStore) -> None:
     sid = scope_id(store)
     obs = observe(store, sid, end=h(1))
-    with store.transaction():
-        store.put_payload(obs.id, "x", 1.0)
-    conn_of(store).execute("UPDATE payloads SET output_json = CAST(? || x'ff' AS TEXT)", (MARKER,))
+    # A text column that is decoded when read (payload text is not, see above).
+    conn_of(store).execute("UPDATE observations SET snapshot = CAST(? || x'ff' AS TEXT)",
+                           (MARKER,))  # fmt: skip
     with pytest.raises(StoreError) as info:
-        store.load_payload(obs.id, max_bytes=1000)
+        store.observation(obs.id)
     rendered = repr(info.value) + str(info.value)
     assert MARKER not in rendered
     assert info.value.__cause__ is None
