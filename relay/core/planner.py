@@ -32,6 +32,7 @@ from relay.core.records import (
     StoredPayload,
     StoredSizeExceeded,
     chain_digest,
+    idle_window_s,
 )
 
 DAY_S: Final = 24 * 3600.0
@@ -69,7 +70,7 @@ class RecordSource(Protocol):
 class PlanLimits:
     max_plan_records: int = 256
     max_replay_bytes: int = 16 * 1024 * 1024  # distinct serialized payload bytes
-    retention_s: float = 30 * DAY_S  # sliding idle window of a payload
+    retention_s: float = 30 * DAY_S  # sliding idle window of a payload (see idle_window_s)
     snapshot_window_s: float = DAY_S
 
 
@@ -412,7 +413,7 @@ def _verified_block(state: _Planning, record: Observation) -> SelectedBlock:
         raise _Rejected(Reason.REPLAY_TOO_LARGE, record)
     if row is None:
         raise _Rejected(Reason.PAYLOAD_MISSING, record)
-    if row.touched_at < state.now - state.limits.retention_s:
+    if row.touched_at < state.now - idle_window_s(state.limits.retention_s):
         raise _Rejected(Reason.RECORD_EXPIRED, record)
     payload = None
     if state.hot is not None:

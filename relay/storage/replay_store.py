@@ -39,6 +39,7 @@ from relay.clock import Clock
 from relay.core.disk_policy import DEFAULT_RESERVE_BYTES, wal_policy
 from relay.core.identity import ScopeTargeting
 from relay.core.records import (
+    TOUCH_GRANULARITY_S,
     MarkerKind,
     Observation,
     PriorPlan,
@@ -627,14 +628,18 @@ class ReasoningStore:
             )
 
     def touch_payloads(self, observation_ids: Iterable[int], now: float) -> None:
-        """Renew idle retention: ``touched_at = max(touched_at, now)``, so a clock that
-        stepped backwards never shortens a payload's life."""
+        """Renew idle retention: ``touched_at = now`` where the stored value is older than
+        ``now - TOUCH_GRANULARITY_S`` (so it only moves forward: a clock that stepped
+        backwards never shortens a payload's life), else nothing. A row touched within
+        the granularity is not rewritten: no page is dirtied for it (expiry and cleanup
+        allow for the lag, see :func:`relay.core.records.idle_window_s`)."""
+        stale = now - TOUCH_GRANULARITY_S
         with self._writer("touch payloads") as conn:
             for batch in in_batches(dict.fromkeys(observation_ids)):
                 conn.execute(
-                    "UPDATE payloads SET touched_at = max(touched_at, ?) "  # noqa: S608
-                    f"WHERE observation_id IN ({placeholders(len(batch))})",
-                    (now, *batch),
+                    "UPDATE payloads SET touched_at = ? "  # noqa: S608
+                    f"WHERE observation_id IN ({placeholders(len(batch))}) AND touched_at < ?",
+                    (now, *batch, stale),
                 )
 
     # --- markers -----------------------------------------------------------------------

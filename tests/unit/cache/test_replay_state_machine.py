@@ -81,7 +81,15 @@ from relay.storage.replay_store import ReasoningStore
 from relay.translate.body_encoding import encode_body
 from relay.translate.request import translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion
-from tests.support.replay_model import DAY, RETENTION, History, Model, Record, is_prefix
+from tests.support.replay_model import (
+    DAY,
+    GRANULARITY,
+    RETENTION,
+    History,
+    Model,
+    Record,
+    is_prefix,
+)
 
 LONG = os.environ.get("RELAY_SCENARIO_BUDGET") == "long"
 GPT5 = ModelAlias("gpt-5", "gpt-5")
@@ -501,7 +509,7 @@ class ReplayMachine(RuleBasedStateMachine):
             record = self.model.by_key(key)
             assert record is not None and record.admitted and is_prefix(record.end, request)
             assert key not in self.model.reclaimed and key not in self.model.tampered
-            assert self.model.touched[key] >= self.model.now - RETENTION
+            assert self.model.touched[key] >= self.model.now - RETENTION - GRANULARITY
         self.model.dispatch(pending.intent, request, chain, plan.validated)
         return pending
 
@@ -950,6 +958,8 @@ class ReplayMachine(RuleBasedStateMachine):
         self.model.now = self.clock.wall()
         before = self.relay.store.stats()
         expected = self.model.cleanup()
+        for key in expected:  # coarse touches never cut a payload's idle window short
+            assert self.model.used[key] < self.model.barrier_last[0] - RETENTION, key
         result = self.relay.cleanup.run()
         assert (result is not None) == self.model.barrier_open
         reclaimed = 0 if result is None else result.reclaimed

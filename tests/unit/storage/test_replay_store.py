@@ -7,16 +7,20 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from relay.clock import ManualClock
 from relay.core.identity import ScopeTargeting
 from relay.core.records import (
     EMPTY_PLAN,
+    TOUCH_GRANULARITY_S,
     BlockRef,
     MarkerKind,
     Observation,
@@ -825,10 +829,59 @@ def test_touch_is_max_of_existing_and_now(store: ReasoningStore, clock: ManualCl
     with store.transaction():
         store.touch_payloads([a.id], clock.wall())
     assert touched(a) == start
-    clock.jump_wall(7200)
+    clock.jump_wall(3600 + TOUCH_GRANULARITY_S + 1)  # past the granularity: rewritten
     with store.transaction():
         store.touch_payloads([a.id, a.id, 999], clock.wall())
-    assert (touched(a), touched(b)) == (start + 3600, start)
+    assert (touched(a), touched(b)) == (start + TOUCH_GRANULARITY_S + 1, start)
+
+
+@pytest.mark.parametrize(
+    ("later", "rewritten"),
+    [(0.0, False), (1.0, False), (TOUCH_GRANULARITY_S, False),
+     (TOUCH_GRANULARITY_S + 0.5, True), (40 * 86_400.0, True)],
+)  # fmt: skip
+def test_a_touch_within_the_granularity_writes_nothing(
+    store: ReasoningStore, clock: ManualClock, later: float, rewritten: bool
+) -> None:
+    sid = scope_id(store)
+    obs = observe(store, sid, end=h(1))
+    with store.transaction():
+        store.put_payload(obs.id, "[]", clock.wall())
+    stored = clock.wall()
+    clock.advance(later)
+    changes = conn_of(store).total_changes
+    with store.transaction():
+        store.touch_payloads([obs.id], clock.wall())
+    loaded = store.load_payload(obs.id, max_bytes=10)
+    assert loaded is not None
+    assert loaded.touched_at == (clock.wall() if rewritten else stored)
+    assert conn_of(store).total_changes - changes == int(rewritten)  # no row rewritten
+
+
+@given(st.lists(st.floats(min_value=-2 * 86_400.0, max_value=3 * 86_400.0), max_size=12))
+def test_a_stored_touch_lags_the_latest_use_by_less_than_the_granularity(
+    steps: list[float],
+) -> None:
+    """Whatever the clock does between uses: the stored touch never moves back, and it
+    is never more than the granularity behind the latest use (expiry allows for that)."""
+    with tempfile.TemporaryDirectory() as data:
+        clock = ManualClock()
+        with ReasoningStore.open(Path(data) / "cache.sqlite", clock=clock) as store:
+            sid = scope_id(store)
+            obs = observe(store, sid, end=h(1))
+            with store.transaction():
+                store.put_payload(obs.id, "[]", clock.wall())
+            latest = previous = clock.wall()
+            for step in steps:
+                clock.jump_wall(step)
+                latest = max(latest, clock.wall())
+                with store.transaction():
+                    store.touch_payloads([obs.id], clock.wall())
+                loaded = store.load_payload(obs.id, max_bytes=10)
+                assert loaded is not None
+                assert previous <= loaded.touched_at <= latest
+                assert loaded.touched_at >= latest - TOUCH_GRANULARITY_S
+                previous = loaded.touched_at
 
 
 def test_touch_many_payloads_in_chunks(store: ReasoningStore) -> None:
@@ -836,10 +889,10 @@ def test_touch_many_payloads_in_chunks(store: ReasoningStore) -> None:
     obs = observe(store, sid, end=h(1))
     with store.transaction():
         store.put_payload(obs.id, "[]", 1.0)
-        store.touch_payloads([*range(10_000, 11_200), obs.id], 2.0)
+        store.touch_payloads([*range(10_000, 11_200), obs.id], 2.0 + TOUCH_GRANULARITY_S)
     loaded = store.load_payload(obs.id, max_bytes=10)
     assert loaded is not None
-    assert loaded.touched_at == 2.0
+    assert loaded.touched_at == 2.0 + TOUCH_GRANULARITY_S
 
 
 # --- markers -------------------------------------------------------------------------
