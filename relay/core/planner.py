@@ -48,6 +48,10 @@ class RecordSource(Protocol):
         """Every record ending at each of ``end_digests``, newest first (a digest no record
         ends at may be absent), read in a few queries."""
 
+    def ends_with_records(self, end_digests: Iterable[str]) -> set[str]:
+        """Those of ``end_digests`` that at least one record ends at (only whether: no
+        record is read), in a few queries."""
+
     def lineage(self, observation_id: int, limit: int) -> Sequence[Observation]:
         """The record ``observation_id`` and up to ``limit - 1`` more up its parent links,
         nearest first, as far as they lead (the planner checks every link itself)."""
@@ -262,13 +266,19 @@ def plan_replay(
 def _unmatched_below(state: _Planning, index: int, chain: Sequence[SelectedBlock]) -> int:
     """How many assistant messages before ``assistant_blocks[index]`` (the plan's last
     block) no record ends at. Each chain member has one; only a message the chain skips
-    (one its last block was generated without) is looked up, and only for the count."""
+    (one its last block was generated without) is looked up, and only for the count: by
+    existence, not by reading its records (a diagnostic must not cost a read of every
+    record below a long plan)."""
     in_plan = {block.observation.position for block in chain}
     skipped = [
         b.end_digest for b in state.history.assistant_blocks[:index] if b.position not in in_plan
     ]
-    state.read_ends(skipped)
-    return sum(not state.records_at(digest) for digest in skipped)
+    known = state.ending_at
+    unread = [digest for digest in skipped if digest not in known]
+    matched = {digest for digest in skipped if known.get(digest)}
+    if unread:
+        matched |= state.source.ends_with_records(unread)
+    return sum(digest not in matched for digest in skipped)
 
 
 def _plan_for(

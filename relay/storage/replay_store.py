@@ -475,6 +475,20 @@ class ReasoningStore:
                 found.setdefault(observation.end_digest, []).append(observation)
         return found
 
+    def ends_with_records(self, scope_id: int, end_digests: Iterable[str]) -> set[str]:
+        """Those of ``end_digests`` that an observation (any generation) ends at, from the
+        index alone: no row is read or built."""
+        found: set[str] = set()
+        with self._sqlite("read observations") as conn:
+            for batch in in_batches(dict.fromkeys(end_digests)):
+                rows = conn.execute(
+                    "SELECT DISTINCT end_digest FROM observations "  # noqa: S608
+                    f"WHERE scope_id = ? AND end_digest IN ({placeholders(len(batch))})",
+                    (scope_id, *batch),
+                )
+                found.update(row[0] for row in rows)
+        return found
+
     def repeats(
         self, scope_id: int, *, generation: int, position: int, start_digest: str,
         end_digest: str, envelope_fingerprint: str, payload_fingerprint: str,

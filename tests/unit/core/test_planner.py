@@ -45,6 +45,7 @@ class MemorySource:
     loads: int = 0
     lineages: list[int] = field(default_factory=list)  # records asked for, per read
     end_reads: list[int] = field(default_factory=list)  # end digests asked for, per read
+    end_checks: list[int] = field(default_factory=list)  # ends asked "any record?", per read
     payload_batches: list[int] = field(default_factory=list)  # payloads asked for, per read
 
     def observations_ending_at(self, end_digests: Iterable[str]) -> dict[str, list[Observation]]:
@@ -55,6 +56,11 @@ class MemorySource:
             if o.end_digest in wanted:
                 found.setdefault(o.end_digest, []).append(o)
         return found
+
+    def ends_with_records(self, end_digests: Iterable[str]) -> set[str]:
+        wanted = list(end_digests)
+        self.end_checks.append(len(wanted))
+        return {o.end_digest for o in self.observations} & set(wanted)
 
     def lineage(self, observation_id: int, limit: int) -> list[Observation]:
         """As the store walks it: up the parent links while each points to an older row."""
@@ -634,6 +640,16 @@ def test_a_plan_far_back_reads_the_messages_in_growing_batches() -> None:
     assert [block.observation.id for block in plan.blocks] == [1]
     assert plan.unmatched == 59
     assert source.end_reads == [1, 16, 17, 26]  # 60 messages: 1, then 16, then doubling
+
+
+def test_messages_a_plan_skips_are_counted_by_existence_without_reading_them() -> None:
+    b = Builder()
+    b.record(1)
+    b.record(5, [])  # a5 generated while a1 and a3 went as plain text: both skipped
+    plan = b.plan()
+    assert (positions(plan), plan.unmatched) == ([5], 1)  # a3 has no record; a1 has one
+    assert b.source.end_reads == [1]  # the newest message decided: no record read below
+    assert b.source.end_checks == [2]  # a1 and a3: whether, in one query
 
 
 def test_ancestors_are_read_in_one_batch_and_never_twice() -> None:

@@ -619,6 +619,9 @@ def test_batched_reads_cross_the_in_list_bound(store: ReasoningStore) -> None:
         h(i): [again, o] if i == 0 else [o] for i, o in enumerate(made)
     }
     assert store.observations_ending_at(scope_id(store, h("b")), ends) == {}
+    assert store.ends_with_records(sid, ends) == {h(i) for i in range(count)}
+    assert store.ends_with_records(scope_id(store, h("b")), ends) == set()
+    assert store.ends_with_records(sid, []) == set()
     with store.transaction():
         for i in range(count):
             store.create_intent(
