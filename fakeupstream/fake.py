@@ -260,8 +260,14 @@ class FakeUpstream:
         items = input_items(body)
         model = str(body.get("model", ""))
 
+        opened: dict[tuple[str, str], Sealed | None] = {}
+
         def open_token(item_id: str, token: str) -> Sealed | None:
-            return self.cipher.open(token, api_key=api_key, model=model, item_id=item_id)
+            # The probe and the rules both open every replayed token: once per request.
+            key = (item_id, token)
+            if key not in opened:
+                opened[key] = self.cipher.open(token, api_key=api_key, model=model, item_id=item_id)
+            return opened[key]
 
         context = {
             "instructions": body.get("instructions"),

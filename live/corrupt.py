@@ -39,16 +39,13 @@ def corrupt_one_ciphertext(cache_path: Path) -> Corruption:
             payload = store.load_payload(record.id, max_bytes=_MAX_PAYLOAD_BYTES)
             if payload is None:
                 continue
-            match = _TOKEN.search(payload.output_json)
+            stored = payload.output_json.decode("utf-8")
+            match = _TOKEN.search(stored)
             if match is None:
                 continue
             offset = (match.start(1) + match.end(1)) // 2
-            old = payload.output_json[offset]
-            text = (
-                payload.output_json[:offset]
-                + ("B" if old == "A" else "A")
-                + payload.output_json[offset + 1 :]
-            )
+            old = stored[offset]
+            text = stored[:offset] + ("B" if old == "A" else "A") + stored[offset + 1 :]
             digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
             with store.transaction(), store._writer("damage a payload for a live check") as conn:
                 conn.execute(

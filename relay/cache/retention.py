@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from relay import log
 from relay.clock import Clock
 from relay.core.deletion_barrier import ClockSample, DeletionBarrier
+from relay.core.records import idle_window_s
 from relay.errors import StoreError
 from relay.storage.cleanup import CleanupResult
 from relay.storage.replay_store import ReasoningStore
@@ -91,7 +92,8 @@ class RetentionCleanup:
         totals = self.totals
         totals.runs += 1
         totals.last_at, totals.last_barrier_open = now, barrier.open
-        cutoff = barrier.idle_cutoff(self.retention_s)
+        # The planner's expiry test, so a deletion never changes a replay decision.
+        cutoff = barrier.idle_cutoff(idle_window_s(self.retention_s))
         if cutoff is None:
             totals.last = None
             log.event(

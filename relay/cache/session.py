@@ -89,6 +89,9 @@ class ScopedSource:
     ) -> Mapping[str, Sequence[Observation]]:
         return self._store.observations_ending_at(self._scope_id, end_digests)
 
+    def ends_with_records(self, end_digests: Iterable[str]) -> set[str]:
+        return self._store.ends_with_records(self._scope_id, end_digests)
+
     def lineage(self, observation_id: int, limit: int) -> Sequence[Observation]:
         return self._store.lineage(self._scope_id, observation_id, limit)
 

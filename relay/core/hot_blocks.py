@@ -8,7 +8,7 @@ the next plan skips hashing and parsing those bytes again.
 
 The planner still reads every payload row it replays, in every plan: an entry is used
 only when the record read in that plan names the same output hash and the row's text is
-still exactly the text the entry was verified from (one string comparison), so a payload
+still exactly the bytes the entry was verified from (one comparison), so a payload
 damaged on disk is refused as before, and retention is checked on the row as for any
 payload. Everything that depends on the request (positions, call pairing, markers,
 intents, generation, snapshot) is checked every time, hot or not. Entries hold immutable
@@ -30,9 +30,9 @@ from typing import Any
 class VerifiedPayload:
     """A stored payload that passed every check that depends only on its bytes."""
 
-    text: str  # the stored payload it was verified from: what is replayed, verbatim
-    output_hash: str  # SHA-256 of that text's UTF-8 bytes
-    size: int  # those bytes
+    text: bytes  # the stored payload (UTF-8) it was verified from: what is replayed, verbatim
+    output_hash: str  # SHA-256 of those bytes
+    size: int  # len(text)
     calls: tuple[tuple[Any, Any], ...]  # (call_id, name) of each function call, in order
     item_keys: tuple[tuple[str, str], ...]  # ("id" | "call_id", value) of every item
 
@@ -49,7 +49,7 @@ class HotBlocks:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, observation_id: int, output_hash: str, text: str) -> VerifiedPayload | None:
+    def get(self, observation_id: int, output_hash: str, text: bytes) -> VerifiedPayload | None:
         """The entry of this record if it was verified from this very ``text`` (as read
         now) under this ``output_hash`` (as the record read now names it)."""
         entry = self._entries.get(observation_id)

@@ -32,6 +32,7 @@ from relay.core.records import (
     StoredPayload,
     StoredSizeExceeded,
     chain_digest,
+    idle_window_s,
 )
 
 DAY_S: Final = 24 * 3600.0
@@ -46,6 +47,10 @@ class RecordSource(Protocol):
     ) -> Mapping[str, Sequence[Observation]]:
         """Every record ending at each of ``end_digests``, newest first (a digest no record
         ends at may be absent), read in a few queries."""
+
+    def ends_with_records(self, end_digests: Iterable[str]) -> set[str]:
+        """Those of ``end_digests`` that at least one record ends at (only whether: no
+        record is read), in a few queries."""
 
     def lineage(self, observation_id: int, limit: int) -> Sequence[Observation]:
         """The record ``observation_id`` and up to ``limit - 1`` more up its parent links,
@@ -69,7 +74,7 @@ class RecordSource(Protocol):
 class PlanLimits:
     max_plan_records: int = 256
     max_replay_bytes: int = 16 * 1024 * 1024  # distinct serialized payload bytes
-    retention_s: float = 30 * DAY_S  # sliding idle window of a payload
+    retention_s: float = 30 * DAY_S  # sliding idle window of a payload (see idle_window_s)
     snapshot_window_s: float = DAY_S
 
 
@@ -88,8 +93,9 @@ class SelectedBlock:
     payload: VerifiedPayload
 
     @property
-    def text(self) -> str:
-        """The original output items as stored: the JSON array text that is replayed."""
+    def text(self) -> bytes:
+        """The original output items as stored: the JSON array text (UTF-8) that is
+        replayed."""
         return self.payload.text
 
     @property
@@ -260,13 +266,19 @@ def plan_replay(
 def _unmatched_below(state: _Planning, index: int, chain: Sequence[SelectedBlock]) -> int:
     """How many assistant messages before ``assistant_blocks[index]`` (the plan's last
     block) no record ends at. Each chain member has one; only a message the chain skips
-    (one its last block was generated without) is looked up, and only for the count."""
+    (one its last block was generated without) is looked up, and only for the count: by
+    existence, not by reading its records (a diagnostic must not cost a read of every
+    record below a long plan)."""
     in_plan = {block.observation.position for block in chain}
     skipped = [
         b.end_digest for b in state.history.assistant_blocks[:index] if b.position not in in_plan
     ]
-    state.read_ends(skipped)
-    return sum(not state.records_at(digest) for digest in skipped)
+    known = state.ending_at
+    unread = [digest for digest in skipped if digest not in known]
+    matched = {digest for digest in skipped if known.get(digest)}
+    if unread:
+        matched |= state.source.ends_with_records(unread)
+    return sum(digest not in matched for digest in skipped)
 
 
 def _plan_for(
@@ -411,7 +423,7 @@ def _verified_block(state: _Planning, record: Observation) -> SelectedBlock:
         raise _Rejected(Reason.REPLAY_TOO_LARGE, record)
     if row is None:
         raise _Rejected(Reason.PAYLOAD_MISSING, record)
-    if row.touched_at < state.now - state.limits.retention_s:
+    if row.touched_at < state.now - idle_window_s(state.limits.retention_s):
         raise _Rejected(Reason.RECORD_EXPIRED, record)
     payload = None
     if state.hot is not None:
@@ -428,15 +440,15 @@ def _verified_block(state: _Planning, record: Observation) -> SelectedBlock:
 
 def _verify_payload(row: StoredPayload, record: Observation) -> VerifiedPayload:
     """Every check of a payload that depends only on its bytes."""
-    raw = row.output_json.encode("utf-8", "surrogatepass")
+    raw = row.output_json
     if hashlib.sha256(raw).hexdigest() != record.output_hash:
         raise _Rejected(Reason.PAYLOAD_DIGEST_MISMATCH, record)
-    calls, keys = _check_block(row.output_json, record)
-    return VerifiedPayload(row.output_json, record.output_hash, len(raw), calls, keys)
+    calls, keys = _check_block(raw, record)
+    return VerifiedPayload(raw, record.output_hash, len(raw), calls, keys)
 
 
 def _check_block(
-    output_json: str, record: Observation
+    output_json: bytes, record: Observation
 ) -> tuple[tuple[tuple[Any, Any], ...], tuple[tuple[str, str], ...]]:
     """A well-formed block's calls ((call_id, name), in order) and item keys (("id" |
     "call_id", value)). Parsed only to be checked: the text itself is what is replayed, so

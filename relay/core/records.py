@@ -18,6 +18,21 @@ from typing import Any, Final, NamedTuple
 
 HEX_DIGEST_LENGTH: Final = 64
 
+# Retention touches are coarse (design §6 Retention): a touch rewrites a payload's
+# touched_at only once the stored value is at least this much older than now, so the next
+# turn of a conversation rewrites (and syncs) none of the pages its replayed payloads sit
+# on. A stored touch can therefore lag the last use by up to this much; expiry and cleanup
+# add it to the window (:func:`idle_window_s`), so nothing expires or is deleted before it
+# has been idle for the whole window, and at most this much later.
+TOUCH_GRANULARITY_S: Final = 3600.0
+
+
+def idle_window_s(retention_s: float) -> float:
+    """How long a payload's *stored* ``touched_at`` may lie in the past before it expires
+    (the planner's ``record_expired``) and may be reclaimed (cleanup's cutoff): the
+    configured window plus the touch granularity."""
+    return retention_s + TOUCH_GRANULARITY_S
+
 
 class MarkerKind(StrEnum):
     """Generation-independent safety markers (design §4)."""
@@ -147,9 +162,11 @@ class Observation(NamedTuple):  # a named tuple: a plan reads hundreds per reque
 
 @dataclass(frozen=True)
 class StoredPayload:
-    """An admitted record's original ``response.output`` JSON, exactly as stored."""
+    """An admitted record's original ``response.output`` JSON, exactly as stored: its
+    UTF-8 bytes as the row holds them, never decoded (the planner hashes and replays
+    those bytes; a damaged row fails its hash check)."""
 
     observation_id: int
-    output_json: str
-    size: int  # bytes of output_json as UTF-8
-    touched_at: float  # wall clock seconds, max(existing, now) on qualifying touches
+    output_json: bytes
+    size: int  # len(output_json)
+    touched_at: float  # wall seconds: the last use, up to TOUCH_GRANULARITY_S earlier

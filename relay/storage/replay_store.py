@@ -39,6 +39,7 @@ from relay.clock import Clock
 from relay.core.disk_policy import DEFAULT_RESERVE_BYTES, wal_policy
 from relay.core.identity import ScopeTargeting
 from relay.core.records import (
+    TOUCH_GRANULARITY_S,
     MarkerKind,
     Observation,
     PriorPlan,
@@ -474,6 +475,20 @@ class ReasoningStore:
                 found.setdefault(observation.end_digest, []).append(observation)
         return found
 
+    def ends_with_records(self, scope_id: int, end_digests: Iterable[str]) -> set[str]:
+        """Those of ``end_digests`` that an observation (any generation) ends at, from the
+        index alone: no row is read or built."""
+        found: set[str] = set()
+        with self._sqlite("read observations") as conn:
+            for batch in in_batches(dict.fromkeys(end_digests)):
+                rows = conn.execute(
+                    "SELECT DISTINCT end_digest FROM observations "  # noqa: S608
+                    f"WHERE scope_id = ? AND end_digest IN ({placeholders(len(batch))})",
+                    (scope_id, *batch),
+                )
+                found.update(row[0] for row in rows)
+        return found
+
     def repeats(
         self, scope_id: int, *, generation: int, position: int, start_digest: str,
         end_digest: str, envelope_fingerprint: str, payload_fingerprint: str,
@@ -587,21 +602,24 @@ class ReasoningStore:
     ) -> dict[int, StoredPayload | StoredSizeExceeded]:
         """Each stored payload of these observations (absent: none stored), read in a few
         queries, or the refusal to load one over ``max_bytes`` — decided on the stored
-        size column, so oversize text is never loaded. The hash is not checked here: the
-        planner does, to name the refusal."""
+        size column, so oversize text is never loaded. The text comes as its stored UTF-8
+        bytes (a cast, not a decode: neither SQLite nor Python converts it, and the
+        planner hashes and replays exactly those bytes). The hash is not checked here:
+        the planner does, to name the refusal (a damaged row, valid UTF-8 or not, fails
+        it)."""
         loaded: dict[int, StoredPayload | StoredSizeExceeded] = {}
         with self._sqlite("load payloads") as conn:
             for batch in in_batches(dict.fromkeys(observation_ids)):
                 rows = conn.execute(
                     "SELECT observation_id, size, touched_at, "  # noqa: S608
-                    "CASE WHEN size <= ? THEN output_json END FROM payloads "
+                    "CASE WHEN size <= ? THEN CAST(output_json AS BLOB) END FROM payloads "
                     f"WHERE observation_id IN ({placeholders(len(batch))})",
                     (max_bytes, *batch),
                 )
                 for observation_id, size, touched_at, text in rows:
                     # Measured after loading too: a wrong size column must not let
                     # larger text through.
-                    actual = size if text is None else len(text.encode("utf-8"))
+                    actual = size if text is None else len(text)
                     if text is None or actual > max_bytes:
                         loaded[observation_id] = StoredSizeExceeded(
                             f"stored payload of observation {observation_id} is {actual} "
@@ -624,14 +642,18 @@ class ReasoningStore:
             )
 
     def touch_payloads(self, observation_ids: Iterable[int], now: float) -> None:
-        """Renew idle retention: ``touched_at = max(touched_at, now)``, so a clock that
-        stepped backwards never shortens a payload's life."""
+        """Renew idle retention: ``touched_at = now`` where the stored value is older than
+        ``now - TOUCH_GRANULARITY_S`` (so it only moves forward: a clock that stepped
+        backwards never shortens a payload's life), else nothing. A row touched within
+        the granularity is not rewritten: no page is dirtied for it (expiry and cleanup
+        allow for the lag, see :func:`relay.core.records.idle_window_s`)."""
+        stale = now - TOUCH_GRANULARITY_S
         with self._writer("touch payloads") as conn:
             for batch in in_batches(dict.fromkeys(observation_ids)):
                 conn.execute(
-                    "UPDATE payloads SET touched_at = max(touched_at, ?) "  # noqa: S608
-                    f"WHERE observation_id IN ({placeholders(len(batch))})",
-                    (now, *batch),
+                    "UPDATE payloads SET touched_at = ? "  # noqa: S608
+                    f"WHERE observation_id IN ({placeholders(len(batch))}) AND touched_at < ?",
+                    (now, *batch, stale),
                 )
 
     # --- markers -----------------------------------------------------------------------

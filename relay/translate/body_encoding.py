@@ -10,48 +10,79 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
+
+_JSON_SPACE: Final = b" \t\n\r"  # the only whitespace JSON allows
+_OPEN: Final = ord("[")
+_CLOSE: Final = ord("]")
 
 
 class RawItems:
-    """The items of one JSON array text, to be placed in an ``input`` list as they are."""
+    """The items of one JSON array text (UTF-8 bytes), to be placed in an ``input`` list
+    as they are."""
 
     __slots__ = ("elements",)
 
-    def __init__(self, array_text: str) -> None:
-        text = array_text.strip()
-        inner = text[1:-1].strip()
+    def __init__(self, array_text: bytes) -> None:
+        # A view of the stored bytes between the brackets: nothing is copied until the
+        # body is joined (bytes are immutable, so the view cannot change under it).
+        start, end = 0, len(array_text)
+        while start < end and array_text[start] in _JSON_SPACE:
+            start += 1
+        while end > start and array_text[end - 1] in _JSON_SPACE:
+            end -= 1
+        inner_start, inner_end = start + 1, end - 1
+        while inner_start < inner_end and array_text[inner_start] in _JSON_SPACE:
+            inner_start += 1
+        while inner_end > inner_start and array_text[inner_end - 1] in _JSON_SPACE:
+            inner_end -= 1
         # The planner parsed it as a non-empty array; this only guards the splice.
-        if not (text.startswith("[") and text.endswith("]") and inner):
+        if not (
+            end - start >= 2
+            and array_text[start] == _OPEN
+            and array_text[end - 1] == _CLOSE
+            and inner_end > inner_start
+        ):
             raise ValueError("RawItems needs the text of a non-empty JSON array")
-        self.elements = inner  # the array's elements, comma separated, as stored
+        # the array's elements, comma separated, as stored
+        self.elements = memoryview(array_text)[inner_start:inner_end]
 
     def __repr__(self) -> str:
-        return f"RawItems(<{len(self.elements)} characters>)"  # never the content
+        return f"RawItems(<{len(self.elements)} bytes>)"  # never the content
 
 
 def encode_body(body: Mapping[str, Any]) -> bytes:
     """``body`` as UTF-8 JSON; :class:`RawItems` in its ``input`` list become their
     elements, verbatim. Without any, exactly ``json.dumps(body, ensure_ascii=False)``
-    (a lone surrogate escaped, see :func:`_utf8`)."""
+    (a lone surrogate escaped, see :func:`_utf8`); with some, the same text as if their
+    elements had been spliced into that text's ``input`` array first.
+
+    Built as bytes and joined once: the replayed blocks (most of a long conversation's
+    body) are copied once, never decoded, and never widened into a ``str`` of the widest
+    character any block holds."""
     items = body.get("input")
     if not isinstance(items, list) or not any(type(item) is RawItems for item in items):
         return _utf8(json.dumps(body, ensure_ascii=False))
-    pieces: list[str] = []
+    pieces: list[bytes | memoryview] = []
     run: list[Any] = []  # ordinary items since the last raw block: encoded in one call
     for item in items:
         if type(item) is RawItems:
             if run:
-                pieces.append(json.dumps(run, ensure_ascii=False)[1:-1])
+                pieces.append(_inner(run))
                 run = []
             pieces.append(item.elements)
         else:
             run.append(item)
     if run:
-        pieces.append(json.dumps(run, ensure_ascii=False)[1:-1])
-    rest = json.dumps({k: v for k, v in body.items() if k != "input"}, ensure_ascii=False)
-    tail = ", " + rest[1:] if rest != "{}" else "}"
-    return _utf8('{"input": [' + ", ".join(pieces) + "]" + tail)
+        pieces.append(_inner(run))
+    rest = _utf8(json.dumps({k: v for k, v in body.items() if k != "input"}, ensure_ascii=False))
+    tail = b", " + rest[1:] if rest != b"{}" else b"}"
+    return b"".join((b'{"input": [', b", ".join(pieces), b"]", tail))
+
+
+def _inner(run: list[Any]) -> memoryview:
+    """The encoded elements of a list of items, without its brackets (a view, no copy)."""
+    return memoryview(_utf8(json.dumps(run, ensure_ascii=False)))[1:-1]
 
 
 def _utf8(text: str) -> bytes:

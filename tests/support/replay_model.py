@@ -20,8 +20,11 @@ of digests, and every rule below is a sentence of the spec:
   its records and markers belong to scopes no request reaches again (and a coverage gap
   quarantines them besides); nothing recorded before replays, conflicts with, competes
   with or lies beneath anything recorded after, but the payloads stay for retention;
-- retention: a payload's touch time moves only forward (``max``); cleanup deletes a
-  payload only when it is idle longer than the window, the deletion barrier is open (30
+- retention: a payload's touch time moves only forward, and only when it is at least
+  the touch granularity (an hour) older than now, so it lags the last use by less than
+  that; a payload expires, and cleanup may delete it, once its touch time is older than
+  the window plus the granularity, so never before it was unused for the whole window;
+  cleanup deletes a payload only when it is idle that long, the deletion barrier is open (30
   days of monotonic time since startup or since the wall clock last went back or drifted
   over 60 s from the monotonic one), no open intent depends on it or produced it, no
   record at the same start keeps a payload still in use, and no record built on it keeps
@@ -36,6 +39,7 @@ from typing import Final
 
 DAY: Final = 24 * 3600.0
 RETENTION: Final = 30 * DAY
+GRANULARITY: Final = 3600.0  # a touch within this of the stored one changes nothing
 BARRIER: Final = 30 * DAY
 DRIFT_LIMIT: Final = 60.0
 SNAPSHOT_WINDOW: Final = DAY
@@ -91,6 +95,7 @@ class Model:
     tampered: set[int] = field(default_factory=set)  # record keys with damaged bytes
     intents: dict[str, History] = field(default_factory=dict)  # unresolved: id → start
     touched: dict[int, float] = field(default_factory=dict)  # admitted key → touched_at
+    used: dict[int, float] = field(default_factory=dict)  # admitted key → its latest use
     latest_snapshot: str | None = None
     reclaimed: set[int] = field(default_factory=set)  # admitted keys whose payload is gone
     pins: dict[str, tuple[int, ...]] = field(default_factory=dict)  # intent → plan keys
@@ -139,7 +144,7 @@ class Model:
                 start == record.start and intent != record.intent
                 for intent, start in self.intents.items()
             )
-            and self.touched.get(record.key, float("-inf")) >= self.now - RETENTION
+            and self.touched.get(record.key, float("-inf")) >= self.now - RETENTION - GRANULARITY
             and record.key not in self.reclaimed
         )
 
@@ -198,7 +203,9 @@ class Model:
 
     def touch(self, key: int) -> None:
         if key in self.touched:
-            self.touched[key] = max(self.touched[key], self.now)
+            self.used[key] = max(self.used[key], self.now)
+            if self.touched[key] < self.now - GRANULARITY:
+                self.touched[key] = self.now
 
     def observe(
         self,
@@ -243,7 +250,7 @@ class Model:
         self.records.append(record)
         self.latest_snapshot = snapshot
         if record.admitted:
-            self.touched[record.key] = self.now
+            self.touched[record.key] = self.used[record.key] = self.now
         return Observed(record, conflict)
 
     def reject(self, plan: list[Record], intent: str, resend: str | None, start: History) -> None:
@@ -294,7 +301,7 @@ class Model:
         per-run limit exist here), descendants before ancestors."""
         if not self.barrier_open:
             return set()
-        cutoff = self.barrier_last[0] - RETENTION
+        cutoff = self.barrier_last[0] - RETENTION - GRANULARITY
         kept = {key for key in self.touched if key not in self.reclaimed}
         pinned = {key for keys in self.pins.values() for key in keys}
         producing = set(self.intents)

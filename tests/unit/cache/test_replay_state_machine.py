@@ -85,7 +85,15 @@ from relay.storage.verify import verify_store
 from relay.translate.body_encoding import encode_body
 from relay.translate.request import translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion
-from tests.support.replay_model import DAY, RETENTION, History, Model, Record, is_prefix
+from tests.support.replay_model import (
+    DAY,
+    GRANULARITY,
+    RETENTION,
+    History,
+    Model,
+    Record,
+    is_prefix,
+)
 
 LONG = os.environ.get("RELAY_SCENARIO_BUDGET") == "long"
 GPT5 = ModelAlias("gpt-5", "gpt-5")
@@ -391,7 +399,7 @@ def check_plan(
         record = model.by_key(observation.id)
         assert record is not None, f"replayed a block the model never recorded: {context}"
         assert record.end == history[: position + 1], context
-        assert block.text == record.payload, f"bytes differ: {context}"
+        assert block.text == record.payload.encode(), f"bytes differ: {context}"
     if keys:
         last = model.by_key(keys[-1])
         assert last is not None
@@ -511,7 +519,7 @@ class ReplayMachine(RuleBasedStateMachine):
             items = json.loads(block.text)
             at = [i for i in range(len(inputs)) if inputs[i : i + len(items)] == items]
             assert len(at) == 1, f"a selected block is in the upstream input {len(at)} times"
-            assert block.text[1:-1].encode() in encoded, "a block was not sent as stored"
+            assert block.text[1:-1] in encoded, "a block was not sent as stored"
         keys = tuple(block.observation.id for block in plan.blocks)
         pending = Pending(session, request, self.relay.last_intent, self.model.generation,
                           tuple(r.ref for r in chain), plan.refs, keys=keys)  # fmt: skip
@@ -522,7 +530,7 @@ class ReplayMachine(RuleBasedStateMachine):
             record = self.model.by_key(key)
             assert record is not None and record.admitted and is_prefix(record.end, request)
             assert key not in self.model.reclaimed and key not in self.model.tampered
-            assert self.model.touched[key] >= self.model.now - RETENTION
+            assert self.model.touched[key] >= self.model.now - RETENTION - GRANULARITY
         self.model.dispatch(pending.intent, request, chain, plan.validated)
         return pending
 
@@ -650,7 +658,7 @@ class ReplayMachine(RuleBasedStateMachine):
             assert row.snapshot == record.snapshot
             payload = store.load_payload(row.id, max_bytes=1 << 20)
             if record.admitted:
-                assert payload is not None and payload.output_json == record.payload
+                assert payload is not None and payload.output_json == record.payload.encode()
             else:
                 assert payload is None, "a non-admitted observation must not store a payload"
         conflicted = end in self.model.conflicted
@@ -1031,6 +1039,8 @@ class ReplayMachine(RuleBasedStateMachine):
         self.model.now = self.clock.wall()
         before = self.relay.store.stats()
         expected = self.model.cleanup()
+        for key in expected:  # coarse touches never cut a payload's idle window short
+            assert self.model.used[key] < self.model.barrier_last[0] - RETENTION, key
         result = self.relay.cleanup.run()
         assert (result is not None) == self.model.barrier_open
         reclaimed = 0 if result is None else result.reclaimed
@@ -1209,6 +1219,25 @@ def test_a_held_generation_competes_with_its_rivals_but_not_itself(
     assert replayed(relay, one) == ([], [Reason.COMPETING_INTENT])
     second.delivered()
     assert replayed(relay, one) == (["rs_1"], [])
+
+
+@pytest.mark.parametrize("damage", [b"\xff", b" "], ids=["not-utf8", "utf8"])
+def test_a_payload_damaged_on_disk_is_refused_not_failed(relay: Relay, damage: bytes) -> None:
+    """Payload text is read as its stored bytes: damage, whether or not it leaves valid
+    UTF-8, fails the hash check (no replay, a receipt) rather than the request."""
+    u0 = user("hi")
+    answer(relay, (u0,), "one", 1)
+    follow = (u0, said("one"), user("more"))
+    assert replayed(relay, follow) == (["rs_1"], [])
+    conn = relay.store._conn
+    assert conn is not None
+    conn.execute("UPDATE payloads SET output_json = CAST(CAST(output_json AS BLOB) || ? AS TEXT)",
+                 (damage,))  # fmt: skip
+    assert replayed(relay, follow) == ([], [Reason.PAYLOAD_DIGEST_MISMATCH])
+    session = relay.session(follow)
+    session.dispatch()  # no StoreError: the request goes out without replay
+    assert session.plan.blocks == ()
+    session.abort("test")
 
 
 def test_dispatch_renews_a_payload_past_its_admission_age(relay: Relay) -> None:

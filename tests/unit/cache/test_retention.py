@@ -16,6 +16,7 @@ from relay.cache.retention import RetentionCleanup, WatchedClock
 from relay.clock import ManualClock
 from relay.core.deletion_barrier import BARRIER_S, BarrierStart
 from relay.core.receipts import Reason
+from relay.core.records import TOUCH_GRANULARITY_S
 from relay.storage.replay_store import ReasoningStore
 from tests.unit.cache import test_replay_state_machine as sm
 
@@ -75,9 +76,51 @@ def test_the_blocks_a_generation_was_made_on_are_touched_again_at_its_commit(
     block = first_record(relay)
     session = relay.session((u0, sm.said("one"), sm.user("more")))
     session.dispatch()
-    relay.clock.advance(3600)  # a long generation
+    relay.clock.advance(2 * TOUCH_GRANULARITY_S)  # a generation longer than the granularity
     sm.answer(relay, (), "two", 2, session=session)
     assert touched(relay, block) == relay.clock.wall()
+
+
+def test_a_next_turn_within_the_granularity_rewrites_no_payload(relay: sm.Relay) -> None:
+    u0 = sm.user("hi")
+    sm.answer(relay, (u0,), "one", 1)
+    block = first_record(relay)
+    admitted_at = relay.clock.wall()
+    follow = (u0, sm.said("one"), sm.user("more"))
+    for later, touched_at in ((600.0, admitted_at), (TOUCH_GRANULARITY_S - 600.0, admitted_at),
+                              (1.0, admitted_at + TOUCH_GRANULARITY_S + 1.0)):  # fmt: skip
+        relay.clock.advance(later)
+        session = relay.session(follow)
+        session.dispatch()
+        assert [b.observation.id for b in session.plan.blocks] == [block]
+        assert touched(relay, block) == touched_at
+        session.abort("test")
+
+
+def test_expiry_and_cleanup_allow_for_the_lag_of_a_coarse_touch(relay: sm.Relay) -> None:
+    """Used 59 minutes after its admission (within the granularity: not rewritten), a
+    block is still replayed and kept the full window after that use, and only then
+    expires and goes."""
+    u0 = sm.user("hi")
+    sm.answer(relay, (u0,), "one", 1)
+    block = first_record(relay)
+    admitted_at = relay.clock.wall()
+    follow = (u0, sm.said("one"), sm.user("more"))
+    relay.clock.advance(59 * 60.0)
+    session = relay.session(follow)
+    session.dispatch()
+    session.abort("test")
+    used_at = relay.clock.wall()
+    assert touched(relay, block) == admitted_at  # lags the use by 59 minutes
+    relay.clock.advance(30 * DAY)  # the whole window since the use; the barrier is open
+    assert sm.replayed(relay, follow) == (["rs_1"], [])
+    result = relay.cleanup.run()
+    assert result is not None and result.reclaimed == 0
+    relay.clock.advance(120.0)
+    assert relay.clock.wall() - used_at > 30 * DAY
+    assert sm.replayed(relay, follow) == ([], [Reason.RECORD_EXPIRED])
+    result = relay.cleanup.run()
+    assert result is not None and result.reclaimed == 1
 
 
 def test_a_block_validated_while_planning_is_touched_even_when_not_selected(

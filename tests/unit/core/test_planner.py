@@ -45,6 +45,7 @@ class MemorySource:
     loads: int = 0
     lineages: list[int] = field(default_factory=list)  # records asked for, per read
     end_reads: list[int] = field(default_factory=list)  # end digests asked for, per read
+    end_checks: list[int] = field(default_factory=list)  # ends asked "any record?", per read
     payload_batches: list[int] = field(default_factory=list)  # payloads asked for, per read
 
     def observations_ending_at(self, end_digests: Iterable[str]) -> dict[str, list[Observation]]:
@@ -55,6 +56,11 @@ class MemorySource:
             if o.end_digest in wanted:
                 found.setdefault(o.end_digest, []).append(o)
         return found
+
+    def ends_with_records(self, end_digests: Iterable[str]) -> set[str]:
+        wanted = list(end_digests)
+        self.end_checks.append(len(wanted))
+        return {o.end_digest for o in self.observations} & set(wanted)
 
     def lineage(self, observation_id: int, limit: int) -> list[Observation]:
         """As the store walks it: up the parent links while each points to an older row."""
@@ -193,8 +199,9 @@ class Builder:
         )
         observation = observation._replace(**changes)
         self.source.observations.append(observation)
+        stored = output_json.encode()
         self.source.payloads[observation.id] = StoredPayload(
-            observation.id, output_json, len(output_json.encode()), NOW - 10
+            observation.id, stored, len(stored), NOW - 10
         )
         return observation
 
@@ -231,7 +238,7 @@ def test_newest_record_brings_its_recorded_ancestors() -> None:
     plan = b.plan()
     assert positions(plan) == [1, 3, 5]
     assert plan.refs == (a1.ref, a3.ref, a5.ref)
-    assert plan.blocks[1].text == json.dumps(BLOCKS[3], separators=(",", ":"))  # as stored
+    assert plan.blocks[1].text == json.dumps(BLOCKS[3], separators=(",", ":")).encode()  # as stored
     assert plan.replay_bytes == sum(b.source.payloads[o.id].size for o in (a1, a3, a5))
 
 
@@ -380,7 +387,7 @@ def test_own_intent_does_not_compete_but_another_does() -> None:
 def _tamper(b: Builder, o: Observation) -> None:
     payload = b.source.payloads[o.id]
     b.source.payloads[o.id] = dataclasses.replace(
-        payload, output_json=payload.output_json.replace("enc-", "enX-")
+        payload, output_json=payload.output_json.replace(b"enc-", b"enX-")
     )
 
 
@@ -390,9 +397,9 @@ def _replace(b: Builder, o: Observation, **changes: Any) -> None:
 
 
 def _payload(b: Builder, o: Observation, items: Any) -> None:
-    text = json.dumps(items)
+    text = json.dumps(items).encode()
     b.source.payloads[o.id] = StoredPayload(o.id, text, len(text), NOW)
-    _replace(b, o, output_hash=hashlib.sha256(text.encode()).hexdigest())
+    _replace(b, o, output_hash=hashlib.sha256(text).hexdigest())
 
 
 def _damaged(plan: PriorPlan) -> PriorPlan:
@@ -587,7 +594,7 @@ def test_a_payload_changed_on_disk_after_it_was_cached_is_verified_again() -> No
     _payload(b, a3, items)
     plan = b.plan()
     assert positions(plan) == [1, 3, 5]
-    assert plan.blocks[1].text == json.dumps(items)  # the rewritten row, as stored
+    assert plan.blocks[1].text == json.dumps(items).encode()  # the rewritten row, as stored
 
 
 def test_each_payload_is_loaded_once_per_plan_in_one_batch() -> None:
@@ -628,11 +635,21 @@ def test_a_plan_far_back_reads_the_messages_in_growing_batches() -> None:
         True, NOW - 10,
     )  # fmt: skip
     source.observations.append(record)
-    source.payloads[1] = StoredPayload(1, output_json, len(output_json), NOW - 10)
+    source.payloads[1] = StoredPayload(1, output_json.encode(), len(output_json), NOW - 10)
     plan = plan_replay(history, messages, source, generation=1, now=NOW)
     assert [block.observation.id for block in plan.blocks] == [1]
     assert plan.unmatched == 59
     assert source.end_reads == [1, 16, 17, 26]  # 60 messages: 1, then 16, then doubling
+
+
+def test_messages_a_plan_skips_are_counted_by_existence_without_reading_them() -> None:
+    b = Builder()
+    b.record(1)
+    b.record(5, [])  # a5 generated while a1 and a3 went as plain text: both skipped
+    plan = b.plan()
+    assert (positions(plan), plan.unmatched) == ([5], 1)  # a3 has no record; a1 has one
+    assert b.source.end_reads == [1]  # the newest message decided: no record read below
+    assert b.source.end_checks == [2]  # a1 and a3: whether, in one query
 
 
 def test_ancestors_are_read_in_one_batch_and_never_twice() -> None:

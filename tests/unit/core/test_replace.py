@@ -13,8 +13,8 @@ from relay.translate.body_encoding import RawItems
 
 ITEMS = ["u0", "a1", "c1", "t1", "a2", "u3"]
 SPANS = [None, (0, 1), (1, 3), (3, 4), (4, 5), (5, 6)]
-R1 = RawItems('[{"r":1},{"m":1}]')
-R2 = RawItems('[{"r":2}]')
+R1 = RawItems(b'[{"r":1},{"m":1}]')
+R2 = RawItems(b'[{"r":2}]')
 
 
 @pytest.mark.parametrize(
@@ -58,7 +58,7 @@ def test_untouched_items_keep_their_order(sizes: list[int], data: st.DataObject)
         spans.append((len(items), len(items) + size))
         items.extend(f"m{k}.{i}" for i in range(size))
     chosen = data.draw(st.sets(st.integers(min_value=0, max_value=len(sizes) - 1)))
-    blocks = {k: RawItems(f'[{{"block":{k}}}]') for k in chosen}
+    blocks = {k: RawItems(f'[{{"block":{k}}}]'.encode()) for k in chosen}
     out = replace_blocks(items, spans, blocks)
     expected: list[Any] = []
     for k, span in enumerate(spans):

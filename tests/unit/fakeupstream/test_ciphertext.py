@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
+import json
 from typing import Any
 
 import pytest
@@ -79,6 +82,52 @@ def test_any_flipped_byte_fails_verification(position, flip):
 @pytest.mark.parametrize("token", ["", "not base64 at all!", "gAAAAA", "é", "Zm9v"])
 def test_garbage_tokens_are_rejected_not_raised(token):
     assert Cipher(KEY).open(token, **BINDING) is None
+
+
+def _reference_token(
+    sealed: Sealed, *, key: bytes, nonce: bytes, issued_at: int, api_key: str, model: str,
+    item_id: str,
+) -> str:  # fmt: skip
+    """The token format spelled out with hmac.new and a byte loop (as first written)."""
+    contents: dict[str, Any] = {"s": sealed.secret,
+                                "f": [[f.kind, f.item_id, f.key] for f in sealed.followers]}  # fmt: skip
+    if sealed.history is not None:
+        contents["h"] = sealed.history
+    payload = json.dumps(contents, separators=(",", ":")).encode()
+    stream = b"".join(
+        hmac.new(key, b"stream" + nonce + n.to_bytes(4, "big"), hashlib.sha256).digest()
+        for n in range((len(payload) + 31) // 32)
+    )[: len(payload)]
+    body = b"\x80" + issued_at.to_bytes(8, "big") + nonce
+    body += bytes(a ^ b for a, b in zip(payload, stream, strict=True))
+    binding = "\0".join([hashlib.sha256(api_key.encode()).hexdigest(), model, item_id])
+    tag = hmac.new(key, binding.encode() + b"\0" + body, hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(body + tag).decode()
+
+
+@given(
+    st.text(max_size=80),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["message", "function_call"]),
+            st.text(max_size=12),
+            st.text(max_size=20),
+        ),
+        max_size=6,
+    ),
+    st.none() | st.text(alphabet="0123456789abcdef", min_size=32, max_size=32),
+    st.binary(min_size=16, max_size=16),
+    st.integers(min_value=0, max_value=2**63),
+)
+def test_tokens_are_byte_for_byte_the_reference_format(
+    secret: str, followers: list[tuple[str, str, str]], history: str | None, nonce: bytes,
+    issued_at: int,
+) -> None:  # fmt: skip
+    sealed = Sealed(secret, tuple(Follower(*f) for f in followers), history)
+    token = Cipher(KEY).seal(sealed, nonce=nonce, issued_at=issued_at, **BINDING)
+    assert token == _reference_token(sealed, key=KEY, nonce=nonce, issued_at=issued_at,
+                                     **BINDING)  # fmt: skip
+    assert Cipher(KEY).open(token, **BINDING) == sealed
 
 
 def test_short_secret_key_is_refused():

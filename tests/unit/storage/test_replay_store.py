@@ -7,16 +7,20 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from relay.clock import ManualClock
 from relay.core.identity import ScopeTargeting
 from relay.core.records import (
     EMPTY_PLAN,
+    TOUCH_GRANULARITY_S,
     BlockRef,
     MarkerKind,
     Observation,
@@ -646,6 +650,9 @@ def test_batched_reads_cross_the_in_list_bound(store: ReasoningStore) -> None:
         h(i): [again, o] if i == 0 else [o] for i, o in enumerate(made)
     }
     assert store.observations_ending_at(scope_id(store, h("b")), ends) == {}
+    assert store.ends_with_records(sid, ends) == {h(i) for i in range(count)}
+    assert store.ends_with_records(scope_id(store, h("b")), ends) == set()
+    assert store.ends_with_records(sid, []) == set()
     with store.transaction():
         for i in range(count):
             store.create_intent(
@@ -665,7 +672,7 @@ def test_batched_reads_cross_the_in_list_bound(store: ReasoningStore) -> None:
         if i % 3 == 2:
             assert isinstance(loaded[o.id], StoredSizeExceeded)
         else:
-            text = "[" + "1," * (i % 3) + "1]"
+            text = ("[" + "1," * (i % 3) + "1]").encode()
             assert loaded[o.id] == StoredPayload(o.id, text, len(text), 5.0)
 
 
@@ -781,7 +788,8 @@ def test_payload_round_trip(store: ReasoningStore) -> None:
         store.put_payload(obs.id, text, 50.0)
     loaded = store.load_payload(obs.id, max_bytes=100)
     assert loaded is not None
-    assert (loaded.observation_id, loaded.output_json, loaded.touched_at) == (obs.id, text, 50.0)
+    stored = (loaded.observation_id, loaded.output_json, loaded.touched_at)
+    assert stored == (obs.id, text.encode(), 50.0)  # the stored UTF-8 bytes, not decoded
     assert loaded.size == len(text.encode()) == len(text) + 1
     assert store.stats()["payload_bytes"] == loaded.size
 
@@ -804,13 +812,28 @@ def test_oversize_payload_is_refused_before_its_text_is_read(store: ReasoningSto
     obs = observe(store, sid, end=h(1))
     with store.transaction():
         store.put_payload(obs.id, "x", 1.0)
-    # Text that cannot be decoded: reading it at all would raise.
-    conn_of(store).execute("UPDATE payloads SET size = 5000, output_json = CAST(x'ff' AS TEXT)")
+    # One byte of text under a size column of 5000: refused on the column alone, since
+    # loading the text would have measured 1 byte and let it through.
+    conn_of(store).execute("UPDATE payloads SET size = 5000")
     with pytest.raises(StoredSizeExceeded, match="is 5000 bytes"):
         store.load_payload(obs.id, max_bytes=4999)
-    with pytest.raises(StoreError) as info:  # proof that this row's text is unreadable
-        store.load_payload(obs.id, max_bytes=5000)
-    assert info.value.__suppress_context__
+    loaded = store.load_payload(obs.id, max_bytes=5000)
+    assert loaded is not None and (loaded.output_json, loaded.size) == (b"x", 1)
+
+
+def test_payload_text_is_loaded_as_its_stored_bytes_even_when_damaged(
+    store: ReasoningStore,
+) -> None:
+    """No decode: bytes that are not UTF-8 load as they are (the planner's hash check
+    refuses them) instead of failing the read, and so the request."""
+    sid = scope_id(store)
+    obs = observe(store, sid, end=h(1))
+    with store.transaction():
+        store.put_payload(obs.id, "x", 1.0)
+    conn_of(store).execute("UPDATE payloads SET size = 2, output_json = CAST(? AS TEXT)",
+                           (b"\xffx",))  # fmt: skip
+    loaded = store.load_payload(obs.id, max_bytes=100)
+    assert loaded is not None and (loaded.output_json, loaded.size) == (b"\xffx", 2)
 
 
 def test_understated_size_column_is_measured(store: ReasoningStore) -> None:
@@ -840,10 +863,59 @@ def test_touch_is_max_of_existing_and_now(store: ReasoningStore, clock: ManualCl
     with store.transaction():
         store.touch_payloads([a.id], clock.wall())
     assert touched(a) == start
-    clock.jump_wall(7200)
+    clock.jump_wall(3600 + TOUCH_GRANULARITY_S + 1)  # past the granularity: rewritten
     with store.transaction():
         store.touch_payloads([a.id, a.id, 999], clock.wall())
-    assert (touched(a), touched(b)) == (start + 3600, start)
+    assert (touched(a), touched(b)) == (start + TOUCH_GRANULARITY_S + 1, start)
+
+
+@pytest.mark.parametrize(
+    ("later", "rewritten"),
+    [(0.0, False), (1.0, False), (TOUCH_GRANULARITY_S, False),
+     (TOUCH_GRANULARITY_S + 0.5, True), (40 * 86_400.0, True)],
+)  # fmt: skip
+def test_a_touch_within_the_granularity_writes_nothing(
+    store: ReasoningStore, clock: ManualClock, later: float, rewritten: bool
+) -> None:
+    sid = scope_id(store)
+    obs = observe(store, sid, end=h(1))
+    with store.transaction():
+        store.put_payload(obs.id, "[]", clock.wall())
+    stored = clock.wall()
+    clock.advance(later)
+    changes = conn_of(store).total_changes
+    with store.transaction():
+        store.touch_payloads([obs.id], clock.wall())
+    loaded = store.load_payload(obs.id, max_bytes=10)
+    assert loaded is not None
+    assert loaded.touched_at == (clock.wall() if rewritten else stored)
+    assert conn_of(store).total_changes - changes == int(rewritten)  # no row rewritten
+
+
+@given(st.lists(st.floats(min_value=-2 * 86_400.0, max_value=3 * 86_400.0), max_size=12))
+def test_a_stored_touch_lags_the_latest_use_by_less_than_the_granularity(
+    steps: list[float],
+) -> None:
+    """Whatever the clock does between uses: the stored touch never moves back, and it
+    is never more than the granularity behind the latest use (expiry allows for that)."""
+    with tempfile.TemporaryDirectory() as data:
+        clock = ManualClock()
+        with ReasoningStore.open(Path(data) / "cache.sqlite", clock=clock) as store:
+            sid = scope_id(store)
+            obs = observe(store, sid, end=h(1))
+            with store.transaction():
+                store.put_payload(obs.id, "[]", clock.wall())
+            latest = previous = clock.wall()
+            for step in steps:
+                clock.jump_wall(step)
+                latest = max(latest, clock.wall())
+                with store.transaction():
+                    store.touch_payloads([obs.id], clock.wall())
+                loaded = store.load_payload(obs.id, max_bytes=10)
+                assert loaded is not None
+                assert previous <= loaded.touched_at <= latest
+                assert loaded.touched_at >= latest - TOUCH_GRANULARITY_S
+                previous = loaded.touched_at
 
 
 def test_touch_many_payloads_in_chunks(store: ReasoningStore) -> None:
@@ -851,10 +923,10 @@ def test_touch_many_payloads_in_chunks(store: ReasoningStore) -> None:
     obs = observe(store, sid, end=h(1))
     with store.transaction():
         store.put_payload(obs.id, "[]", 1.0)
-        store.touch_payloads([*range(10_000, 11_200), obs.id], 2.0)
+        store.touch_payloads([*range(10_000, 11_200), obs.id], 2.0 + TOUCH_GRANULARITY_S)
     loaded = store.load_payload(obs.id, max_bytes=10)
     assert loaded is not None
-    assert loaded.touched_at == 2.0
+    assert loaded.touched_at == 2.0 + TOUCH_GRANULARITY_S
 
 
 # --- markers -------------------------------------------------------------------------
@@ -1054,17 +1126,17 @@ def test_constraint_errors_do_not_leak_values(store: ReasoningStore) -> None:
     assert info.value.sqlite_error.startswith("SQLITE_CONSTRAINT")
     loaded = store.load_payload(obs.id, max_bytes=100)
     assert loaded is not None
-    assert loaded.output_json == MARKER
+    assert loaded.output_json == MARKER.encode()
 
 
 def test_unreadable_text_error_does_not_leak_it(store: ReasoningStore) -> None:
     sid = scope_id(store)
     obs = observe(store, sid, end=h(1))
-    with store.transaction():
-        store.put_payload(obs.id, "x", 1.0)
-    conn_of(store).execute("UPDATE payloads SET output_json = CAST(? || x'ff' AS TEXT)", (MARKER,))
+    # A text column that is decoded when read (payload text is not, see above).
+    conn_of(store).execute("UPDATE observations SET snapshot = CAST(? || x'ff' AS TEXT)",
+                           (MARKER,))  # fmt: skip
     with pytest.raises(StoreError) as info:
-        store.load_payload(obs.id, max_bytes=1000)
+        store.observation(obs.id)
     rendered = repr(info.value) + str(info.value)
     assert MARKER not in rendered
     assert info.value.__cause__ is None

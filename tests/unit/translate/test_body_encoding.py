@@ -23,7 +23,7 @@ def expanded(body: dict[str, Any]) -> dict[str, Any]:
     items: list[Any] = []
     for item in body["input"]:
         if isinstance(item, RawItems):
-            items.extend(json.loads(f"[{item.elements}]"))
+            items.extend(json.loads(b"[" + bytes(item.elements) + b"]"))
         else:
             items.append(item)
     return {**body, "input": items}
@@ -44,26 +44,28 @@ def test_without_raw_items_it_is_json_dumps(body: dict[str, Any]) -> None:
 
 def test_the_stored_text_is_sent_verbatim() -> None:
     # What a parse and an encode would change: number spelling, escapes, spacing.
-    stored = '[{"type":"reasoning","n":1e5,"s":"\\u00e9","z":-0.0},{"type":"message"}]'
+    stored = b'[{"type":"reasoning","n":1e5,"s":"\\u00e9","z":-0.0},{"type":"message"}]'
     body = {"model": "m", "input": [{"role": "user"}, RawItems(stored), "t"], "store": False}
     encoded = encode_body(body)
-    assert stored[1:-1].encode() in encoded
+    assert stored[1:-1] in encoded
     assert json.loads(encoded) == expanded(body)
 
 
 def test_a_body_of_only_input() -> None:
-    body = {"input": [RawItems('[{"a":1}]'), RawItems(' [ {"b":2} ] ')]}
+    body = {"input": [RawItems(b'[{"a":1}]'), RawItems(b' [ {"b":2} ] ')]}
     assert json.loads(encode_body(body)) == {"input": [{"a": 1}, {"b": 2}]}
 
 
-@pytest.mark.parametrize("text", ["[]", "[ ]", "{}", '"x"', "", "[1", "1]"])
-def test_raw_items_need_a_non_empty_array_text(text: str) -> None:
+@pytest.mark.parametrize(
+    "text", [b"[]", b"[ ]", b" [\n] ", b"{}", b'"x"', b"", b"[", b"]", b"[1", b"1]"]
+)
+def test_raw_items_need_a_non_empty_array_text(text: bytes) -> None:
     with pytest.raises(ValueError, match="non-empty JSON array"):
         RawItems(text)
 
 
 def test_raw_items_never_show_their_content() -> None:
-    assert "secret" not in repr(RawItems('[{"encrypted_content":"secret"}]'))
+    assert "secret" not in repr(RawItems(b'[{"encrypted_content":"secret"}]'))
 
 
 @given(
@@ -81,7 +83,7 @@ def test_any_mix_parses_as_the_expanded_body(
     parts: list[tuple[str, Any]], rest: dict[str, Any], separators: tuple[str, str]
 ) -> None:
     items = [
-        RawItems(json.dumps(value, separators=separators)) if kind == "raw" else value
+        RawItems(json.dumps(value, separators=separators).encode()) if kind == "raw" else value
         for kind, value in parts
     ]
     body = {**rest, "input": items}
@@ -89,7 +91,7 @@ def test_any_mix_parses_as_the_expanded_body(
     assert json.loads(encoded) == expanded(body)
     for item in items:
         if isinstance(item, RawItems):
-            assert item.elements.encode() in encoded
+            assert bytes(item.elements) in encoded
 
 
 @pytest.mark.parametrize(
@@ -97,7 +99,7 @@ def test_any_mix_parses_as_the_expanded_body(
     [
         ({"model": "é", "input": "a\ud800b"}, {"model": "é", "input": "a\ud800b"}),
         (
-            {"input": [{"t": "\udfff é"}, RawItems('[{"a":"é"}]')], "k\udc00": 1},
+            {"input": [{"t": "\udfff é"}, RawItems('[{"a":"é"}]'.encode())], "k\udc00": 1},
             {"input": [{"t": "\udfff é"}, {"a": "é"}], "k\udc00": 1},
         ),
     ],
@@ -110,3 +112,34 @@ def test_a_lone_surrogate_goes_out_as_its_escape(
     encoded = encode_body(body)
     assert json.loads(encoded) == expected
     assert "é".encode() in encoded  # only the surrogate is escaped
+
+
+@given(
+    st.lists(
+        st.one_of(
+            json_values.map(lambda value: ("plain", value)),
+            st.lists(json_values, min_size=1, max_size=3).map(lambda items: ("raw", items)),
+        ),
+        max_size=8,
+    ),
+    st.dictionaries(st.text().filter(lambda key: key != "input"), json_values, max_size=3),
+)
+def test_blocks_in_json_dumps_spelling_give_exactly_json_dumps_of_the_expanded_body(
+    parts: list[tuple[str, Any]], rest: dict[str, Any]
+) -> None:
+    """Byte for byte: splicing raw elements (here spelled as json.dumps spells them) into
+    the body's text is the text of the body with those items in place."""
+    items = [
+        RawItems(json.dumps(value, ensure_ascii=False).encode("utf-8", "backslashreplace"))
+        if kind == "raw" else value
+        for kind, value in parts
+    ]  # fmt: skip
+    body = {"input": items, **rest}
+    assert encode_body(body) == encode_body(expanded(body))
+
+
+def test_raw_items_keep_a_view_of_the_stored_bytes_between_the_brackets() -> None:
+    stored = b' \n[ {"a":1},{"b":2}\t]\r'
+    raw = RawItems(stored)
+    assert bytes(raw.elements) == b'{"a":1},{"b":2}'
+    assert raw.elements.obj is stored  # no copy
