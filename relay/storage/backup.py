@@ -43,6 +43,7 @@ from relay.crashpoints import crash_point
 from relay.errors import SnapshotRefused, StoreCorrupt
 from relay.storage.disk_guard import (
     blocked_path,
+    fsync_dir,
     guard_path,
     partial_pattern,
     refuse_if_blocked,
@@ -114,7 +115,7 @@ def make_snapshot(
                 recovered = _prepare(temp, kind, clock)
                 crash_point("backup_prepared")
                 _fsync_file(temp)
-                _fsync_dir(dest.parent)
+                fsync_dir(dest.parent)
                 _publish(temp, dest, publication)
             except BaseException:
                 _remove_copy(temp)
@@ -195,14 +196,14 @@ def _blocked(dest: Path) -> Iterator[_Publication]:
         os.close(fd)
     publication = _Publication()
     try:
-        _fsync_dir(dest.parent)
+        fsync_dir(dest.parent)
         crash_point("backup_blocked")
         yield publication
     finally:
         if publication.durable or not publication.linked:
             with contextlib.suppress(FileNotFoundError):
                 blocked.unlink()
-            _fsync_dir(dest.parent)
+            fsync_dir(dest.parent)
 
 
 def _temp_file(dest: Path) -> Path:
@@ -231,21 +232,13 @@ def _publish(temp: Path, dest: Path, publication: _Publication) -> None:
     publication.linked = True
     with contextlib.suppress(FileNotFoundError):
         temp.unlink()
-    _fsync_dir(dest.parent)
+    fsync_dir(dest.parent)
     publication.durable = True
     crash_point("backup_published")
 
 
 def _fsync_file(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
     finally:

@@ -165,9 +165,14 @@ class DiskGuard:
         finally:
             os.close(fd)
         with contextlib.suppress(OSError):  # make the new directory entry durable
-            directory = os.open(self.db.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
+            fsync_dir(self.db.parent)
         return self.guard.exists()
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make the entries of ``directory`` (a file created, linked or removed) durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
