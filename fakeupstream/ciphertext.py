@@ -46,6 +46,7 @@ import binascii
 import hashlib
 import hmac
 import json
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -54,6 +55,9 @@ _VERSION = b"\x80"
 _NONCE = 16
 _TAG = 32
 _HEADER = 1 + 8 + _NONCE
+# Tokens opened, remembered per Cipher (so per key): a client replays the same tokens every
+# turn, and a token's contents are a pure function of its bytes and binding.
+_OPENED_MEMO = 4096
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,7 @@ class Cipher:
         if len(key) < 16:
             raise ValueError("the ciphertext secret must be at least 16 bytes")
         self._key = key
+        self._opened: OrderedDict[tuple[str, str, str, str], Sealed | None] = OrderedDict()
 
     def seal(
         self,
@@ -114,6 +119,17 @@ class Cipher:
 
     def open(self, token: str, *, api_key: str, model: str, item_id: str) -> Sealed | None:
         """The token's contents, or None when it was not minted for exactly this binding."""
+        key = (token, api_key, model, item_id)
+        if key in self._opened:
+            self._opened.move_to_end(key)
+            return self._opened[key]
+        sealed = self._open(token, api_key=api_key, model=model, item_id=item_id)
+        self._opened[key] = sealed
+        if len(self._opened) > _OPENED_MEMO:
+            self._opened.popitem(last=False)
+        return sealed
+
+    def _open(self, token: str, *, api_key: str, model: str, item_id: str) -> Sealed | None:
         try:
             raw = base64.urlsafe_b64decode(token.encode("ascii"))
         except (binascii.Error, UnicodeEncodeError, ValueError):
@@ -138,8 +154,7 @@ class Cipher:
         except (ValueError, KeyError, TypeError):
             return None  # a valid tag over garbage cannot happen unless the key leaked
 
-    # hmac.digest: the one-shot form (C), the same bytes as hmac.new(...).digest(). The
-    # relay bench replays hundreds of tokens per request, each opened twice (probe, rules).
+    # hmac.digest: the one-shot form (C), the same bytes as hmac.new(...).digest().
     def _tag(self, body: bytes, *, api_key: str, model: str, item_id: str) -> bytes:
         # The key is hashed so the binding never needs the key itself in memory twice.
         binding = "\0".join([hashlib.sha256(api_key.encode()).hexdigest(), model, item_id])
@@ -356,13 +371,17 @@ def probe(
     *,
     instructions: Any = None,
     previous_response_id: Any = None,
+    history: History | None = None,
 ) -> ContinuityReport:
     """Classify every reasoning item in ``items`` that carries ``encrypted_content``.
 
     ``instructions`` and ``previous_response_id`` are the request's: with the items before
     a replayed reasoning item they make up the history its token must have been sealed for.
+    ``history``, when given, is that starting point instead (made from the same request
+    context); every item is added to it, so afterwards it digests the whole request.
     """
-    history = History(instructions=instructions, previous_response_id=previous_response_id)
+    if history is None:
+        history = History(instructions=instructions, previous_response_id=previous_response_id)
     found = []
     for index, item in enumerate(items):
         if _is_replayed_reasoning(item):

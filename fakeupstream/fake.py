@@ -260,20 +260,15 @@ class FakeUpstream:
         items = input_items(body)
         model = str(body.get("model", ""))
 
-        opened: dict[tuple[str, str], Sealed | None] = {}
-
         def open_token(item_id: str, token: str) -> Sealed | None:
-            # The probe and the rules both open every replayed token: once per request.
-            key = (item_id, token)
-            if key not in opened:
-                opened[key] = self.cipher.open(token, api_key=api_key, model=model, item_id=item_id)
-            return opened[key]
+            return self.cipher.open(token, api_key=api_key, model=model, item_id=item_id)
 
         context = {
             "instructions": body.get("instructions"),
             "previous_response_id": body.get("previous_response_id"),
         }
-        report = probe(items, open_token, **context)
+        seen = History(**context)  # what the model saw before generating
+        report = probe(items, open_token, history=seen)
         if script.http_error is not None:
             return scripted_error(script.http_error), report.to_json()
         if script.validate:
@@ -287,10 +282,6 @@ class FakeUpstream:
         if output is None:
             output = default_output(body, items, report, reasoning=is_reasoning_model(model))
         created_at = int(self.clock.wall())
-
-        seen = History(**context)  # what the model saw before generating
-        for item in items:
-            seen.add(item)
 
         def mint(
             item_id: str,

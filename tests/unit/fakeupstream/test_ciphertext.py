@@ -67,6 +67,25 @@ def test_token_does_not_verify_under_another_binding(binding):
     assert Cipher(KEY).open(seal(), **(BINDING | binding)) is None
 
 
+def test_an_opened_token_is_remembered_per_binding_not_across_bindings():
+    cipher, token = Cipher(KEY), seal()
+    assert cipher.open(token, **BINDING) == SEALED
+    for binding in ({"api_key": "sk-other"}, {"model": "gpt-5-mini"}, {"item_id": "rs_2"}):
+        assert cipher.open(token, **(BINDING | binding)) is None
+    assert cipher.open(token, **BINDING) == SEALED  # the memo, after the refusals
+    raw = bytearray(base64.urlsafe_b64decode(token))
+    raw[-1] ^= 1
+    assert cipher.open(base64.urlsafe_b64encode(bytes(raw)).decode(), **BINDING) is None
+
+
+def test_the_memo_of_opened_tokens_is_bounded():
+    cipher = Cipher(KEY)
+    for number in range(4100):
+        cipher.open(seal(item_id=f"rs_{number}"), **(BINDING | {"item_id": f"rs_{number}"}))
+    assert len(cipher._opened) == 4096
+    assert cipher.open(seal(item_id="rs_0"), **(BINDING | {"item_id": "rs_0"})) == SEALED
+
+
 def test_token_does_not_verify_under_another_secret():
     assert Cipher(b"x" * 32).open(seal(), **BINDING) is None
 
@@ -201,6 +220,14 @@ def test_probe_invalid_for_foreign_tokens_and_skips_reasoning_without_content():
     ]
     report = probe(items, opener)
     assert (len(report.items), report.count("invalid"), report.secrets) == (1, 1, [])
+
+
+def test_probe_fills_a_given_history_with_every_item():
+    items = [USER, reasoning(seal()), MESSAGE, CALL, USER]
+    history = History(instructions="Be brief.")
+    given_history = probe(items, opener, history=history)
+    assert given_history == probe(items, opener, instructions="Be brief.")
+    assert history.digest() == history_digest(items, instructions="Be brief.")
 
 
 # --- the sealed history --------------------------------------------------------------

@@ -220,20 +220,22 @@ def test_both_tokens_of_a_differ_response_carry_the_history(mode):
         assert counts(upstream.send([edited, reasoning, *rest])[1]) == (1, 0, 1, 0)
 
 
-def test_each_replayed_token_is_opened_once_per_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The probe and the rules see the same opened tokens: one open each per request."""
+def test_each_replayed_token_is_opened_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe and the rules see the same opened tokens, and a token replayed again in a
+    later request is remembered: one real opening per token per key."""
     upstream = Upstream()
-    out_1, out_2, result_1, result_2 = chain(upstream)
     opened: list[str] = []
-    real = upstream.fake.cipher.open
+    real = upstream.fake.cipher._open
 
     def counting(token: str, **binding: str) -> Any:
         opened.append(binding["item_id"])
         return real(token, **binding)
 
-    monkeypatch.setattr(upstream.fake.cipher, "open", counting)
+    monkeypatch.setattr(upstream.fake.cipher, "_open", counting)
+    out_1, out_2, result_1, result_2 = chain(upstream)  # replays out_1 once already
     request = [USER_1, *replayed(out_1), result_1, *replayed(out_2), result_2, USER_3]
-    _, report = upstream.send(request, {**TURN_3, "validate": True})
-    assert counts(report) == (3, 3, 0, 0)
+    for _ in range(2):
+        _, report = upstream.send(request, {**TURN_3, "validate": True})
+        assert counts(report) == (3, 3, 0, 0)
     ids = [item["id"] for item in request if item.get("type") == "reasoning"]
-    assert sorted(opened) == sorted(ids)  # three tokens, three opens
+    assert sorted(opened) == sorted(ids)  # three tokens, three opens in three requests
