@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -40,6 +40,12 @@ from relay.translate.chat_to_responses import TranslatedRequest
 from relay.translate.sampling import is_reasoning_model
 
 T = TypeVar("T")
+
+
+# The built-in upstream's origin in every scope while the relay serves from its embedded
+# offline fake: the fake's port changes on every start, and this label, unlike its URL, does
+# not. It has no "://", so no real upstream's origin (scheme://host:port) can equal it.
+EMBEDDED_FAKE_ORIGIN = "relay-embedded-offline-fake"
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,7 @@ class ReplayCache:
         relay_token: str,
         new_id: Callable[[str], str],
         safety: DiskSafety | None = None,
+        upstream_origin: str | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -97,6 +104,8 @@ class ReplayCache:
         self.capacity = CapacityLedger(config.cache_budget)
         self.hot_blocks = HotBlocks(config.cache_budget.hot_cache_bytes)
         self._upstream = UpstreamIdentity.of(upstream_url, upstream_credential)
+        if upstream_origin is not None:  # EMBEDDED_FAKE_ORIGIN: stable across starts
+            self._upstream = replace(self._upstream, origin=upstream_origin)
         self._context = SessionContext(
             clock=clock,
             metrics=self.metrics,
@@ -126,9 +135,12 @@ class ReplayCache:
         upstream_credential: str,
         relay_token: str,
         new_id: Callable[[str], str],
+        upstream_origin: str | None = None,
     ) -> ReplayCache:
         """Open (and recover) the store when caching is on, or when it is off but a store
-        exists (to record the coverage gap). Off with no store: touch nothing on disk."""
+        exists (to record the coverage gap). Off with no store: touch nothing on disk.
+        ``upstream_origin``: the built-in upstream's origin in scopes, instead of its URL's
+        (:data:`EMBEDDED_FAKE_ORIGIN`)."""
         store = safety = None
         path = config.cache_path
         if config.reasoning_cache_enabled or ReasoningStore.exists(path):
@@ -168,6 +180,7 @@ class ReplayCache:
             relay_token=relay_token,
             new_id=new_id,
             safety=safety,
+            upstream_origin=upstream_origin,
         )
 
     @property
