@@ -3,7 +3,8 @@ pressure"): the physical reserve and the ``.guard`` latch. The decisions are in
 :mod:`relay.core.disk_policy`; this module only touches files.
 
 - ``<db>.reserve``: ``REASONING_CACHE_RESERVE_BYTES`` of real blocks
-  (``posix_fallocate``, never a sparse file: a sparse file frees nothing when deleted).
+  (:func:`relay.portable.preallocate`: ``posix_fallocate``, macOS's ``F_PREALLOCATE`` or
+  written zeros; never a sparse file: a sparse file frees nothing when deleted).
   Deleting it is how the cache makes room for a safety write on a full disk.
 - ``<db>.guard``: written when a safety write failed even after the reserve was released.
   While it exists no relay reuses the store (:func:`refuse_if_latched`); the operator
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from relay.core.disk_policy import DiskState, may_recreate_reserve
 from relay.errors import StoreBlocked, StoreError, StoreLatched
+from relay.portable import preallocate
 
 
 def reserve_path(db: Path) -> Path:
@@ -83,6 +85,8 @@ class DiskGuard:
         self.reserve = reserve_path(db)
         self.guard = guard_path(db)
         self.latched = False
+        self.allocated_by: str | None = None  # how the reserve was last made (portable)
+        self.cannot_hold = False  # this volume keeps no real blocks for a written reserve
 
     # --- the reserve ------------------------------------------------------------------
 
@@ -100,6 +104,8 @@ class DiskGuard:
         for it twice over; whether it is held afterwards. Never raises for lack of room."""
         if self.reserve_held:
             return True
+        if self.cannot_hold:
+            return False
         with contextlib.suppress(FileNotFoundError):
             self.reserve.unlink()  # a short or wrong-sized one: start again
         if not may_recreate_reserve(self.free_bytes(), self.reserve_bytes):
@@ -110,14 +116,21 @@ class DiskGuard:
         except OSError:
             return False
         try:
-            os.posix_fallocate(fd, 0, self.reserve_bytes)
-            os.fsync(fd)
+            self.allocated_by = preallocate(fd, self.reserve_bytes)
         except OSError:
             os.close(fd)
             with contextlib.suppress(OSError):
                 self.reserve.unlink()
             return False
         os.close(fd)
+        if not self.reserve_held:
+            # Written whole and still without its blocks (a volume that compresses or
+            # deduplicates zeros): it would free nothing, and trying again on every payload
+            # would write it again each time.
+            self.cannot_hold = True
+            with contextlib.suppress(OSError):
+                self.reserve.unlink()
+            return False
         return True
 
     def release_reserve(self) -> bool:
