@@ -209,6 +209,8 @@ class RelayServer:
             lines.append("relay token: from RELAY_TOKEN")
         if self.runtime.cache.enabled:
             lines.append(f"reasoning cache: on ({self.config.cache_path})")
+        elif self.runtime.cache.store is not None:
+            lines.append(cache_off_over_store_warning(self.config.cache_path))
         else:
             lines.append("reasoning cache: off (REASONING_CACHE_ENABLED=1 turns it on)")
         if self.ops is not None:
@@ -248,6 +250,17 @@ class RelayServer:
         if self.fake is not None:
             await self.fake.stop()
         log.event("relay_stopped")
+
+
+def cache_off_over_store_warning(path: object) -> str:
+    """The banner's line for a cache-off start over an existing store (design §7)."""
+    return (
+        f"WARNING: reasoning cache: off, over the existing store {path}: the first model "
+        "request this run forwards records a coverage gap, and the next start with the "
+        "cache on then stops replaying every conversation stored so far; to keep them, "
+        "stop now and start with REASONING_CACHE_ENABLED=1 (a run that forwards no model "
+        "request changes nothing)"
+    )
 
 
 async def serve_forever(server: RelayServer, stop_event: asyncio.Event) -> None:
