@@ -47,7 +47,12 @@ BACKUP_POINTS: tuple[str, ...] = (
 # With the cache off over an existing store (relay.cache.replay_cache): the first request
 # the cache would have observed has made the coverage gap durable; nothing is sent yet.
 GAP_POINTS: tuple[str, ...] = ("after_coverage_gap",)
-KNOWN_POINTS: tuple[str, ...] = REQUEST_POINTS + BACKUP_POINTS + GAP_POINTS
+# ``relay cache restore --replace`` (relay.storage.backup) before the copy's own points.
+REPLACE_POINTS: tuple[str, ...] = (
+    "replace_blocked",  # LIVE.blocked (naming where the old store goes) is durable
+    "replace_moved_aside",  # the old store is under its kept name; nothing at LIVE
+)
+KNOWN_POINTS: tuple[str, ...] = REQUEST_POINTS + BACKUP_POINTS + GAP_POINTS + REPLACE_POINTS
 
 
 class CrashPointSpecError(ValueError):

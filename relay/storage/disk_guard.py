@@ -13,7 +13,8 @@ pressure"): the physical reserve and the ``.guard`` latch. The decisions are in
 One more sibling latch is not about disk pressure but is refused at the same place:
 ``<db>.blocked``, written first by an offline backup or restore into ``<db>`` and
 removed only once the copy is published durably (relay.storage.backup). While it exists
-the file may be half made, so no relay opens it (:func:`refuse_if_blocked`).
+the file may be half made, so no relay opens it (:func:`refuse_if_blocked`). A replacing
+restore records in it where the store it replaces is kept (:func:`replace_note`).
 """
 
 from __future__ import annotations
@@ -45,17 +46,45 @@ def partial_pattern(db: Path) -> str:
     return f".{db.name}.partial-*"
 
 
-def refuse_if_blocked(db: Path) -> None:
-    """Raise :class:`StoreBlocked` (one line: what happened, what to do) while a backup or
-    restore into ``db`` has not finished (``<db>.blocked`` exists)."""
+REPLACE_NOTE_KEY = "kept"  # in a replacing restore's .blocked: where the old store goes
+
+
+def replace_note(db: Path) -> Path | None:
+    """Where a ``relay cache restore --replace`` into ``db`` that did not finish keeps the
+    store it replaces (recorded in ``<db>.blocked``); ``None`` for any other ``.blocked``
+    or none."""
+    with contextlib.suppress(OSError, ValueError, TypeError):
+        note = json.loads(blocked_path(db).read_text(encoding="utf-8"))
+        if isinstance(note, dict) and isinstance(note.get(REPLACE_NOTE_KEY), str):
+            return Path(note[REPLACE_NOTE_KEY])
+    return None
+
+
+def blocked_message(db: Path) -> str | None:
+    """What to do about ``<db>.blocked`` (one line), or ``None`` when it does not exist."""
     blocked = blocked_path(db)
     if not blocked.exists():
-        return
-    raise StoreBlocked(
+        return None
+    kept = replace_note(db)
+    if kept is not None:  # deleting anything here could delete the store being replaced
+        return (
+            f"{blocked} exists: a `relay cache restore --replace` into {db} did not finish; "
+            f"the store it replaces is kept, at {db} or {kept}; run the same `relay cache "
+            "restore --replace SRC` again to finish it (it picks up where it stopped)"
+        )
+    return (
         f"{blocked} exists: a backup or restore into {db} did not finish, so it may be "
         f"incomplete; delete {db} (if there), its -wal file, {partial_pattern(db)} beside it "
         f"and {blocked}, then run `relay cache backup` or `relay cache restore` again"
     )
+
+
+def refuse_if_blocked(db: Path) -> None:
+    """Raise :class:`StoreBlocked` (one line: what happened, what to do) while a backup or
+    restore into ``db`` has not finished (``<db>.blocked`` exists)."""
+    message = blocked_message(db)
+    if message is not None:
+        raise StoreBlocked(message)
 
 
 def refuse_if_latched(db: Path) -> None:
