@@ -122,6 +122,9 @@ class DiskGuard:
     @property
     def reserve_held(self) -> bool:
         """Whether the reserve file is there with all its blocks allocated."""
+        return self._allocated()
+
+    def _allocated(self) -> bool:
         try:
             st = self.reserve.stat()
         except OSError:
@@ -152,7 +155,7 @@ class DiskGuard:
                 self.reserve.unlink()
             return False
         os.close(fd)
-        if not self.reserve_held:
+        if not self._allocated():
             # Written whole and still without its blocks (a volume that compresses or
             # deduplicates zeros): it would free nothing, and trying again on every payload
             # would write it again each time.

@@ -126,10 +126,11 @@ def test_an_unwritable_gap_refuses_the_request(cached: Stack, direct: bool) -> N
     restart(cached, REASONING_CACHE_ENABLED="0")
     sent = cached.fake.received
     with writes_fail(cached):
+        body: dict[str, Any] = {"model": "gpt-5"}
         if direct:
-            url, body = "responses", {"model": "gpt-5", "input": "direct"}
+            url, body["input"] = "responses", "direct"
         else:
-            url, body = "chat/completions", {"model": "gpt-5", "messages": history}
+            url, body["messages"] = "chat/completions", history
         refused = requests.post(
             f"{cached.base_url}/{url}", json=body, headers=cached.headers(), timeout=30
         )

@@ -86,7 +86,7 @@ def test_raw_sse_file_reads_only_under_the_files_dir(tmp_path):
     secret.write_bytes(b"not for the fake")
     (files / "link.sse").symlink_to(secret)
 
-    def read(path):
+    def read(path: object) -> bytes | None:
         return parse_script({"raw_sse_file": str(path)}, files_dir=files).raw_sse
 
     assert read("sub/ok.sse") == b"data: 1\n\n"  # relative to the files dir
