@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -57,17 +58,24 @@ def uncounted_traffic(relay: Relay) -> None:
     assert plain.status_code == 200, plain.text
 
 
+def stored_conversation(
+    tmp_path: Path, fake: FakeUpstream, started: list[Relay]
+) -> tuple[dict[str, str], Path, list[dict[str, Any]]]:
+    """A relay with the cache on answered one turn and stopped: its environment, its
+    store and the follow-up history that replays that turn's reasoning."""
+    env = env_for(tmp_path, fake)
+    relay = start(started, env)
+    old = relay.conversation("before the cache-off run")
+    relay.stop()
+    return env, tmp_path / "data" / "reasoning-cache.sqlite", old
+
+
 def test_a_cache_off_run_that_forwards_nothing_keeps_replay(
     tmp_path: Path,
     upstream: FakeUpstream,  # noqa: F811
     relays: list[Relay],  # noqa: F811
 ) -> None:
-    env = env_for(tmp_path, upstream)
-    store = tmp_path / "data" / "reasoning-cache.sqlite"
-    relay = start(relays, env)
-    old = relay.conversation("before the cache-off run")
-    relay.stop()
-
+    env, store, old = stored_conversation(tmp_path, upstream, relays)
     off = start(relays, env | {"REASONING_CACHE_ENABLED": "0"})
     assert off.wait_for(WARNING).group(1) == str(store)
     uncounted_traffic(off)
@@ -85,11 +93,7 @@ def test_a_cache_off_run_killed_right_after_the_gap_retires_every_older_record(
     upstream: FakeUpstream,  # noqa: F811
     relays: list[Relay],  # noqa: F811
 ) -> None:
-    env = env_for(tmp_path, upstream)
-    store = tmp_path / "data" / "reasoning-cache.sqlite"
-    relay = start(relays, env)
-    old = relay.conversation("before the cache-off run")
-    relay.stop()
+    env, store, old = stored_conversation(tmp_path, upstream, relays)
     sent = upstream.received
 
     off = start(
