@@ -25,7 +25,8 @@ object; every key is optional and unknown keys are an error::
       "ciphertext": "normal",   # | "differ" | "completed_only"
       "usage": {"input_tokens": 10, "cached_tokens": 4, "cache_write_tokens": 0,
                 "output_tokens": 20, "reasoning_tokens": 16, "total_tokens": 30},
-      "raw_sse": "event: ...",  # replay these bytes verbatim (or "raw_sse_file": "path")
+      "raw_sse": "event: ...",  # replay these bytes verbatim (or "raw_sse_file": a path
+                                # under the fake's files_dir / --files-dir, see file_under)
       "validate": true,         # false: skip OpenAI's input validation for this call
       "strict": "tool_turns",   # Chat only: the reasoning_content rule for this call, or
                                 # {"rule": ..., "prefix": true}; see fakeupstream.strict_chat
