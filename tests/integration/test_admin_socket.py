@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 import shutil
 import socket
@@ -288,6 +289,30 @@ def test_metrics_move_after_real_requests(tmp_path: Path) -> None:
         for name, labels in after:
             for value in dict(labels).values():
                 assert not value.startswith(("req_", "chatcmpl-", "/")), (name, value)
+
+
+@pytest.mark.parametrize("code", [None, "rate_limit_exceeded"])
+def test_an_upstream_4xx_is_counted_by_its_own_code_or_its_status(
+    tmp_path: Path, code: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    with admin_stack(tmp_path) as (stack, _sock), caplog.at_level(logging.INFO):
+        error = {"status": 429, "message": "Slow down.", "code": code}
+        stack.script({"http_error": error})
+        answer = requests.post(
+            f"{stack.base_url}/chat/completions",
+            json={"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}]},
+            headers=stack.headers(),
+            timeout=10,
+        )
+        assert answer.status_code == 429
+        assert answer.json()["error"]["code"] == code  # the upstream's envelope, untouched
+        outcome = code or "http_429"
+        key = ("relay_requests_total", (("outcome", outcome), ("route", "chat_completions")))
+        assert scrape(stack)[key] == 1
+        assert "bad_gateway" not in {
+            value for _name, labels in scrape(stack) for _, value in labels
+        }
+    assert f"code={outcome}" in caplog.text and "bad_gateway" not in caplog.text
 
 
 def test_strict_restores_are_counted_by_provider(tmp_path: Path) -> None:

@@ -107,7 +107,15 @@ def test_an_upstream_http_error_without_a_usable_error_names_the_status(
     assert (error.status, error.error_type, error.message) == (
         503, "upstream_error", "upstream answered HTTP 503",
     )  # fmt: skip
-    assert (error.code, error.param) == ("bad_gateway", None)  # UpstreamError's default
+    assert (error.code, error.param) == ("http_503", None)  # logged and counted so
+
+
+@pytest.mark.parametrize("code", [None, "", 7, ["x"]])
+def test_an_upstream_4xx_without_a_string_code_is_counted_by_its_status(code: object) -> None:
+    envelope = {"error": {"message": "no", "type": "invalid_request_error", "code": code}}
+    error = UpstreamHTTPError(429, envelope)
+    assert error.code == "http_429"
+    assert error.envelope() is envelope  # the client still gets the upstream's own words
 
 
 def test_a_reported_error_is_relayed_as_the_provider_wrote_it() -> None:
