@@ -117,6 +117,11 @@ class StoreCorrupt(StoreError):
     """The file is damaged, not SQLite, not a reasoning cache, or from a newer relay."""
 
 
+class NotACache(StoreCorrupt):
+    """The file is no reasoning cache at all: empty, not SQLite, an empty SQLite database
+    or another application's (``relay cache verify`` exits 3 for it)."""
+
+
 class StoreFull(StoreError):
     """The disk, or the database's size limit, is full (SQLITE_FULL)."""
 

@@ -23,11 +23,18 @@ from typing import Any, Final
 
 from relay.core.records import Observation, PriorPlan
 from relay.core.store_audit import AuditTally, Damage, Note, StoredRecord, audit_record
-from relay.errors import StoreCorrupt
+from relay.errors import NotACache, StoreCorrupt
 from relay.storage.offline import open_stopped
 from relay.storage.replay_store import store_error
-from relay.storage.schema import RECLAIMED_BEFORE_V6, SCHEMA_VERSION, SchemaRefused, check_version
+from relay.storage.schema import (
+    RECLAIMED_BEFORE_V6,
+    SCHEMA_VERSION,
+    SchemaRefused,
+    SchemaTooNew,
+    check_version,
+)
 
+SQLITE_MAGIC: Final = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite file
 OLDEST_VERIFIED: Final = 5  # linear ancestry; older stores are migrated by opening them
 PROGRESS_EVERY: Final = 1000  # records between progress reports
 
@@ -71,7 +78,9 @@ def _observation(row: tuple[Any, ...]) -> Observation:
 
 def verify_store(path: Path, *, progress: Progress | None = None) -> VerifyReport:
     """Audit the stopped store at ``path``. Raises ``StoreLocked`` while a relay owns it,
-    :class:`StoreCorrupt` for a file that is no reasoning cache verify can read."""
+    :class:`NotACache` for a file that is no reasoning cache at all and
+    :class:`StoreCorrupt` for one verify cannot read."""
+    _check_header(path)
     conn = open_stopped(path)
     try:
         conn.execute("BEGIN")  # one consistent view (the lock is ours anyway)
@@ -93,11 +102,30 @@ def verify_store(path: Path, *, progress: Progress | None = None) -> VerifyRepor
     return VerifyReport(path, version, tally)
 
 
+def _check_header(path: Path) -> None:
+    """Tell an empty or non-SQLite file apart before SQLite sees it: SQLite takes an
+    empty file for a new database (schema version 0) and calls any other "not a
+    database", neither of which says what the file is."""
+    try:
+        with path.open("rb") as file:
+            head = file.read(len(SQLITE_MAGIC))
+    except OSError:
+        return  # open_stopped reports it, naming the cause
+    if not head:
+        raise NotACache(f"{path} is empty: not a relay cache")
+    if head != SQLITE_MAGIC:
+        raise NotACache(f"{path} is not an SQLite database: not a relay cache")
+
+
 def _schema(conn: sqlite3.Connection, path: Path) -> int:
     try:
         version = check_version(conn)
-    except SchemaRefused as exc:
+    except SchemaTooNew as exc:
         raise StoreCorrupt(f"{path} is not a reasoning cache verify can read: {exc}") from None
+    except SchemaRefused as exc:
+        raise NotACache(f"{path} is not a relay cache: {exc}") from None
+    if version == 0:  # no table at all (check_version refuses tables without a version)
+        raise NotACache(f"{path} is an empty SQLite database: not a relay cache")
     if version < OLDEST_VERIFIED:
         raise StoreCorrupt(
             f"{path} has schema version {version}; verify reads {OLDEST_VERIFIED} to "

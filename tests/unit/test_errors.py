@@ -34,6 +34,7 @@ TABLE: list[tuple[type[RelayError], int, str, str | None]] = [
     (errors.StoreError, 503, "server_error", "cache_unavailable"),
     (errors.StoreLocked, 503, "server_error", "cache_unavailable"),
     (errors.StoreCorrupt, 503, "server_error", "cache_unavailable"),
+    (errors.NotACache, 503, "server_error", "cache_unavailable"),
     (errors.StoreFull, 503, "server_error", "cache_unavailable"),
     (errors.StoreIOError, 503, "server_error", "cache_unavailable"),
     (errors.StoreLatched, 503, "server_error", "cache_unavailable"),
