@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 from dataclasses import dataclass, field
 from typing import Any
@@ -112,6 +113,16 @@ class RelayServer:
                 new_id=Runtime.new_id,
             )
             undo.callback(cache.close)  # releases the store's exclusive lock
+            budget = config.cache_budget
+            if cache.enabled and budget.concurrency_warning() is not None:
+                log.event(
+                    "cache_concurrency_limited",
+                    logging.WARNING,
+                    configured=budget.max_concurrent,
+                    effective=budget.effective_concurrent,
+                    raise_setting="REASONING_CACHE_MEMORY_BYTES",
+                    memory_needed=budget.memory_for(budget.max_concurrent),
+                )
             strict = StrictCache(
                 clock=self.clock,
                 store=cache.store if cache.enabled else None,
@@ -202,7 +213,13 @@ class RelayServer:
         else:
             lines.append("relay token: from RELAY_TOKEN")
         if self.runtime.cache.enabled:
-            lines.append(f"reasoning cache: on ({self.config.cache_path})")
+            budget = self.config.cache_budget
+            lines.append(
+                f"reasoning cache: on ({self.config.cache_path}); up to "
+                f"{budget.effective_concurrent} cache sessions at once"
+            )
+            if (warning := budget.concurrency_warning()) is not None:
+                lines.append(f"WARNING: {warning}")
         else:
             lines.append("reasoning cache: off (REASONING_CACHE_ENABLED=1 turns it on)")
         if self.ops is not None:
