@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,7 +17,13 @@ import pytest
 from relay.clock import SystemClock
 from relay.config import Config
 from relay.providers import Provider
-from relay.tunnel import Tunnel, child_environment, describe_status, secret_values
+from relay.tunnel import (
+    MAX_URLS,
+    Tunnel,
+    child_environment,
+    describe_status,
+    secret_values,
+)
 from relay.tunnel_command import TunnelCommand
 from tests.support import fake_tunnel
 from tests.support.processes import running, wait_gone
@@ -61,17 +68,21 @@ def stand_in(state: Path, *args: str) -> TunnelCommand:
 
 
 STARTED: list[Tunnel] = []
+OUTSIDE: list[int] = []  # processes a stand-in started outside its group
 
 
 @pytest.fixture(autouse=True)
 def _no_leftovers() -> Iterator[None]:
-    """A failed test must not leave a stand-in (or its grandchild) running."""
+    """A failed test must not leave a stand-in (or its grandchildren) running."""
     yield
     while STARTED:
         pid = STARTED.pop().pid
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
+    while OUTSIDE:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(OUTSIDE.pop(), signal.SIGKILL)
 
 
 def tunnel(command: TunnelCommand, console: Console, **kwargs: float) -> Tunnel:
@@ -279,5 +290,92 @@ def test_a_repeated_url_is_said_once_and_a_new_one_again(tmp_path: Path) -> None
         assert t.url == "https://b.example.com"
         await t.stop()
         assert t.returncode == 0
+
+    run(scenario)
+
+
+def test_descendants_that_left_its_group_are_stopped_with_the_tunnel(tmp_path: Path) -> None:
+    """A setsid grandchild (found by ancestry: its environment is empty) and a daemon
+    whose parent exited (found by the mark in its environment) go with the tunnel."""
+
+    async def scenario() -> None:
+        console = Console()
+        command = stand_in(tmp_path, "--style", "ngrok", "--setsid-grandchild", "--daemon")
+        t = tunnel(command, console)
+        assert await t.start()
+        await console.wait_for("tunnel: public URL")
+        left = [int((tmp_path / name).read_text()) for name in ("setsid-grandchild", "daemon")]
+        OUTSIDE.extend(left)
+        assert t.pid is not None
+        for pid in left:
+            assert running(pid)
+            assert os.getpgid(pid) != t.pid  # out of the group: the group kill misses them
+        await t.stop()
+        assert t.returncode == 0
+        for pid in left:
+            assert await asyncio.to_thread(wait_gone, pid, 10)
+
+    run(scenario)
+
+
+def test_a_daemon_left_by_a_dying_tunnel_is_stopped(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        console = Console()
+        t = tunnel(stand_in(tmp_path, "--style", "cloudflared", "--daemon"), console)
+        assert await t.start()
+        await console.wait_for("tunnel: public URL")
+        daemon = int((tmp_path / "daemon").read_text())
+        OUTSIDE.append(daemon)
+        assert t.pid is not None
+        os.kill(t.pid, signal.SIGUSR1)
+        await asyncio.wait_for(t.exited.wait(), 10)
+        assert await asyncio.to_thread(wait_gone, daemon, 10)
+
+    run(scenario)
+
+
+def test_a_deeply_nested_line_does_not_hide_the_url_read_with_it(tmp_path: Path) -> None:
+    deep = '{"lvl": "info", "x": ' + "[" * 15_000
+    script = (
+        "import os, signal, sys\n"
+        "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n"
+        f"os.write(1, ({deep!r} + '\\nForwarding https://after.example.com\\n').encode())\n"
+        "signal.sigwait({signal.SIGTERM})\n"
+    )
+
+    async def scenario() -> None:
+        console = Console()
+        t = tunnel(TunnelCommand((sys.executable, "-c", script)), console)
+        assert await t.start()
+        said = await console.wait_for("tunnel: public URL")
+        assert said.splitlines()[0].startswith("tunnel: public URL https://after.example.com")
+        await t.stop()
+
+    run(scenario)
+
+
+def test_a_program_printing_urls_in_a_loop_is_announced_a_bounded_number_of_times(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        console = Console()
+        t = tunnel(stand_in(tmp_path, "--style", "ngrok", "--flood"), console)
+        assert await t.start()
+        await console.wait_for("tunnel: public URL")
+        assert t.pid is not None
+        os.kill(t.pid, signal.SIGUSR2)
+        await console.wait_for("keeps reporting new public URLs")
+        # The loop stays responsive meanwhile: a timer fires close to on time.
+        lateness = []
+        for _ in range(20):
+            started = time.monotonic()
+            await asyncio.sleep(0.01)
+            lateness.append(time.monotonic() - started - 0.01)
+        assert sorted(lateness)[10] < 0.05, lateness
+        await t.stop()
+        announced = [text for text in console.said if text.startswith("tunnel: public URL")]
+        assert len(announced) == MAX_URLS  # the real one, then the first new flood hosts
+        assert console.text.count("keeps reporting new public URLs") == 1
+        assert t.returncode == -signal.SIGTERM
 
     run(scenario)
