@@ -40,11 +40,11 @@ import asyncio
 import contextlib
 import logging
 import os
-import secrets
 import signal
 import subprocess
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from secrets import token_hex
 from typing import Any
 
 from relay import log
@@ -435,4 +435,4 @@ def _print(text: str) -> None:
 
 def _new_mark() -> str:
     """A value no other process's environment holds (see :mod:`relay.process_tree`)."""
-    return f"{os.getpid()}-{secrets.token_hex(8)}"
+    return f"{os.getpid()}-{token_hex(8)}"
