@@ -14,10 +14,11 @@ from typing import Any, TypeVar
 
 import pytest
 
-from relay.clock import SystemClock
+from relay.clock import Clock, ManualClock, SystemClock
 from relay.config import Config
 from relay.providers import Provider
 from relay.tunnel import (
+    LINES_PER_INTERVAL,
     MAX_URLS,
     Tunnel,
     child_environment,
@@ -85,11 +86,13 @@ def _no_leftovers() -> Iterator[None]:
             os.kill(OUTSIDE.pop(), signal.SIGKILL)
 
 
-def tunnel(command: TunnelCommand, console: Console, **kwargs: float) -> Tunnel:
+def tunnel(
+    command: TunnelCommand, console: Console, clock: Clock | None = None, **kwargs: float
+) -> Tunnel:
     env = {**os.environ, "NGROK_AUTHTOKEN": AUTHTOKEN}
     started = Tunnel(
         command,
-        clock=SystemClock(),
+        clock=clock or SystemClock(),
         port=8787,
         local_url=LOCAL,
         token_hint="the relay token stored in data/relay-token",
@@ -377,5 +380,39 @@ def test_a_program_printing_urls_in_a_loop_is_announced_a_bounded_number_of_time
         assert len(announced) == MAX_URLS  # the real one, then the first new flood hosts
         assert console.text.count("keeps reporting new public URLs") == 1
         assert t.returncode == -signal.SIGTERM
+
+    run(scenario)
+
+
+def test_output_is_read_at_a_bounded_pace_and_nothing_is_skipped(tmp_path: Path) -> None:
+    """1.5 budgets of lines, then the URL: it takes a second interval of the (manual)
+    clock to reach it, and it is announced then."""
+    lines = 3 * LINES_PER_INTERVAL // 2
+    script = (
+        "import os, signal\n"
+        "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n"
+        f"os.write(1, b'lvl=info msg=noise\\n' * {lines})\n"
+        "os.write(1, b'Forwarding https://after-the-noise.example.com\\n')\n"
+        "signal.sigwait({signal.SIGTERM})\n"
+    )
+
+    async def scenario() -> None:
+        console = Console()
+        clock = ManualClock()
+        t = tunnel(TunnelCommand((sys.executable, "-c", script)), console, clock)
+        assert await t.start()
+        intervals = 0
+        while t.url is None:
+            assert intervals < 10, "the URL was never reached"
+            # A spent budget waits on a Deadline, which looks at the (manual) clock again
+            # after the interval's length in real time: let that pass, then move on.
+            await asyncio.sleep(1.2)
+            if t.url is None:
+                clock.advance(1.0)
+                intervals += 1
+        # At most 1000 lines an interval: 1000, then the last 500 and the URL.
+        assert intervals >= 1
+        assert t.url == "https://after-the-noise.example.com"
+        await t.stop()
 
     run(scenario)
