@@ -34,7 +34,6 @@ from relay.storage.schema import (
     check_version,
 )
 
-SQLITE_MAGIC: Final = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite file
 OLDEST_VERIFIED: Final = 5  # linear ancestry; older stores are migrated by opening them
 PROGRESS_EVERY: Final = 1000  # records between progress reports
 
@@ -80,7 +79,6 @@ def verify_store(path: Path, *, progress: Progress | None = None) -> VerifyRepor
     """Audit the stopped store at ``path``. Raises ``StoreLocked`` while a relay owns it,
     :class:`NotACache` for a file that is no reasoning cache at all and
     :class:`StoreCorrupt` for one verify cannot read."""
-    _check_header(path)
     conn = open_stopped(path)
     try:
         conn.execute("BEGIN")  # one consistent view (the lock is ours anyway)
@@ -100,21 +98,6 @@ def verify_store(path: Path, *, progress: Progress | None = None) -> VerifyRepor
     finally:
         conn.close()
     return VerifyReport(path, version, tally)
-
-
-def _check_header(path: Path) -> None:
-    """Tell an empty or non-SQLite file apart before SQLite sees it: SQLite takes an
-    empty file for a new database (schema version 0) and calls any other "not a
-    database", neither of which says what the file is."""
-    try:
-        with path.open("rb") as file:
-            head = file.read(len(SQLITE_MAGIC))
-    except OSError:
-        return  # open_stopped reports it, naming the cause
-    if not head:
-        raise NotACache(f"{path} is empty: not a relay cache")
-    if head != SQLITE_MAGIC:
-        raise NotACache(f"{path} is not an SQLite database: not a relay cache")
 
 
 def _schema(conn: sqlite3.Connection, path: Path) -> int:

@@ -279,6 +279,13 @@ def test_verify_tells_a_file_that_is_no_cache_from_an_old_one(
     assert done.stderr == f"relay cache verify: {path} {said}\n"
     assert "schema version" not in done.stderr and "back it up" not in done.stderr
     assert done.stdout == ""
+    # Backup and restore refuse it in the same words (exit 1: refused) and make nothing.
+    env = env_for(tmp_path, None, REASONING_CACHE_PATH=str(path))
+    for args in (("backup", str(tmp_path / "b.sqlite")),
+                 ("restore", str(path), str(tmp_path / "r.sqlite"))):  # fmt: skip
+        refused = command("cache", *args, env=env)
+        assert refused.returncode == 1, refused
+        assert refused.stderr.splitlines()[-1] == f"relay cache {args[0]}: {path} {said}"
     assert path.read_bytes() == before  # looked at, not touched
     assert sorted(os.listdir(tmp_path)) == [path.name]
 
