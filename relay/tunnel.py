@@ -316,8 +316,8 @@ class Tunnel:
             return
         self._urls.add(url)
         if len(self._urls) > MAX_URLS:
-            log.event("tunnel_urls_ignored", logging.WARNING, program=self.command.program,
-                      shown=MAX_URLS)  # fmt: skip
+            program = self.command.program
+            log.event("tunnel_urls_ignored", logging.WARNING, program=program, shown=MAX_URLS)
             self._announce(
                 f"tunnel: {self.command.program} keeps reporting new public URLs; after "
                 f"{MAX_URLS} no more are shown (the last one shown may not be current)"
