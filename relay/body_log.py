@@ -24,6 +24,13 @@ so there is no unbounded queue anywhere. Files are created 0600 with ``O_CREAT |
 O_NOFOLLOW`` relative to the directory's descriptor (opened ``O_DIRECTORY | O_NOFOLLOW``,
 owner-only 0700), under names the relay makes and checks: nothing is written through a
 symlink or outside the directory.
+
+The directory's path is checked component by component before anything is created: a
+``..`` right after a symlink (``<symlink>/..``: the kernel goes to the parent of the
+link's *target*, not of the link) is refused, and so is a symlink anywhere in the path
+that belongs to another user (root's own, like ``/var/run``, are trusted): either would
+let the directory land somewhere the path does not name, which the relay would then make
+0700. Symlinks of this user's own and plain ``..`` are fine.
 """
 
 from __future__ import annotations
@@ -113,6 +120,7 @@ class BodyLog:
         """Create (0700) or tighten the directory and hold it open; ConfigError if it is a
         symlink, not a directory, another user's, or cannot be made private."""
         where = f"the body log directory {path} (RELAY_LOG_BODIES_DIR)"
+        path = checked_path(path, where)
         try:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             with suppress(FileExistsError):
@@ -294,6 +302,39 @@ class BodyWriter:
             artifact=self.kind,
             reason=reason,
         )
+
+
+def checked_path(path: Path, where: str) -> Path:
+    """``path`` made absolute with its ``..`` taken out, once each is known not to follow a
+    symlink and no symlink in it belongs to another user (see the module docstring);
+    ConfigError otherwise. Components that do not exist yet are created by the relay."""
+    me = os.geteuid()
+    kept: list[str] = []
+    # Not os.path.abspath: it folds ``..`` lexically, which is the bug; keep them to check.
+    absolute = path if path.is_absolute() else Path.cwd() / path
+    root, *parts = absolute.parts
+    for part in parts:
+        current = Path(root, *kept)
+        if part == "..":
+            if kept and current.is_symlink():
+                raise ConfigError(
+                    f"{where}: '..' follows the symlink {current}, so it would name the "
+                    "parent of the link's target; name the directory without '..' there"
+                )
+            if kept:
+                kept.pop()
+            continue
+        kept.append(part)
+        try:
+            info = os.lstat(Path(root, *kept))
+        except OSError:
+            continue  # not there (yet): the relay creates it, as a real directory
+        if stat.S_ISLNK(info.st_mode) and info.st_uid not in (me, 0):
+            raise ConfigError(
+                f"{where}: {Path(root, *kept)} is a symlink of uid {info.st_uid}, not of "
+                "this user: another user could point it anywhere"
+            )
+    return Path(root, *kept)
 
 
 def _make_private(fd: int, where: str) -> None:

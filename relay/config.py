@@ -157,6 +157,8 @@ def load_json_or_path(name: str, raw: str) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise ConfigError(f"{name}: invalid JSON ({exc})") from None
+    except RecursionError:
+        raise ConfigError(f"{name}: invalid JSON (nested too deeply)") from None
 
 
 def parse_model_aliases(

@@ -117,6 +117,11 @@ class StoreCorrupt(StoreError):
     """The file is damaged, not SQLite, not a reasoning cache, or from a newer relay."""
 
 
+class NotACache(StoreCorrupt):
+    """The file is no reasoning cache at all: empty, not SQLite, an empty SQLite database
+    or another application's (``relay cache verify`` exits 3 for it)."""
+
+
 class StoreFull(StoreError):
     """The disk, or the database's size limit, is full (SQLITE_FULL)."""
 
@@ -192,13 +197,19 @@ class UpstreamTimeout(UpstreamError):
 
 
 class UpstreamHTTPError(UpstreamError):
-    """An HTTP error answer from upstream; it keeps the upstream's status and envelope."""
+    """An HTTP error answer from upstream; it keeps the upstream's status and envelope.
+
+    Its :attr:`code` (logs and metrics, never the client's envelope) is the upstream's own
+    string code, else ``http_<status>``: a 4xx with ``"code": null`` is not a bad gateway.
+    """
 
     def __init__(self, status: int, envelope: dict[str, Any]):
         err = envelope.get("error") if isinstance(envelope.get("error"), dict) else {}
         assert isinstance(err, dict)
         message = str(err.get("message") or f"upstream answered HTTP {status}")
-        super().__init__(message, param=err.get("param"), code=err.get("code"))
+        code = err.get("code")
+        own = code if isinstance(code, str) and code else f"http_{status:d}"
+        super().__init__(message, param=err.get("param"), code=own)
         self.status = status
         self.error_type = str(err.get("type") or "upstream_error")
         self._envelope = envelope

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,6 +119,16 @@ class RelayServer:
                 upstream_origin=EMBEDDED_FAKE_ORIGIN if config.uses_embedded_fake else None,
             )
             undo.callback(cache.close)  # releases the store's exclusive lock
+            budget = config.cache_budget
+            if cache.enabled and budget.concurrency_warning() is not None:
+                log.event(
+                    "cache_concurrency_limited",
+                    logging.WARNING,
+                    configured=budget.max_concurrent,
+                    effective=budget.effective_concurrent,
+                    raise_setting="REASONING_CACHE_MEMORY_BYTES",
+                    memory_needed=budget.memory_for(budget.max_concurrent),
+                )
             strict = StrictCache(
                 clock=self.clock,
                 store=cache.store if cache.enabled else None,
@@ -208,7 +219,13 @@ class RelayServer:
         else:
             lines.append("relay token: from RELAY_TOKEN")
         if self.runtime.cache.enabled:
-            lines.append(f"reasoning cache: on ({self.config.cache_path})")
+            budget = self.config.cache_budget
+            lines.append(
+                f"reasoning cache: on ({self.config.cache_path}); up to "
+                f"{budget.effective_concurrent} cache sessions at once"
+            )
+            if (warning := budget.concurrency_warning()) is not None:
+                lines.append(f"WARNING: {warning}")
         elif self.runtime.cache.store is not None:
             lines.append(cache_off_over_store_warning(self.config.cache_path))
         else:

@@ -6,10 +6,24 @@ grace period), so a tunnel cannot outlive a relay that shuts down, whether on SI
 SIGINT or a normal stop. A relay killed with SIGKILL cannot do this; its tunnel is left
 running.
 
+A descendant that leaves the group (``setsid``: a daemonizing helper) is found through
+/proc (:mod:`relay.process_tree`: by ancestry, and by a random ``RELAY_TUNNEL_MARK`` in the
+environment the tunnel starts with) and stopped with the group; without /proc (macOS, the
+BSDs) only the group is.
+
 Its output (stdout and stderr, merged) is read line by line: the first public HTTPS URL
 it reports is printed with the Cursor settings to paste, and the last few lines are kept,
 sanitized, for the report if it dies. Output is never logged; logs get only the program
 name, pid, the parsed URL and exit statuses.
+
+Reading that output never holds the event loop: lines are read in slices of at most
+:data:`SLICE_LINES` lines (4 KiB split at a time), the loop running in between, and at
+most :data:`LINES_PER_INTERVAL` lines or :data:`BYTES_PER_INTERVAL` bytes a second. While
+read lines wait, the pipe is not read, so a program printing faster than that is slowed to
+that pace by its own blocked writes; nothing it prints is skipped, so a URL after a flood
+is still found. Each distinct URL is announced (and logged) once, and after
+:data:`MAX_URLS` of them no more are: a program printing URLs in a loop cannot flood the
+console or the log.
 
 A tunnel that dies is reported and not restarted. A restart would usually fail the same
 way (a missing authtoken, an account limit) and, with quick tunnels, come back under a new
@@ -30,11 +44,13 @@ import signal
 import subprocess
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from secrets import token_hex
 from typing import Any
 
 from relay import log
 from relay.clock import Clock
 from relay.config import Config
+from relay.process_tree import MARK_VARIABLE, Process, left_behind, signal_all
 from relay.transport.deadline import Deadline
 from relay.tunnel_command import TunnelCommand
 from relay.tunnel_output import LineSplitter, public_url, sanitize
@@ -43,6 +59,13 @@ STOP_GRACE_S = 5.0  # SIGTERM → SIGKILL
 URL_WAIT_S = 30.0  # then say that no URL has been seen
 OUTPUT_DRAIN_S = 1.0  # after the exit, for its last lines to arrive
 LAST_LINES = 5
+# Reading its output (see the module docstring).
+SLICE_LINES = 64  # lines (or 4 KiB splits) per loop turn
+SPLIT_BYTES = 4096
+OUTPUT_INTERVAL_S = 1.0
+LINES_PER_INTERVAL = 1000
+BYTES_PER_INTERVAL = 1024 * 1024
+MAX_URLS = 8  # distinct URLs announced, then no more
 _SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "AUTH")
 
 
@@ -102,14 +125,25 @@ class Tunnel:
         self._clock = clock
         self._local_url = local_url
         self._token_hint = token_hint
-        self._env = dict(env)
-        self._secrets = [s for s in secrets if s] + secret_values(self._env)
+        self._mark = _new_mark()
+        self._env = {**env, MARK_VARIABLE: self._mark}
+        self._secrets = [s for s in secrets if s] + secret_values(env)
         self._announce = announce or _print
         self._stop_grace_s = stop_grace_s
         self._url_wait_s = url_wait_s
         self._transport: asyncio.SubprocessTransport | None = None
         self._lines = LineSplitter()
-        self._last: deque[str] = deque(maxlen=LAST_LINES)
+        self._last: deque[str] = deque(maxlen=LAST_LINES)  # as read: sanitized when shown
+        self._pending = bytearray()  # read from the pipe, not split yet
+        self._backlog: deque[str] = deque()  # split, not looked at yet
+        self._eof = False  # the pipe is closed: what is pending is the rest
+        self._drain_call: asyncio.Handle | None = None
+        self._drain_wait: Deadline | None = None
+        self._window_start = clock.monotonic()
+        self._window_lines = 0
+        self._window_bytes = 0
+        self._urls: set[str] = set()  # announced
+        self._left_behind: set[Process] = set()  # its descendants outside its group
         self._output_closed = asyncio.Event()
         self._process_gone = asyncio.Event()
         self._url_wait: Deadline | None = None
@@ -190,6 +224,9 @@ class Tunnel:
         if self._transport is None:
             return
         if not self._process_gone.is_set():
+            # Before the signal: while the tunnel lives, its descendants are its tree.
+            self._left_behind |= await asyncio.to_thread(left_behind, self.pid, self._mark)
+            signal_all(self._left_behind, signal.SIGTERM)
             self._signal_group(signal.SIGTERM)
             if not await self._wait(self._process_gone.wait(), self._stop_grace_s):
                 self.forced = True
@@ -201,25 +238,90 @@ class Tunnel:
     # --- called by the protocol ---------------------------------------------------------
 
     def _on_output(self, data: bytes) -> None:
-        for line in self._lines.feed(data):
-            self._on_line(line)
+        self._pending += data
+        self._reading(False)  # until what was read has been looked at
+        self._schedule_drain()
 
     def _on_output_closed(self) -> None:
-        for line in self._lines.close():
-            self._on_line(line)
-        self._output_closed.set()
+        self._eof = True
+        self._schedule_drain()
 
     def _on_process_exited(self) -> None:
         self._process_gone.set()
 
     # --- internals ------------------------------------------------------------------------
 
+    def _schedule_drain(self) -> None:
+        if self._drain_call is None and self._drain_wait is None:
+            self._drain_call = asyncio.get_running_loop().call_soon(self._drain)
+
+    def _drain(self) -> None:
+        """Look at one slice of what was read; then yield, wait for the next interval
+        when its budget is spent, or read on once nothing is left."""
+        self._drain_call = self._drain_wait = None
+        for _ in range(SLICE_LINES):
+            if not self._within_budget():
+                return
+            if self._backlog:
+                self._window_lines += 1
+                self._on_line(self._backlog.popleft())
+            elif self._pending:
+                piece = bytes(self._pending[:SPLIT_BYTES])
+                del self._pending[:SPLIT_BYTES]
+                self._window_bytes += len(piece)
+                self._backlog.extend(self._lines.feed(piece))
+            else:
+                break
+        if self._backlog or self._pending:
+            self._schedule_drain()
+        elif self._eof:
+            for line in self._lines.close():
+                self._on_line(line)
+            self._output_closed.set()
+        else:
+            self._reading(True)
+
+    def _within_budget(self) -> bool:
+        now = self._clock.monotonic()
+        if now - self._window_start >= OUTPUT_INTERVAL_S:
+            self._window_start, self._window_lines, self._window_bytes = now, 0, 0
+        if self._window_lines < LINES_PER_INTERVAL and self._window_bytes < BYTES_PER_INTERVAL:
+            return True
+        rest = self._window_start + OUTPUT_INTERVAL_S - now
+        self._drain_wait = Deadline(self._clock, rest, self._drain)
+        return False
+
+    def _reading(self, on: bool) -> None:
+        pipe = self._transport.get_pipe_transport(1) if self._transport is not None else None
+        if isinstance(pipe, asyncio.ReadTransport) and not pipe.is_closing():
+            if on:
+                pipe.resume_reading()
+            else:
+                pipe.pause_reading()
+
+    def _stop_draining(self) -> None:
+        if self._drain_call is not None:
+            self._drain_call.cancel()
+        if self._drain_wait is not None:
+            self._drain_wait.stop()
+        self._drain_call = self._drain_wait = None
+        self._pending.clear()
+        self._backlog.clear()
+
     def _on_line(self, line: str) -> None:
-        shown = sanitize(line, self._secrets)
-        if shown:
-            self._last.append(shown)
+        if line.strip():
+            self._last.append(line)
         url = public_url(line)
-        if url is None or url == self.url:
+        if url is None or url in self._urls or len(self._urls) > MAX_URLS:
+            return
+        self._urls.add(url)
+        if len(self._urls) > MAX_URLS:
+            program = self.command.program
+            log.event("tunnel_urls_ignored", logging.WARNING, program=program, shown=MAX_URLS)
+            self._announce(
+                f"tunnel: {self.command.program} keeps reporting new public URLs; after "
+                f"{MAX_URLS} no more are shown (the last one shown may not be current)"
+            )
             return
         changed = self.url is not None
         self.url = url
@@ -248,9 +350,13 @@ class Tunnel:
 
     async def _supervise(self) -> None:
         await self._process_gone.wait()
-        # Whatever it left behind in its group goes too (it might hold the output open).
+        # Whatever it left behind goes too (it might hold the output open): its group, and
+        # what left the group (found earlier by ancestry, or now by the mark).
         self._signal_group(signal.SIGKILL)
+        self._left_behind |= await asyncio.to_thread(left_behind, None, self._mark)
+        signal_all(self._left_behind, signal.SIGKILL)
         await self._wait(self._output_closed.wait(), OUTPUT_DRAIN_S)
+        self._stop_draining()
         if self._url_wait is not None:
             self._url_wait.stop()
         assert self._transport is not None
@@ -272,9 +378,10 @@ class Tunnel:
             f"tunnel: {self.command.program} (pid {self.pid}) {status} and is not restarted; "
             f"the relay keeps serving locally at {self._local_url}{lost}"
         ]
-        if self._last:
+        shown = [text for line in self._last if (text := sanitize(line, self._secrets))]
+        if shown:
             lines.append("tunnel: its last output (sanitized):")
-            lines.extend(f"  | {line}" for line in self._last)
+            lines.extend(f"  | {line}" for line in shown)
         return "\n".join(lines)
 
     def _signal_group(self, sig: signal.Signals) -> None:
@@ -307,6 +414,11 @@ class _Protocol(asyncio.SubprocessProtocol):
     def __init__(self, tunnel: Tunnel) -> None:
         self._tunnel = tunnel
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # Output may arrive before subprocess_exec returns: pausing needs the transport.
+        assert isinstance(transport, asyncio.SubprocessTransport)
+        self._tunnel._transport = transport
+
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         self._tunnel._on_output(data)
 
@@ -319,3 +431,8 @@ class _Protocol(asyncio.SubprocessProtocol):
 
 def _print(text: str) -> None:
     print(text, flush=True)
+
+
+def _new_mark() -> str:
+    """A value no other process's environment holds (see :mod:`relay.process_tree`)."""
+    return f"{os.getpid()}-{token_hex(8)}"

@@ -149,9 +149,11 @@ def _strip_terminal(text: str) -> str:
 
 
 def _json(text: str) -> object | None:
+    """The JSON value of a line, ``None`` if it is not one. A line (up to 16 KiB) can nest
+    deeper than the interpreter's recursion limit: that is not JSON we read either."""
     try:
         return json.loads(text)  # type: ignore[no-any-return]
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 

@@ -61,6 +61,36 @@ class CacheBudget:
     def allowance(self, history_bytes: int, replay_bytes: int = 0) -> int:
         return SESSION_BASE + 2 * self.max_entry_bytes + 2 * (history_bytes + replay_bytes)
 
+    @property
+    def effective_concurrent(self) -> int:
+        """The most sessions that can hold a lease at once: ``max_concurrent``, or fewer
+        when the session bytes cannot fit that many of the smallest lease (an empty
+        history, nothing replayed). Longer histories make it fewer still."""
+        fits = max(0, self.session_bytes) // self.allowance(0)
+        return min(self.max_concurrent, fits)
+
+    def memory_for(self, sessions: int) -> int:
+        """A ``REASONING_CACHE_MEMORY_BYTES`` that fits ``sessions`` smallest leases."""
+        return (
+            HOT_CACHE_CAP
+            + self.scratch_bytes
+            + self.max_replay_bytes
+            + sessions * (self.allowance(0))
+        )
+
+    def concurrency_warning(self) -> str | None:
+        """What to tell the operator when ``max_concurrent`` cannot be reached, else None."""
+        effective = self.effective_concurrent
+        if effective >= self.max_concurrent:
+            return None
+        return (
+            f"REASONING_CACHE_MAX_CONCURRENT={self.max_concurrent} cannot be reached: the "
+            f"memory budget fits {effective} cache sessions (each reserves 64 KiB + 2 x "
+            f"REASONING_CACHE_MAX_ENTRY_BYTES={self.max_entry_bytes} up front); raise "
+            f"REASONING_CACHE_MEMORY_BYTES to at least {self.memory_for(self.max_concurrent)} "
+            "or lower REASONING_CACHE_MAX_ENTRY_BYTES"
+        )
+
 
 class Lease:
     """One session's allowance; grows once the replay plan's size is known."""

@@ -52,7 +52,7 @@ class AdminService:
         """The command of a request line, or the refusal to send back."""
         try:
             request = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the stack
             return refusal("bad_request", 'send one JSON line: {"command": "status"}')
         if not isinstance(request, dict) or set(request) != {"command"}:
             return refusal("bad_request", 'a request is {"command": ...} and nothing else')

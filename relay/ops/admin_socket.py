@@ -123,14 +123,35 @@ class AdminSocket(TCPServer):
             stream.close()
 
     async def _read_line(self, stream: IOStream) -> bytes | None:
-        """The request line; ``None`` (after answering, when possible) otherwise. A line
-        over the limit makes Tornado close the stream: the client sees it closed."""
+        """The request line; ``None`` (after answering, when possible) otherwise.
+
+        Read in pieces rather than with ``read_until(max_bytes=...)``, which closes the
+        stream on an overlong line: a line over the limit is answered too, then dropped.
+        """
         try:
-            return await asyncio.wait_for(
-                stream.read_until(b"\n", max_bytes=MAX_REQUEST_BYTES), READ_TIMEOUT_S
-            )
+            return await asyncio.wait_for(self._read_bounded(stream), READ_TIMEOUT_S)
         except TimeoutError:
             await stream.write(encode(refusal("timeout", "send the request line within 5 s")))
+        except _Overlong:
+            await stream.write(
+                encode(refusal("too_large", f"a request line is at most {MAX_REQUEST_BYTES} bytes"))
+            )
         except StreamClosedError:
             pass
         return None
+
+    @staticmethod
+    async def _read_bounded(stream: IOStream) -> bytes:
+        line = bytearray()
+        while True:
+            room = MAX_REQUEST_BYTES - len(line)
+            line += await stream.read_bytes(room + 1, partial=True)
+            end = line.find(b"\n")
+            if 0 <= end < MAX_REQUEST_BYTES:
+                return bytes(line[: end + 1])
+            if len(line) >= MAX_REQUEST_BYTES:
+                raise _Overlong
+
+
+class _Overlong(Exception):
+    """The request line did not end within :data:`MAX_REQUEST_BYTES`."""

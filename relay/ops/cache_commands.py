@@ -3,7 +3,8 @@
 
 Each reads ``REASONING_CACHE_PATH`` (or its default) unless given a path. Progress and
 refusals go to stderr, one line each; the verify report goes to stdout. Exit codes: 0
-done (verify: clean), 1 refused or failed (verify: damage found), 2 usage.
+done (verify: clean), 1 refused or failed (verify: damage found), 2 usage, 3 (verify)
+the file is no relay cache at all (empty, not SQLite, an empty or foreign database).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from relay.clock import SystemClock
 from relay.config import load_config
-from relay.errors import ConfigError, SnapshotRefused, StoreError
+from relay.errors import ConfigError, NotACache, SnapshotRefused, StoreError
 from relay.ops.progress import ProgressReport
 from relay.storage.backup import (
     SnapshotKind,
@@ -28,6 +29,7 @@ from relay.storage.disk_guard import blocked_path, guard_path
 from relay.storage.verify import VerifyReport, verify_store
 
 USAGE = 2
+NOT_A_CACHE = 3
 
 
 def register(commands: Any) -> None:
@@ -162,7 +164,7 @@ def run_verify(args: argparse.Namespace) -> int:
     except StoreError as exc:
         report.done()
         print(f"{prog}: {exc}", file=sys.stderr)
-        return 1
+        return NOT_A_CACHE if isinstance(exc, NotACache) else 1
     report.done()
     if args.json:
         print(json.dumps(verified.to_json(), indent=2, sort_keys=True))

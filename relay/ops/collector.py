@@ -119,8 +119,12 @@ class RuntimeCollector(Collector):
         sessions = GaugeMetricFamily("relay_cache_sessions", "Cache sessions in progress")
         sessions.add_metric([], capacity.sessions)
         yield sessions
-        limit = GaugeMetricFamily("relay_cache_sessions_limit", "REASONING_CACHE_MAX_CONCURRENT")
-        limit.add_metric([], capacity.budget.max_concurrent)
+        limit = GaugeMetricFamily(
+            "relay_cache_sessions_limit",
+            "Cache sessions possible at once: REASONING_CACHE_MAX_CONCURRENT, or fewer when "
+            "the memory budget cannot fit that many",
+        )
+        limit.add_metric([], capacity.budget.effective_concurrent)
         yield limit
         budget = GaugeMetricFamily(
             "relay_cache_capacity_bytes",

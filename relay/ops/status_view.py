@@ -67,8 +67,10 @@ def render(doc: dict[str, Any], *, colour: bool) -> str:
     if replay["rejected"]:
         reasons = ", ".join(f"{k} {v}" for k, v in replay["rejectedByReason"].items())
         rows.append(("rejected", paint(YELLOW, f"{replay['rejected']} ({reasons})")))
+    limited = _limited(cache)
     rows.append(("sessions", f"{cache['activeSessions']} active of {cache['sessionLimit']}, "
-                 f"{cache['bypasses']} bypassed"))  # fmt: skip
+                 f"{cache['bypasses']} bypassed"
+                 + (paint(YELLOW, limited) if limited else "")))  # fmt: skip
     latest = doc["errors"]["latest"]
     if latest:
         text = ", ".join(f"{e['code']} x{e['count']} (last {clock_time(e['lastAt'])})"
@@ -102,3 +104,14 @@ def _store(store: dict[str, Any] | None, now: float) -> str:
     if oldest is not None:
         parts.append(f"oldest touched {duration(now - oldest)} ago")
     return ", ".join(parts)
+
+
+def _limited(cache: dict[str, Any]) -> str:
+    """Why the session limit is below REASONING_CACHE_MAX_CONCURRENT, when it is."""
+    configured = cache.get("sessionLimitConfigured")
+    if not isinstance(configured, int) or configured <= cache["sessionLimit"]:
+        return ""
+    return (
+        f" (REASONING_CACHE_MAX_CONCURRENT={configured}; the memory budget fits "
+        f"{cache['sessionLimit']}: raise REASONING_CACHE_MEMORY_BYTES)"
+    )

@@ -42,7 +42,7 @@ from typing import Final
 
 from relay.clock import Clock
 from relay.crashpoints import crash_point
-from relay.errors import SnapshotRefused, StoreCorrupt
+from relay.errors import NotACache, SnapshotRefused, StoreCorrupt
 from relay.storage.disk_guard import (
     REPLACE_NOTE_KEY,
     blocked_message,
@@ -392,13 +392,16 @@ def _fsync_file(path: Path) -> None:
 
 def _source_schema(conn: sqlite3.Connection, source: Path) -> int:
     try:
-        return check_version(conn)
+        version = check_version(conn)
     except SchemaRefused as exc:
         raise StoreCorrupt(
             f"{source} is not a reasoning cache this relay can copy: {exc}"
         ) from None
     except sqlite3.Error as exc:
         raise store_error(exc, source, "read the schema") from None
+    if version == 0:  # no table at all (check_version refuses tables without a version)
+        raise NotACache(f"{source} is an empty SQLite database: not a relay cache")
+    return version
 
 
 def _copy(conn: sqlite3.Connection, source: Path, temp: Path, progress: Progress | None) -> int:

@@ -94,7 +94,8 @@ def refuse_if_latched(db: Path) -> None:
     if not guard.exists():
         return
     reason = "reason unknown"
-    with contextlib.suppress(OSError, ValueError):
+    # Whatever the file holds (it may be empty, cut short or edited), the refusal stands.
+    with contextlib.suppress(OSError, ValueError, LookupError, TypeError, RecursionError):
         recorded = json.loads(guard.read_text(encoding="utf-8"))
         reason = f"{recorded['what']} failed with {recorded['code']}"
     raise StoreLatched(

@@ -12,6 +12,10 @@ turns ``query_only`` on. It is opened read-write, not ``mode=ro``: the WAL a kil
 left must be read, and a read-only connection cannot recover it without a ``-shm`` file.
 Closing it folds that WAL into the file, as the relay's own startup would; a command
 killed meanwhile leaves the file as it was, with at most an empty ``-wal`` beside it.
+
+Before SQLite sees the file, its first bytes tell an empty or non-SQLite file apart
+(:class:`NotACache`): SQLite takes an empty file for a new database (schema version 0)
+and calls any other "not a database", neither of which says what the file is.
 """
 
 from __future__ import annotations
@@ -20,10 +24,11 @@ import sqlite3
 from pathlib import Path
 from urllib.parse import quote
 
-from relay.errors import StoreIOError, StoreLocked
+from relay.errors import NotACache, StoreIOError, StoreLocked
 from relay.storage.replay_store import store_error
 
 _BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite file
 
 
 def open_stopped(path: Path) -> sqlite3.Connection:
@@ -32,6 +37,7 @@ def open_stopped(path: Path) -> sqlite3.Connection:
     :class:`StoreIOError` when there is no such file."""
     if not path.is_file():
         raise StoreIOError(f"there is no reasoning cache at {path}")
+    _check_header(path)
     try:
         # mode=rw: never create the file.
         conn = sqlite3.connect(
@@ -60,3 +66,15 @@ def open_stopped(path: Path) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def _check_header(path: Path) -> None:
+    try:
+        with path.open("rb") as file:
+            head = file.read(len(SQLITE_MAGIC))
+    except OSError:
+        return  # the open below reports it, naming the cause
+    if not head:
+        raise NotACache(f"{path} is empty: not a relay cache")
+    if head != SQLITE_MAGIC:
+        raise NotACache(f"{path} is not an SQLite database: not a relay cache")

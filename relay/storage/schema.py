@@ -210,6 +210,10 @@ class SchemaRefused(Exception):
     """The file is SQLite but not a reasoning cache this code may use; the message says why."""
 
 
+class SchemaTooNew(SchemaRefused):
+    """A reasoning cache, written by a newer relay."""
+
+
 def migrate(conn: sqlite3.Connection) -> int:
     """Bring the schema to :data:`SCHEMA_VERSION` inside the caller's transaction.
 
@@ -229,7 +233,7 @@ def check_version(conn: sqlite3.Connection) -> int:
     if application_id not in (0, APPLICATION_ID):
         raise SchemaRefused("it is a SQLite database of another application")
     if found > SCHEMA_VERSION:
-        raise SchemaRefused(
+        raise SchemaTooNew(
             f"it was written by a newer relay (schema version {found}; this relay knows "
             f"up to {SCHEMA_VERSION}); upgrade the relay"
         )

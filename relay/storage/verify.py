@@ -23,10 +23,16 @@ from typing import Any, Final
 
 from relay.core.records import Observation, PriorPlan
 from relay.core.store_audit import AuditTally, Damage, Note, StoredRecord, audit_record
-from relay.errors import StoreCorrupt
+from relay.errors import NotACache, StoreCorrupt
 from relay.storage.offline import open_stopped
 from relay.storage.replay_store import store_error
-from relay.storage.schema import RECLAIMED_BEFORE_V6, SCHEMA_VERSION, SchemaRefused, check_version
+from relay.storage.schema import (
+    RECLAIMED_BEFORE_V6,
+    SCHEMA_VERSION,
+    SchemaRefused,
+    SchemaTooNew,
+    check_version,
+)
 
 OLDEST_VERIFIED: Final = 5  # linear ancestry; older stores are migrated by opening them
 PROGRESS_EVERY: Final = 1000  # records between progress reports
@@ -71,7 +77,8 @@ def _observation(row: tuple[Any, ...]) -> Observation:
 
 def verify_store(path: Path, *, progress: Progress | None = None) -> VerifyReport:
     """Audit the stopped store at ``path``. Raises ``StoreLocked`` while a relay owns it,
-    :class:`StoreCorrupt` for a file that is no reasoning cache verify can read."""
+    :class:`NotACache` for a file that is no reasoning cache at all and
+    :class:`StoreCorrupt` for one verify cannot read."""
     conn = open_stopped(path)
     try:
         conn.execute("BEGIN")  # one consistent view (the lock is ours anyway)
@@ -96,8 +103,12 @@ def verify_store(path: Path, *, progress: Progress | None = None) -> VerifyRepor
 def _schema(conn: sqlite3.Connection, path: Path) -> int:
     try:
         version = check_version(conn)
-    except SchemaRefused as exc:
+    except SchemaTooNew as exc:
         raise StoreCorrupt(f"{path} is not a reasoning cache verify can read: {exc}") from None
+    except SchemaRefused as exc:
+        raise NotACache(f"{path} is not a relay cache: {exc}") from None
+    if version == 0:  # no table at all (check_version refuses tables without a version)
+        raise NotACache(f"{path} is an empty SQLite database: not a relay cache")
     if version < OLDEST_VERIFIED:
         raise StoreCorrupt(
             f"{path} has schema version {version}; verify reads {OLDEST_VERIFIED} to "

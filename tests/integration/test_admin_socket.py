@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 import shutil
 import socket
@@ -167,14 +168,32 @@ def test_a_fixed_protocol(tmp_path: Path, line: bytes, code: str) -> None:
         assert raw_exchange(sock, line)["error"]["code"] == code
 
 
-def test_an_overlong_request_line_is_dropped(tmp_path: Path) -> None:
+def test_an_overlong_request_line_is_answered_then_dropped(tmp_path: Path) -> None:
     with admin_stack(tmp_path) as (_stack, sock):
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
-            client.settimeout(10)
-            client.connect(str(sock))
-            client.sendall(b"x" * 4096 + b"\n")
-            assert client.recv(100) == b""
+        for line in (b"x" * 4096 + b"\n", b"x" * 1024 + b"\n", b'{"command": "status"}' * 60):
+            assert raw_exchange(sock, line)["error"] == {
+                "code": "too_large",
+                "message": "a request line is at most 1024 bytes",
+            }
         assert request(sock, "status")["ok"]  # and the socket serves on
+
+
+@pytest.mark.parametrize(
+    ("line", "code"),
+    [
+        (b"[" * 1020 + b"\n", "bad_request"),  # nested past the interpreter's recursion limit
+        (b'{"command":' * 80 + b'"status"' + b"}" * 80 + b"\n", "unknown_command"),
+        (b"\xff\xfe\x00garbage\n", "bad_request"),  # not UTF-8
+        (b"\n", "bad_request"),
+    ],
+)
+def test_a_malformed_request_line_gets_an_error_frame_and_no_error_is_logged(
+    tmp_path: Path, line: bytes, code: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with admin_stack(tmp_path) as (_stack, sock), caplog.at_level(logging.INFO):
+        assert raw_exchange(sock, line)["error"]["code"] == code
+        assert request(sock, "status")["ok"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 
 def raw_exchange(sock: Path, line: bytes) -> dict[str, Any]:
@@ -288,6 +307,30 @@ def test_metrics_move_after_real_requests(tmp_path: Path) -> None:
         for name, labels in after:
             for value in dict(labels).values():
                 assert not value.startswith(("req_", "chatcmpl-", "/")), (name, value)
+
+
+@pytest.mark.parametrize("code", [None, "rate_limit_exceeded"])
+def test_an_upstream_4xx_is_counted_by_its_own_code_or_its_status(
+    tmp_path: Path, code: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    with admin_stack(tmp_path) as (stack, _sock), caplog.at_level(logging.INFO):
+        error = {"status": 429, "message": "Slow down.", "code": code}
+        stack.script({"http_error": error})
+        answer = requests.post(
+            f"{stack.base_url}/chat/completions",
+            json={"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}]},
+            headers=stack.headers(),
+            timeout=10,
+        )
+        assert answer.status_code == 429
+        assert answer.json()["error"]["code"] == code  # the upstream's envelope, untouched
+        outcome = code or "http_429"
+        key = ("relay_requests_total", (("outcome", outcome), ("route", "chat_completions")))
+        assert scrape(stack)[key] == 1
+        assert "bad_gateway" not in {
+            value for _name, labels in scrape(stack) for _, value in labels
+        }
+    assert f"code={outcome}" in caplog.text and "bad_gateway" not in caplog.text
 
 
 def test_strict_restores_are_counted_by_provider(tmp_path: Path) -> None:

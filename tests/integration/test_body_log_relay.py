@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import os
 import stat
 import threading
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ import pytest
 import requests
 
 from relay.body_log import BodyLog, write_file
+from relay.errors import ConfigError
 from tests.support.stack import Stack, running_stack
 from tests.support.tmpfs import size_limited_tmpfs
 
@@ -97,6 +99,19 @@ def test_off_by_default_writes_nothing(tmp_path: Path) -> None:
         assert answer.status_code == 200
         assert not (tmp_path / "data" / "bodies").exists()
         assert not any("LOG_BODIES" in line for line in off.relay.banner())
+
+
+def test_a_dot_dot_after_a_symlink_stops_startup_and_touches_nothing(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    (victim / "target").mkdir(parents=True)
+    victim.chmod(0o755)
+    (tmp_path / "link").symlink_to(victim / "target")
+    env = {**ON, "RELAY_LOG_BODIES_DIR": f"{tmp_path / 'link'}/.."}
+    refused = pytest.raises(ConfigError, match=r"RELAY_LOG_BODIES_DIR\)?: '\.\.' follows the")
+    with refused, running_stack(tmp_path / "data", env):
+        pass
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o755  # not made 0700
+    assert sorted(os.listdir(victim)) == ["target"]
 
 
 def test_a_failing_body_log_never_fails_the_call(

@@ -251,6 +251,45 @@ def test_a_killed_restore_is_blocked_the_same_way(tmp_path: Path) -> None:
     assert not live.exists(), "the refusal must come before a new store is created"
 
 
+def _empty_database(path: Path) -> None:
+    sqlite3.connect(path).close()  # SQLite writes nothing: make it a real (empty) database
+    with sqlite3.connect(path) as conn:
+        conn.execute("VACUUM")
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (lambda path: path.write_bytes(b""), "is empty: not a relay cache"),
+        (
+            lambda path: path.write_bytes(b"not sqlite\n" * 100),
+            "is not an SQLite database: not a relay cache",
+        ),
+        (_empty_database, "is an empty SQLite database: not a relay cache"),
+    ],
+)
+def test_verify_tells_a_file_that_is_no_cache_from_an_old_one(
+    tmp_path: Path, make: Any, said: str
+) -> None:
+    path = tmp_path / "reasoning-cache.sqlite"
+    make(path)
+    before = path.read_bytes()
+    done = command("cache", "verify", str(path), env=env_for(tmp_path, None))
+    assert done.returncode == 3, done
+    assert done.stderr == f"relay cache verify: {path} {said}\n"
+    assert "schema version" not in done.stderr and "back it up" not in done.stderr
+    assert done.stdout == ""
+    # Backup and restore refuse it in the same words (exit 1: refused) and make nothing.
+    env = env_for(tmp_path, None, REASONING_CACHE_PATH=str(path))
+    for args in (("backup", str(tmp_path / "b.sqlite")),
+                 ("restore", str(path), str(tmp_path / "r.sqlite"))):  # fmt: skip
+        refused = command("cache", *args, env=env)
+        assert refused.returncode == 1, refused
+        assert refused.stderr.splitlines()[-1] == f"relay cache {args[0]}: {path} {said}"
+    assert path.read_bytes() == before  # looked at, not touched
+    assert sorted(os.listdir(tmp_path)) == [path.name]
+
+
 def test_the_commands_refuse_while_a_relay_owns_the_store(
     tmp_path: Path, upstream: FakeUpstream, relays: list[Relay]
 ) -> None:

@@ -19,13 +19,17 @@ local look.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import logging
 import os
 import random
 import re
+import shutil
+import socket
 import sqlite3
+import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
@@ -38,6 +42,7 @@ import requests
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
+from relay.tunnel_output import LineSplitter, public_origin, public_url
 from tests.support.fuzz_inputs import (
     BodyCase,
     CacheCase,
@@ -47,6 +52,7 @@ from tests.support.fuzz_inputs import (
     raw_cases,
     responses_cases,
 )
+from tests.support.fuzz_lines import TunnelCase, admin_lines, tunnel_cases
 from tests.support.raw_http import Answer, ProtocolViolation, converse, read_answers
 from tests.support.stack import Stack, running_stack
 
@@ -314,3 +320,87 @@ def test_the_relay_survives_adversarial_input(
         assert conn.execute("SELECT count(*) FROM observations").fetchone()[0] > 0
     assert not errors.records, "\n".join(f"{r.name}: {r.getMessage()}" for r in errors.records[:10])
     assert tally.requests >= sum(EXAMPLES.values())
+
+
+# --- the line protocols: admin socket request lines, tunnel output ---------------------
+
+LINE_EXAMPLES = {"admin": max(1, round(700 * SCALE)), "tunnel": max(1, round(700 * SCALE))}
+ADMIN_REFUSALS = {"bad_request", "unknown_command", "too_large"}
+
+
+def admin_exchange(sock: Path, line: bytes) -> bytes:
+    """Send one line, read the one answer line (a refused oversized line may be cut short
+    by the relay closing: the answer is there to read all the same)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        client.settimeout(10)
+        client.connect(str(sock))
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            client.sendall(line)
+        return client.makefile("rb").readline()
+
+
+def check_admin(sock: Path, tally: Tally) -> Callable[[bytes], None]:
+    def send(line: bytes) -> None:
+        tally.requests += 1
+        where = f"admin {line[:300]!r}"
+        raw = admin_exchange(sock, line)
+        assert raw.endswith(b"\n"), f"{where}: no answer line: {raw[:300]!r}"
+        answer = json.loads(raw)
+        assert isinstance(answer, dict) and isinstance(answer.get("ok"), bool), where
+        if answer["ok"]:
+            assert "relay" in answer or "text" in answer, f"{where}: {raw[:300]!r}"
+            tally.count("admin", "ok")
+            return
+        error = answer["error"]
+        assert error["code"] in ADMIN_REFUSALS, f"{where}: {raw[:300]!r}"
+        assert isinstance(error["message"], str) and error["message"], where
+        tally.count("admin", error["code"])
+
+    return send
+
+
+def check_tunnel_output(tally: Tally) -> Callable[[TunnelCase], None]:
+    def feed(case: TunnelCase) -> None:
+        tally.requests += 1
+        splitter = LineSplitter()
+        lines = [line for chunk in case.chunks for line in splitter.feed(chunk)]
+        found = [url for line in [*lines, *splitter.close()] if (url := public_url(line))]
+        assert case.url in found, f"tunnel {case!r:.600}: {found}"
+        assert all(public_origin(url) == url for url in found), found
+        tally.count("tunnel", "found")
+
+    return feed
+
+
+def test_the_admin_socket_and_the_tunnel_parser_survive_adversarial_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every admin request line gets one answer (an error frame unless it is a valid
+    command) and logs no error; every tunnel output still yields the URL printed last."""
+    with capsys.disabled():
+        print(f"\nfuzz lines: seed {SEED}, examples {LINE_EXAMPLES}")
+    tally = Tally()
+    private = Path(tempfile.mkdtemp(prefix="relay-fuzz-"))  # a Unix socket path is short
+    sock = private / "admin.sock"
+    env = {**ENV, "RELAY_ADMIN_SOCKET": str(sock), "RELAY_ADMIN_SNAPSHOT_DIR": str(tmp_path)}
+    try:
+        with collecting_errors() as errors, running_stack(tmp_path / "data", env) as stack:
+            try:
+                drive(tally, "admin", admin_lines, LINE_EXAMPLES["admin"], check_admin(sock, tally))
+                drive(
+                    tally,
+                    "tunnel",
+                    tunnel_cases,
+                    LINE_EXAMPLES["tunnel"],
+                    check_tunnel_output(tally),
+                )
+            finally:
+                with capsys.disabled():
+                    print(f"fuzz lines: {tally.requests} cases:\n{tally.histogram()}")
+            assert json.loads(admin_exchange(sock, b'{"command": "status"}\n'))["ok"]
+            health = requests.get(f"http://127.0.0.1:{stack.relay.port}/healthz", timeout=5)
+            assert health.json() == {"status": "ok"}
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+    assert not errors.records, "\n".join(f"{r.name}: {r.getMessage()}" for r in errors.records[:10])
+    assert tally.requests >= sum(LINE_EXAMPLES.values())

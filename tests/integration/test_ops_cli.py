@@ -92,3 +92,39 @@ def test_status_metrics_and_snapshot_against_a_running_relay(tmp_path: Path, soc
         assert "pages" in snapshot.stderr.splitlines()[-1]  # progress
         written = snapshot.stdout.split()[2]
         assert Path(written).parent == snaps and Path(written).exists()
+
+
+def test_status_banner_and_metrics_give_the_concurrency_the_budget_allows(
+    tmp_path: Path, sock: Path
+) -> None:
+    """REASONING_CACHE_MAX_CONCURRENT=100 at the default memory budget: 11 sessions fit."""
+    env = relay_env(
+        tmp_path, REASONING_CACHE_ENABLED="1", RELAY_ADMIN_SOCKET=str(sock),
+        REASONING_CACHE_MAX_CONCURRENT="100",
+    )  # fmt: skip
+    with serving(env, "test_ops_cli relay serve (concurrency)") as proc:
+        assert proc.stdout is not None
+        banner = [proc.stdout.readline() for _ in range(6)]
+        assert banner[3].endswith("; up to 11 cache sessions at once\n")
+        assert banner[4].startswith(
+            "WARNING: REASONING_CACHE_MAX_CONCURRENT=100 cannot be reached: the memory budget "
+            "fits 11 cache sessions"
+        )
+        assert "raise REASONING_CACHE_MEMORY_BYTES to at least " in banner[4]
+        table = relay("status", env=env)
+        assert table.returncode == 0, table.stderr
+        rows = dict(line.split(None, 1) for line in table.stdout.splitlines())
+        assert rows["sessions"] == (
+            "0 active of 11, 0 bypassed (REASONING_CACHE_MAX_CONCURRENT=100; the memory budget "
+            "fits 11: raise REASONING_CACHE_MEMORY_BYTES)"
+        )
+        doc = json.loads(relay("status", "--json", env=env).stdout)
+        assert (doc["cache"]["sessionLimit"], doc["cache"]["sessionLimitConfigured"]) == (11, 100)
+        metrics = relay("admin", "metrics", env=env)
+        families = {f.name: f for f in text_string_to_metric_families(metrics.stdout)}
+        assert families["relay_cache_sessions_limit"].samples[0].value == 11
+        proc.terminate()
+        _, stderr = proc.communicate(timeout=30)
+    warned = [line for line in stderr.splitlines() if "cache_concurrency_limited" in line]
+    assert len(warned) == 1
+    assert "configured=100 effective=11" in warned[0]

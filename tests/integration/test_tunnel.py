@@ -7,16 +7,24 @@ import contextlib
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
-from relay.clock import SystemClock
+from relay.clock import Clock, ManualClock, SystemClock
 from relay.config import Config
 from relay.providers import Provider
-from relay.tunnel import Tunnel, child_environment, describe_status, secret_values
+from relay.tunnel import (
+    LINES_PER_INTERVAL,
+    MAX_URLS,
+    Tunnel,
+    child_environment,
+    describe_status,
+    secret_values,
+)
 from relay.tunnel_command import TunnelCommand
 from tests.support import fake_tunnel
 from tests.support.processes import running, wait_gone
@@ -61,24 +69,30 @@ def stand_in(state: Path, *args: str) -> TunnelCommand:
 
 
 STARTED: list[Tunnel] = []
+OUTSIDE: list[int] = []  # processes a stand-in started outside its group
 
 
 @pytest.fixture(autouse=True)
 def _no_leftovers() -> Iterator[None]:
-    """A failed test must not leave a stand-in (or its grandchild) running."""
+    """A failed test must not leave a stand-in (or its grandchildren) running."""
     yield
     while STARTED:
         pid = STARTED.pop().pid
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
+    while OUTSIDE:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(OUTSIDE.pop(), signal.SIGKILL)
 
 
-def tunnel(command: TunnelCommand, console: Console, **kwargs: float) -> Tunnel:
+def tunnel(
+    command: TunnelCommand, console: Console, clock: Clock | None = None, **kwargs: float
+) -> Tunnel:
     env = {**os.environ, "NGROK_AUTHTOKEN": AUTHTOKEN}
     started = Tunnel(
         command,
-        clock=SystemClock(),
+        clock=clock or SystemClock(),
         port=8787,
         local_url=LOCAL,
         token_hint="the relay token stored in data/relay-token",
@@ -279,5 +293,126 @@ def test_a_repeated_url_is_said_once_and_a_new_one_again(tmp_path: Path) -> None
         assert t.url == "https://b.example.com"
         await t.stop()
         assert t.returncode == 0
+
+    run(scenario)
+
+
+def test_descendants_that_left_its_group_are_stopped_with_the_tunnel(tmp_path: Path) -> None:
+    """A setsid grandchild (found by ancestry: its environment is empty) and a daemon
+    whose parent exited (found by the mark in its environment) go with the tunnel."""
+
+    async def scenario() -> None:
+        console = Console()
+        command = stand_in(tmp_path, "--style", "ngrok", "--setsid-grandchild", "--daemon")
+        t = tunnel(command, console)
+        assert await t.start()
+        await console.wait_for("tunnel: public URL")
+        left = [int((tmp_path / name).read_text()) for name in ("setsid-grandchild", "daemon")]
+        OUTSIDE.extend(left)
+        assert t.pid is not None
+        for pid in left:
+            assert running(pid)
+            assert os.getpgid(pid) != t.pid  # out of the group: the group kill misses them
+        await t.stop()
+        assert t.returncode == 0
+        for pid in left:
+            assert await asyncio.to_thread(wait_gone, pid, 10)
+
+    run(scenario)
+
+
+def test_a_daemon_left_by_a_dying_tunnel_is_stopped(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        console = Console()
+        t = tunnel(stand_in(tmp_path, "--style", "cloudflared", "--daemon"), console)
+        assert await t.start()
+        await console.wait_for("tunnel: public URL")
+        daemon = int((tmp_path / "daemon").read_text())
+        OUTSIDE.append(daemon)
+        assert t.pid is not None
+        os.kill(t.pid, signal.SIGUSR1)
+        await asyncio.wait_for(t.exited.wait(), 10)
+        assert await asyncio.to_thread(wait_gone, daemon, 10)
+
+    run(scenario)
+
+
+def test_a_deeply_nested_line_does_not_hide_the_url_read_with_it(tmp_path: Path) -> None:
+    deep = '{"lvl": "info", "x": ' + "[" * 15_000
+    script = (
+        "import os, signal, sys\n"
+        "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n"
+        f"os.write(1, ({deep!r} + '\\nForwarding https://after.example.com\\n').encode())\n"
+        "signal.sigwait({signal.SIGTERM})\n"
+    )
+
+    async def scenario() -> None:
+        console = Console()
+        t = tunnel(TunnelCommand((sys.executable, "-c", script)), console)
+        assert await t.start()
+        said = await console.wait_for("tunnel: public URL")
+        assert said.splitlines()[0].startswith("tunnel: public URL https://after.example.com")
+        await t.stop()
+
+    run(scenario)
+
+
+def test_a_program_printing_urls_in_a_loop_is_announced_a_bounded_number_of_times(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        console = Console()
+        t = tunnel(stand_in(tmp_path, "--style", "ngrok", "--flood"), console)
+        assert await t.start()
+        await console.wait_for("tunnel: public URL")
+        assert t.pid is not None
+        os.kill(t.pid, signal.SIGUSR2)
+        await console.wait_for("keeps reporting new public URLs")
+        # The loop stays responsive meanwhile: a timer fires close to on time.
+        lateness = []
+        for _ in range(20):
+            started = time.monotonic()
+            await asyncio.sleep(0.01)
+            lateness.append(time.monotonic() - started - 0.01)
+        assert sorted(lateness)[10] < 0.05, lateness
+        await t.stop()
+        announced = [text for text in console.said if text.startswith("tunnel: public URL")]
+        assert len(announced) == MAX_URLS  # the real one, then the first new flood hosts
+        assert console.text.count("keeps reporting new public URLs") == 1
+        assert t.returncode == -signal.SIGTERM
+
+    run(scenario)
+
+
+def test_output_is_read_at_a_bounded_pace_and_nothing_is_skipped(tmp_path: Path) -> None:
+    """1.5 budgets of lines, then the URL: it takes a second interval of the (manual)
+    clock to reach it, and it is announced then."""
+    lines = 3 * LINES_PER_INTERVAL // 2
+    script = (
+        "import os, signal\n"
+        "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n"
+        f"os.write(1, b'lvl=info msg=noise\\n' * {lines})\n"
+        "os.write(1, b'Forwarding https://after-the-noise.example.com\\n')\n"
+        "signal.sigwait({signal.SIGTERM})\n"
+    )
+
+    async def scenario() -> None:
+        console = Console()
+        clock = ManualClock()
+        t = tunnel(TunnelCommand((sys.executable, "-c", script)), console, clock)
+        assert await t.start()
+        intervals = 0
+        while t.url is None:
+            assert intervals < 10, "the URL was never reached"
+            # A spent budget waits on a Deadline, which looks at the (manual) clock again
+            # after the interval's length in real time: let that pass, then move on.
+            await asyncio.sleep(1.2)
+            if t.url is None:
+                clock.advance(1.0)
+                intervals += 1
+        # At most 1000 lines an interval: 1000, then the last 500 and the URL.
+        assert intervals >= 1
+        assert t.url == "https://after-the-noise.example.com"
+        await t.stop()
 
     run(scenario)

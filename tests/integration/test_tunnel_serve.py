@@ -9,15 +9,18 @@ import os
 import queue
 import shlex
 import signal
+import statistics
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import requests
 
+from relay.tunnel import MAX_URLS
 from tests.support import fake_tunnel
 from tests.support.processes import running, wait_gone
 from tests.support.relay_cli import relay_env
@@ -121,7 +124,8 @@ def test_the_url_is_printed_with_the_cursor_settings_and_the_tunnel_stops_with_t
         assert (tmp_path / "tunnel" / "port").read_text() == str(relay.port)
         names = json.loads((tmp_path / "tunnel" / "env").read_text())
         assert "NGROK_AUTHTOKEN" in names
-        assert not [n for n in names if n.startswith(("RELAY_", "OPENAI_"))]
+        # No setting or key of the relay's; only the mark that finds its descendants.
+        assert [n for n in names if n.startswith(("RELAY_", "OPENAI_"))] == ["RELAY_TUNNEL_MARK"]
         grandchild = int((tmp_path / "tunnel" / "grandchild").read_text())
         code, stderr = relay.stop(signal.SIGTERM)
         assert code == 0
@@ -198,3 +202,55 @@ def test_an_unknown_placeholder_stops_startup_with_one_line(tmp_path: Path) -> N
         "relay: configuration error: RELAY_TUNNEL_CMD: unknown placeholder {prot}; only {port} "
         "(the relay's listening port) is substituted"
     ]
+
+
+def chat_seconds(relay: Relay, token: str, turns: int) -> list[float]:
+    """How long each of ``turns`` chat requests takes, one after another."""
+    took = []
+    with requests.Session() as session:
+        for turn in range(turns):
+            started = time.monotonic()
+            answer = session.post(
+                f"http://127.0.0.1:{relay.port}/v1/chat/completions",
+                json={"model": "gpt-5", "messages": [{"role": "user", "content": f"t{turn}"}]},
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=30,
+            )
+            took.append(time.monotonic() - started)
+            assert answer.status_code == 200
+    return took
+
+
+def test_a_flooding_tunnel_neither_slows_chat_nor_floods_the_log(tmp_path: Path) -> None:
+    """Like ``yes https://…``: chat latency during the flood, as a ratio to idle."""
+    with serving(tmp_path, "--style", "ngrok", "--flood") as relay:
+        relay.wait_for("    OpenAI API Key")
+        token = (tmp_path / "data" / "relay-token").read_text().strip()
+        chat_seconds(relay, token, 5)  # warm up
+        idle = statistics.median(chat_seconds(relay, token, 30))
+        pid = int((tmp_path / "tunnel" / "pid").read_text())
+        os.kill(pid, signal.SIGUSR2)
+        relay.wait_for("tunnel: python")  # ... keeps reporting new public URLs
+        flooded = statistics.median(chat_seconds(relay, token, 30))
+        print(f"\nchat latency: idle {idle * 1000:.1f} ms, flood {flooded * 1000:.1f} ms")
+        assert flooded < 5 * idle + 0.02, (idle, flooded)  # 100-250x before the fix
+        code, stderr = relay.stop(signal.SIGTERM)
+        assert code == 0
+    logged = [line for line in stderr.splitlines() if " tunnel_url url=" in line]
+    assert len(logged) == MAX_URLS  # the real one, then the first seven flood hosts
+    assert stderr.count("tunnel_urls_ignored") == 1
+
+
+def test_descendants_that_left_the_group_stop_with_the_relay(tmp_path: Path) -> None:
+    with serving(tmp_path, "--style", "ngrok", "--setsid-grandchild", "--daemon") as relay:
+        relay.wait_for("tunnel: public URL")
+        left = [int((tmp_path / "tunnel" / n).read_text()) for n in ("setsid-grandchild", "daemon")]
+        try:
+            assert all(running(pid) for pid in left)
+            code, _stderr = relay.stop(signal.SIGTERM)
+            assert code == 0
+            assert all(wait_gone(pid, 10) for pid in left)
+        finally:
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)

@@ -9,10 +9,17 @@ stdout, cloudflared's banner on stderr, or nothing), then waits:
   that quote that variable's value, the way ngrok quotes a bad authtoken), exit status
   ``--exit-code``.
 
+* SIGUSR2, with ``--flood``: it prints URL lines as fast as it can (like ``yes
+  https://…``; a thousand distinct hosts, over and over) until it is killed, which
+  SIGTERM then does at once.
+
 Into ``--state`` it writes ``pid``, ``port`` (the argument it was given), ``env`` (the
 names of its environment variables) and, with ``--grandchild``, ``grandchild``: the pid
-of a process it leaves running in its own process group. All are written before the URL
-is printed, so a test that has seen the URL may read them.
+of a process it leaves running in its own process group. With ``--setsid-grandchild``,
+``setsid-grandchild``: one that left the group (``setsid``) with an empty environment;
+with ``--daemon``, ``daemon``: one that left the group and whose parent (a helper the
+stand-in started) has exited, the way a daemonizing program leaves one. All are written
+before the URL is printed, so a test that has seen the URL may read them.
 """
 
 from __future__ import annotations
@@ -107,6 +114,42 @@ def death_lines(style: str, leaked: str | None) -> list[str]:
     ]
 
 
+SLEEPER = "import time\nwhile True: time.sleep(60)"
+# Started by the stand-in; starts a sleeper in a session of its own, says its pid, exits.
+DAEMONIZER = (
+    "import subprocess, sys\n"
+    "child = subprocess.Popen([sys.executable, '-c', sys.argv[1]], start_new_session=True,\n"
+    "    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+    "print(child.pid)\n"
+)
+FLOOD = "".join(f"https://flood-{i}.example.com\n" for i in range(1000)).encode()
+
+
+def leave_group(state: Path, *, daemon: bool) -> None:
+    if daemon:
+        helper = subprocess.run(
+            [sys.executable, "-c", DAEMONIZER, SLEEPER],
+            stdin=subprocess.DEVNULL, capture_output=True, check=True, text=True,
+        )  # fmt: skip
+        (state / "daemon").write_text(helper.stdout.strip())
+        return
+    child = subprocess.Popen(
+        [sys.executable, "-c", SLEEPER],
+        start_new_session=True,
+        env={},  # no mark: found by its ancestry
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    (state / "setsid-grandchild").write_text(str(child.pid))
+
+
+def flood() -> int:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # now it just kills
+    out = sys.stdout.buffer
+    while True:
+        out.write(FLOOD)
+        out.flush()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--style", choices=["ngrok", "ngrok-json", "cloudflared", "silent"])
@@ -115,6 +158,9 @@ def main() -> int:
     parser.add_argument("--state", type=Path, required=True)
     parser.add_argument("--ignore-sigterm", action="store_true")
     parser.add_argument("--grandchild", action="store_true")
+    parser.add_argument("--setsid-grandchild", action="store_true")
+    parser.add_argument("--daemon", action="store_true")
+    parser.add_argument("--flood", action="store_true")
     parser.add_argument("--leak-env")
     parser.add_argument("--exit-code", type=int, default=3)
     args = parser.parse_args()
@@ -131,9 +177,15 @@ def main() -> int:
             stderr=subprocess.DEVNULL,
         )
         (state / "grandchild").write_text(str(child.pid))
+    if args.setsid_grandchild:
+        leave_group(state, daemon=False)
+    if args.daemon:
+        leave_group(state, daemon=True)
     # Signals wait in sigwait below (no handler race); blocked only now, after the
     # grandchild started, since it would inherit the mask.
     awaited = {signal.SIGUSR1} if args.ignore_sigterm else {signal.SIGUSR1, signal.SIGTERM}
+    if args.flood:
+        awaited.add(signal.SIGUSR2)
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_BLOCK, awaited)
@@ -150,7 +202,10 @@ def main() -> int:
     for line in lines(args.port, url) if lines is not None else []:
         print(line, file=out, flush=True)
 
-    if signal.sigwait(awaited) == signal.SIGTERM:
+    received = signal.sigwait(awaited)
+    if received == signal.SIGUSR2:
+        return flood()
+    if received == signal.SIGTERM:
         print(f"{stamp()} INF received stop signal, shutting down", file=out, flush=True)
         return 0
     leaked = os.environ.get(args.leak_env) if args.leak_env else None

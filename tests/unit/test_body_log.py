@@ -271,6 +271,64 @@ def test_a_symlinked_directory_is_refused(tmp_path: Path) -> None:
         open_log(tmp_path)
 
 
+def test_dot_dot_after_a_symlink_is_refused_and_nothing_is_touched(tmp_path: Path) -> None:
+    """``<symlink>/..`` names the parent of the link's target, not of the link."""
+    target_parent = tmp_path / "victim"
+    (target_parent / "target").mkdir(parents=True)
+    target_parent.chmod(0o755)
+    (tmp_path / "link").symlink_to(target_parent / "target")
+    for path in (tmp_path / "link" / "..", tmp_path / "link" / "x" / ".." / ".."):
+        with pytest.raises(ConfigError, match=r"'\.\.' follows the symlink .*link"):
+            BodyLog.open(path, ManualClock())
+    assert stat.S_IMODE(target_parent.stat().st_mode) == 0o755
+    assert sorted(os.listdir(target_parent)) == ["target"]
+    assert not (tmp_path / "link" / "x").exists()
+
+
+@pytest.mark.parametrize(
+    ("relative", "lands_in"),
+    [
+        ("own-link/bodies", "real/bodies"),  # a symlink of this user's own is followed
+        ("real/sub/../bodies", "real/bodies"),  # a plain '..' is fine
+        ("own-link/sub/../bodies", "real/bodies"),  # '..' after a real directory
+        ("new/deeper/../bodies", "new/bodies"),  # not there yet: made
+    ],
+)
+def test_paths_without_a_crossing_dot_dot_are_used(
+    tmp_path: Path, relative: str, lands_in: str
+) -> None:
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "own-link").symlink_to(tmp_path / "real")
+    BodyLog.open(tmp_path / relative, ManualClock()).close()
+    made = tmp_path / lands_in
+    assert made.is_dir() and not made.is_symlink()
+    assert stat.S_IMODE(made.stat().st_mode) == 0o700
+
+
+def test_a_relative_path_is_checked_from_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="follows the symlink"):
+        BodyLog.open(Path("link/.."), ManualClock())
+    BodyLog.open(Path("link/bodies"), ManualClock()).close()
+    assert (tmp_path / "real" / "bodies").is_dir()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chown the symlink")
+def test_another_users_symlink_in_the_path_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "theirs").symlink_to(tmp_path / "real")
+    os.lchown(tmp_path / "theirs", 65534, 65534)
+    with pytest.raises(ConfigError, match=r"theirs is a symlink of uid 65534"):
+        BodyLog.open(tmp_path / "theirs" / "bodies", ManualClock())
+    assert not (tmp_path / "real" / "bodies").exists()
+    os.lchown(tmp_path / "theirs", 0, 0)  # root's own (like /var/run) is trusted
+    BodyLog.open(tmp_path / "theirs" / "bodies", ManualClock()).close()
+
+
 def test_a_file_in_place_of_the_directory_is_refused(tmp_path: Path) -> None:
     bodies_dir(tmp_path).parent.mkdir()
     bodies_dir(tmp_path).write_text("x")

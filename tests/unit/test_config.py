@@ -43,6 +43,7 @@ def test_base_url_follows_sdk_convention() -> None:
         ({"RELAY_TOKEN": "short"}, "RELAY_TOKEN: expected at least 16 characters"),
         ({"RELAY_MODEL_ALIASES": "[1]"}, "RELAY_MODEL_ALIASES: expected a JSON object"),
         ({"RELAY_MODEL_ALIASES": "{bad"}, "RELAY_MODEL_ALIASES: invalid JSON"),
+        ({"RELAY_MODEL_ALIASES": "[" * 5000}, "RELAY_MODEL_ALIASES: invalid JSON (nested too"),
         ({"RELAY_MODEL_ALIASES": '{"a": {"model": "m", "effort": "x"}}'}, "unknown key 'effort'"),
         (
             {"RELAY_MODEL_ALIASES": '{"a": {"model": "m", "reasoning_effort": "huge"}}'},

@@ -34,6 +34,7 @@ TABLE: list[tuple[type[RelayError], int, str, str | None]] = [
     (errors.StoreError, 503, "server_error", "cache_unavailable"),
     (errors.StoreLocked, 503, "server_error", "cache_unavailable"),
     (errors.StoreCorrupt, 503, "server_error", "cache_unavailable"),
+    (errors.NotACache, 503, "server_error", "cache_unavailable"),
     (errors.StoreFull, 503, "server_error", "cache_unavailable"),
     (errors.StoreIOError, 503, "server_error", "cache_unavailable"),
     (errors.StoreLatched, 503, "server_error", "cache_unavailable"),
@@ -107,7 +108,15 @@ def test_an_upstream_http_error_without_a_usable_error_names_the_status(
     assert (error.status, error.error_type, error.message) == (
         503, "upstream_error", "upstream answered HTTP 503",
     )  # fmt: skip
-    assert (error.code, error.param) == ("bad_gateway", None)  # UpstreamError's default
+    assert (error.code, error.param) == ("http_503", None)  # logged and counted so
+
+
+@pytest.mark.parametrize("code", [None, "", 7, ["x"]])
+def test_an_upstream_4xx_without_a_string_code_is_counted_by_its_status(code: object) -> None:
+    envelope = {"error": {"message": "no", "type": "invalid_request_error", "code": code}}
+    error = UpstreamHTTPError(429, envelope)
+    assert error.code == "http_429"
+    assert error.envelope() is envelope  # the client still gets the upstream's own words
 
 
 def test_a_reported_error_is_relayed_as_the_provider_wrote_it() -> None:

@@ -91,7 +91,7 @@ def test_with_a_key_the_banner_names_the_upstream_the_token_the_cache_and_provid
                 "provider deepseek: chat at https://api.deepseek.com/v1/chat/completions "
                 "(key from DEEPSEEK_KEY, strict true)",
                 "relay token: from RELAY_TOKEN",
-                f"reasoning cache: on ({cfg.cache_path})",
+                f"reasoning cache: on ({cfg.cache_path}); up to 10 cache sessions at once",
             ]
             assert not (tmp_path / "data" / "relay-token").exists()
             assert "sk-x" not in "\n".join(server.banner())

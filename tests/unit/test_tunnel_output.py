@@ -227,3 +227,31 @@ def test_an_overlong_line_is_cut_and_the_rest_dropped() -> None:
     assert split.feed(b"more of the same line\nnext\npart") == ["next"]
     assert split.close() == ["part"]
     assert LineSplitter().feed("caf\u00e9 \xff\n".encode("latin-1")) == ["caf\ufffd \ufffd"]
+
+
+@pytest.mark.parametrize(
+    ("line", "url"),
+    [
+        ("[" * 16_000, None),  # as long as a line gets, nested past the recursion limit
+        ("[" * 5_000 + "]" * 5_000, None),
+        # Not JSON the relay reads, so read as text, like any line that is not JSON.
+        ('{"url": ' * 2_000 + '"https://deep.example.com"' + "}" * 2_000,
+         "https://deep.example.com"),
+    ],
+)  # fmt: skip
+def test_a_deeply_nested_json_line_is_read_as_text_and_raises_nothing(
+    line: str, url: str | None
+) -> None:
+    assert public_url(line) == url
+    assert len(sanitize(line)) <= MAX_SHOWN_CHARS
+
+
+@given(
+    depth=st.integers(0, 6_000),
+    opener=st.sampled_from(["[", '{"a":', '{"url":[']),
+    tail=st.text(max_size=40),
+)
+def test_whatever_the_nesting_public_url_returns(depth: int, opener: str, tail: str) -> None:
+    line = opener * depth + tail
+    url = public_url(line)
+    assert url is None or public_origin(url) == url

@@ -170,9 +170,11 @@ def test_the_latch_writes_a_guard_and_blocks_reuse(tmp_path: Path) -> None:
     assert "dispatch intent failed with SQLITE_FULL" in message
     assert "free space on" in message and f"delete {db}.guard" in message
     assert "PRAGMA integrity_check" in message
-    guard_path(db).write_bytes(b"")  # an empty guard (written on a full disk) still latches
-    with pytest.raises(StoreLatched, match="reason unknown"):
-        refuse_if_latched(db)
+    # An empty guard (written on a full disk) or one holding anything else still latches.
+    for held in (b"", b"{}", b"[1]", b'{"what": 1}', b"[" * 5000, b"\xff"):
+        guard_path(db).write_bytes(held)
+        with pytest.raises(StoreLatched, match="reason unknown"):
+            refuse_if_latched(db)
 
 
 def test_the_store_bounds_its_wal_by_the_reserve(tmp_path: Path) -> None:

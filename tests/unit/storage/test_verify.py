@@ -14,7 +14,7 @@ import pytest
 from relay.cli import main
 from relay.clock import ManualClock
 from relay.core.capture import payload_digests
-from relay.errors import StoreCorrupt, StoreLocked
+from relay.errors import NotACache, StoreCorrupt, StoreLocked
 from relay.storage.replay_store import ReasoningStore
 from relay.storage.schema import migrate_to
 from relay.storage.verify import verify_store
@@ -243,14 +243,15 @@ def test_a_foreign_database_is_refused(tmp_path: Path) -> None:
     conn.execute("PRAGMA application_id = 7")
     conn.execute("CREATE TABLE t (x)")
     conn.close()
-    with pytest.raises(StoreCorrupt, match="another application"):
+    with pytest.raises(NotACache, match="another application"):
         verify_store(path)
     old = tmp_path / "v4.sqlite"
     conn = sqlite3.connect(old, isolation_level=None)
     migrate_to(conn, 4)
     conn.close()
-    with pytest.raises(StoreCorrupt, match="schema version 4"):
+    with pytest.raises(StoreCorrupt, match="schema version 4") as refused:
         verify_store(old)
+    assert not isinstance(refused.value, NotACache)  # a relay cache, only an old one
 
 
 def test_a_latched_or_blocked_store_is_still_verified_with_a_note(
