@@ -36,8 +36,9 @@ from relay.pipeline.actions import (
     Stop,
 )
 from relay.pipeline.base import Pipeline
-from relay.providers import Provider
+from relay.providers import BUILTIN, Provider
 from relay.transport.upstream import ClientGone, Dialect
+from relay.upstream_health import exchange_outcome
 
 
 class PipelineShell:
@@ -192,9 +193,21 @@ class PipelineShell:
             )
         try:
             await handler.run_exchange(exchange)
+        except RelayError as err:
+            self._evidence(err)
+            raise
+        else:
+            self._evidence(None)
         finally:
             if not answered:  # an error answer, a timeout: its latency still counts
                 metrics.observe_upstream(self.provider.name, clock.monotonic() - sent_at)
+
+    def _evidence(self, error: RelayError | None) -> None:
+        """The built-in upstream's reachability, for /readyz (relay.upstream_health)."""
+        outcome = exchange_outcome(error)
+        if outcome is not None and self.provider.name == BUILTIN:
+            runtime = self.handler.runtime
+            runtime.upstream_health.record(*outcome, runtime.clock.monotonic())
 
     def _first_byte(self) -> None:
         handler = self.handler
