@@ -4,8 +4,8 @@ It trusts nothing that answers on the path: the socket's directory must be this 
 and closed to others (as the server requires), the peer must run as this user (its
 kernel credentials: ``SO_PEERCRED`` on Linux, ``LOCAL_PEERCRED`` on macOS/BSD), every
 answer must arrive within the deadline as a JSON object on one line, and every string in
-it is made printable (:func:`printable`) before anything shows it: a peer cannot move the
-terminal's cursor, recolour it or forge lines.
+it is made printable (:func:`scrub`, by the commands) before anything shows it: a peer
+cannot move the terminal's cursor, recolour it or forge lines.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def check_directory(path: Path) -> None:
     except OSError as exc:
         raise AdminUnavailable(f"cannot check {directory}: {exc.strerror or exc}") from None
     me = os.geteuid()
-    if me not in (info.st_uid, 0):
+    if info.st_uid != me:  # root too: a socket another user planted must not answer root
         raise AdminUnavailable(
             f"{directory} belongs to uid {info.st_uid}, not to this user: not asking a "
             "socket someone else controls"
@@ -119,11 +119,10 @@ def request(
     *,
     on_progress: Callable[[dict[str, Any]], None] | None = None,
     timeout_s: float = TIMEOUT_S,
-    keep_newlines: bool = False,
     clock: Clock | None = None,
 ) -> dict[str, Any]:
-    """Send ``command``; the final answer (``{"ok": ...}``), its strings made printable
-    (``keep_newlines``: but for their line breaks, for a multi-line text).
+    """Send ``command``; the final answer (``{"ok": ...}``), a JSON object as sent: show
+    nothing of it without :func:`scrub`.
     Progress lines go to ``on_progress`` (each one renews the deadline). Raises
     :class:`AdminUnavailable` with one line."""
     clock = clock or SystemClock()
@@ -145,7 +144,7 @@ def request(
         except OSError as exc:
             raise AdminUnavailable(f"cannot connect to {path}: {exc.strerror or exc}") from None
         uid = peer_uid(sock)
-        if uid is not None and uid != os.geteuid() and os.geteuid() != 0:
+        if uid is not None and uid != os.geteuid():
             raise AdminUnavailable(
                 f"{path} is served by uid {uid}, not by this user: not trusting its answer"
             )
@@ -155,10 +154,9 @@ def request(
             message = _decode(lines.next(), path)
             if "progress" in message and "ok" not in message:
                 if on_progress is not None and isinstance(message["progress"], dict):
-                    on_progress(scrub(message["progress"]))
+                    on_progress(message["progress"])
                 continue
-            answer: dict[str, Any] = scrub(message, keep_newlines=keep_newlines)
-            return answer
+            return message
     except OSError as exc:
         raise AdminUnavailable(f"{path}: {exc.strerror or exc}") from None
     finally:

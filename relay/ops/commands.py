@@ -15,7 +15,14 @@ from typing import Any, TextIO
 from relay.config import admin_socket_of, data_dir_of
 from relay.env_file import add_env_file_option, layered
 from relay.errors import ConfigError
-from relay.ops.admin_client import SNAPSHOT_TIMEOUT_S, TIMEOUT_S, AdminUnavailable, request
+from relay.ops.admin_client import (
+    SNAPSHOT_TIMEOUT_S,
+    TIMEOUT_S,
+    AdminUnavailable,
+    printable,
+    request,
+    scrub,
+)
 from relay.ops.status_view import render
 
 
@@ -71,14 +78,23 @@ def _socket(args: argparse.Namespace, prog: str) -> Path | None:
 
 
 def _ask(
-    path: Path, prog: str, command: str, timeout: float | None, **kwargs: Any
+    path: Path,
+    prog: str,
+    command: str,
+    timeout: float | None,
+    *,
+    keep_newlines: bool = False,
+    **kwargs: Any,
 ) -> dict[str, Any] | None:
+    """The relay's answer with every string made printable (``keep_newlines``: for the
+    metrics text); ``None`` after one line on stderr."""
     default = SNAPSHOT_TIMEOUT_S if command == "snapshot" else TIMEOUT_S
     try:
-        answer = request(path, command, timeout_s=timeout or default, **kwargs)
+        raw = request(path, command, timeout_s=timeout or default, **kwargs)
     except AdminUnavailable as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
+        print(f"{prog}: {printable(str(exc))}", file=sys.stderr)
         return None
+    answer: dict[str, Any] = scrub(raw, keep_newlines=keep_newlines)
     if answer.get("ok") is not True:
         error = answer.get("error")
         error = error if isinstance(error, dict) else {}
@@ -100,8 +116,9 @@ def run_admin(args: argparse.Namespace) -> int:
         return 1
     if args.action == "snapshot":
 
-        def progress(p: dict[str, Any]) -> None:
-            print(f"copied {p['copiedPages']}/{p['totalPages']} pages", file=sys.stderr)
+        def progress(raw: dict[str, Any]) -> None:
+            p = scrub(raw)
+            print(f"copied {p.get('copiedPages')}/{p.get('totalPages')} pages", file=sys.stderr)
 
         answer = _ask(path, prog, "snapshot", args.timeout, on_progress=progress)
         if answer is None:

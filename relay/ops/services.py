@@ -39,6 +39,7 @@ class Operations:
         if listeners.metrics is not None:
             self.metrics_http = MetricsListener(self._runtime.metrics)
             self.metrics_http.adopt(listeners.metrics)
+            self.service.metrics_url = self.metrics_url
         self._note = listeners.admin_note
 
     @property
