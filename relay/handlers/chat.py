@@ -7,6 +7,8 @@ pipeline asks it to call, and feeds each outcome back.
 
 from __future__ import annotations
 
+from relay.core import replay_header as replay
+from relay.core.replay_header import HEADER
 from relay.handlers.chat_provider import relay_chat_provider
 from relay.handlers.relaying import RelayingHandler
 from relay.handlers.shell import PipelineShell
@@ -32,9 +34,16 @@ class ChatCompletionsHandler(RelayingHandler):
         request = translate_request(
             body, target, reasoning_summaries=config.reasoning_summaries_as_content
         )
+        skipped: list[str] = []
         session = runtime.cache.begin(
-            request, body, self.request_id, upstream=runtime.cache_identity(provider)
+            request,
+            body,
+            self.request_id,
+            upstream=runtime.cache_identity(provider),
+            on_skip=skipped.append,
         )
+        if session is None:  # a session sets it once planned (PipelineShell)
+            self.set_header(HEADER, replay.none(skipped[0]) if skipped else replay.OFF)
         pipeline = ChatPipeline(
             request,
             request_id=self.request_id,

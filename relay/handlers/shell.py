@@ -11,6 +11,8 @@ from typing import Any
 
 from relay import log
 from relay.cache.session import CacheSession
+from relay.core import replay_header as replay
+from relay.core.replay_header import HEADER
 from relay.crashpoints import crash_point
 from relay.errors import RelayError
 from relay.handlers.relaying import RelayingHandler
@@ -115,7 +117,9 @@ class PipelineShell:
             log.event(action.event, **action.fields)
         elif isinstance(action, Dispatch):
             # Planned and recorded synchronously; the send follows with no await between.
-            return pipeline.dispatched(self._cache().dispatch())
+            body = self._cache().dispatch()
+            handler.set_header(HEADER, replay.for_plan(self._cache().plan))
+            return pipeline.dispatched(body)
         elif isinstance(action, SendUpstream):
             await self._send(action)
             return pipeline.upstream_done()
@@ -126,6 +130,8 @@ class PipelineShell:
             refusal = self._cache().refused(action.error)
             if refusal is None:
                 return pipeline.refusal(None, action.error)
+            if refusal.resend is not None:  # before any byte of the answer: headers still open
+                handler.set_header(HEADER, replay.none(replay.REPLAY_REJECTED))
             return pipeline.refusal(refusal.resend, refusal.error)
         elif isinstance(action, Respond):
             crash_point("before_terminal_frame")
