@@ -19,6 +19,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from relay.config import load_config
 from relay.errors import ListenError, StoreError, StoreLocked
 from relay.offline import load_offline_upstream
+from relay.routes import ROUTES
 from relay.server import RelayServer, serve_forever
 
 TOKEN = "rr-test-token-0123456789"
@@ -254,24 +255,28 @@ def test_serve_forever_prints_the_banner_and_stops_when_told(
     run(test)
 
 
-ROUTES = ["/v1/chat/completions", "/chat/completions", "/v1/responses", "/responses",
-          "/v1/models", "/api/cache/reasoning", "/healthz"]  # fmt: skip
-
-
 def test_each_route_reaches_its_handler_and_anything_else_is_no_route(tmp_path: Path) -> None:
+    """Every path of relay.routes' table is served (none answers "no route"); the 404 lists
+    them all, from the same table."""
+
     async def test() -> None:
         server = RelayServer(config(tmp_path, OPENAI_API_KEY="sk-x", RELAY_TOKEN=TOKEN,
                                    OPENAI_BASE_URL="http://127.0.0.1:9/v1"))  # fmt: skip
         port = await server.start()
         auth = {"Authorization": f"Bearer {TOKEN}"}
         try:
-            for path in ROUTES:
+            for route in ROUTES:
+                path = route.path.replace("{id}", "gpt-5")
                 code, body = await get(f"http://127.0.0.1:{port}{path}", **auth)
                 message = (body or {}).get("error", {}).get("message", "")
                 assert not message.startswith("no route"), (path, code, body)
             code, body = await get(f"http://127.0.0.1:{port}/v2/chat/completions", **auth)
             assert code == 404
-            assert body["error"]["message"].startswith("no route GET /v2/chat/completions")
+            assert body["error"]["message"] == (
+                "no route GET /v2/chat/completions; the relay serves POST /v1/chat/completions, "
+                "POST /chat/completions, POST /v1/responses, POST /responses, GET /v1/models, "
+                "GET /v1/models/{id}, GET/DELETE /api/cache/reasoning, GET /healthz, GET /readyz"
+            )
         finally:
             await server.stop()
 
