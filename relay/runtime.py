@@ -44,6 +44,7 @@ class Runtime:
     body_log: BodyLog | None = None  # LOG_BODIES=1
     tunnel: Tunnel | None = None  # RELAY_TUNNEL_CMD's program, once started
     upstream_health: UpstreamHealth = field(default_factory=UpstreamHealth)  # for /readyz
+    dropped_params: set[str] = field(default_factory=set)  # logged once each per process
 
     @property
     def upstream_limits(self) -> UpstreamLimits:
