@@ -128,9 +128,9 @@ def layered(
     for key, value in environ.items():
         env[key] = value
         origins.pop(key, None)
-    for dest, value in (flags or {}).items():
-        if value is not None:
+    for dest, given in (flags or {}).items():
+        if given is not None:
             flag, variable = FLAG_VARIABLES[dest]
-            env[variable] = value
+            env[variable] = given
             origins[variable] = flag
     return Settings(env, origins)

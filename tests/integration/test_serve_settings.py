@@ -148,7 +148,7 @@ def test_status_finds_the_relay_from_the_data_dir_with_no_variable(tmp_path: Pat
         rows = dict(line.split(None, 1) for line in here.stdout.splitlines())
         assert rows["upstream"] == "offline fake"
         assert rows["metrics"] == metrics_url
-        elsewhere = run_relay("status", "--data-dir", str(tmp_path / "data"), env=env, cwd="/")
+        elsewhere = run_relay("status", "--data-dir", str(tmp_path / "data"), env=env, cwd=Path("/"))
         assert elsewhere.returncode == 0, elsewhere.stderr
         found = dict(line.split(None, 1) for line in elsewhere.stdout.splitlines())
         assert (found["upstream"], found["metrics"]) == ("offline fake", metrics_url)

@@ -11,7 +11,7 @@ import socket
 import stat
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
@@ -187,7 +187,7 @@ def test_a_port_in_use_stops_startup_before_anything_is_written(
             taken.listen()
             port = taken.getsockname()[1]
             cfg = config(tmp_path, REASONING_CACHE_ENABLED="1", **{setting: str(port)})
-            server = RelayServer(cfg, offline=lambda **kw: started.append(kw))
+            server = RelayServer(cfg, offline=cast(Any, lambda **kw: started.append(kw)))
             with pytest.raises(ListenError) as err:
                 await server.start()
         assert str(err.value) == f"127.0.0.1:{port} is in use ({setting})"
