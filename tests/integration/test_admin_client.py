@@ -150,7 +150,7 @@ def test_escapes_from_the_server_are_never_printed_raw(
 def test_a_directory_others_can_write_is_not_trusted(
     private: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    shared = private / "shared"
+    shared = private / "open"
     shared.mkdir()
     shared.chmod(0o777)
     sock = shared / "admin.sock"
