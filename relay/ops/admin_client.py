@@ -15,6 +15,7 @@ import os
 import socket
 import stat
 import struct
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
@@ -25,7 +26,8 @@ TIMEOUT_S: Final = 10.0  # connect and each answer; ``--timeout`` changes it
 SNAPSHOT_TIMEOUT_S: Final = 300.0  # between a snapshot's lines (its VACUUM and fsync included)
 MAX_LINE_BYTES: Final = 64 * 1024 * 1024
 _PEERCRED_LINUX: Final = "3i"  # struct ucred: pid, uid, gid
-_XUCRED_HEAD: Final = "Ii"  # struct xucred: cr_version, cr_uid, ...
+_XUCRED_HEAD: Final = "II"  # struct xucred: cr_version, cr_uid, ...
+_BSDS: Final = ("darwin", "freebsd")
 _SOL_LOCAL: Final = 0  # macOS/BSD: the level of LOCAL_PEERCRED
 
 
@@ -106,7 +108,9 @@ def peer_uid(sock: socket.socket) -> int | None:
         size = struct.calcsize(_PEERCRED_LINUX)
         raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, size)
         return int(struct.unpack(_PEERCRED_LINUX, raw)[1])
-    option = getattr(socket, "LOCAL_PEERCRED", None)  # macOS, FreeBSD
+    # macOS and FreeBSD: getpeereid(3) reads LOCAL_PEERCRED (1 on both; older Pythons
+    # do not name it).
+    option = getattr(socket, "LOCAL_PEERCRED", 1 if sys.platform.startswith(_BSDS) else None)
     if option is not None:
         raw = sock.getsockopt(_SOL_LOCAL, option, 256)
         return int(struct.unpack_from(_XUCRED_HEAD, raw)[1])

@@ -5,16 +5,20 @@ nothing the server sends reaches the terminal unescaped (relay.ops.admin_client)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import socket
+import struct
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -53,7 +57,8 @@ def fake_server(path: Path, answer: bytes | None) -> Iterator[list[bytes]]:
             held.append(conn)
             received.append(conn.makefile("rb").readline())
             if answer is not None:
-                conn.sendall(answer)
+                with contextlib.suppress(OSError):  # a client that refused us hung up
+                    conn.sendall(answer)
                 conn.close()
 
     thread = threading.Thread(target=serve, daemon=True)
@@ -227,3 +232,26 @@ def test_a_real_peer_of_another_user_is_not_trusted(
             bound.close()
     assert code == 1 and out == ""
     assert f"is served by uid {NOBODY}, not by this user" in one_line(err)
+
+
+class XucredSocket:
+    """A socket as macOS shows it: no SO_PEERCRED, the peer in a ``struct xucred``."""
+
+    def __init__(self, uid: int) -> None:
+        self.uid = uid
+        self.asked: list[tuple[int, int, int]] = []
+
+    def getsockopt(self, level: int, option: int, size: int) -> bytes:
+        self.asked.append((level, option, size))
+        return struct.pack("II", 0, self.uid) + bytes(size - 8)  # cr_version, cr_uid, ...
+
+
+def test_the_peer_uid_on_macos(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(socket, "SO_PEERCRED", raising=False)
+    monkeypatch.delattr(socket, "LOCAL_PEERCRED", raising=False)
+    monkeypatch.setattr(sys, "platform", "darwin")
+    fake = XucredSocket(501)
+    assert admin_client.peer_uid(cast(socket.socket, fake)) == 501
+    assert fake.asked == [(0, 1, 256)]  # SOL_LOCAL, LOCAL_PEERCRED
+    monkeypatch.setattr(sys, "platform", "sunos5")  # no way to ask: the directory check alone
+    assert admin_client.peer_uid(cast(socket.socket, fake)) is None
