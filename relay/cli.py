@@ -48,7 +48,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         asyncio.run(run())
     except ConfigError as exc:
-        print(f"relay: configuration error: {exc}", file=sys.stderr)
+        print(f"relay: configuration error: {settings.explain(exc)}", file=sys.stderr)
         return 2
     except StoreError as exc:
         print(f"relay: cannot open the reasoning cache: {exc}", file=sys.stderr)
@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="relay",
         description="Chat Completions relay for the OpenAI Responses API with encrypted "
-        "reasoning replay. Configuration comes from the environment (see README).",
+        "reasoning replay. Configuration comes from the environment (see README); relay "
+        "serve also takes --data-dir/--host/--port and --env-file.",
     )
     parser.add_argument("--version", action="version", version=f"relay {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)

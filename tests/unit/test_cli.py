@@ -90,3 +90,16 @@ def test_a_bad_env_file_line_is_one_line_naming_file_and_line(
         f"relay: configuration error: {path}:2: RELAY_LOG_LEVEL='loud': expected debug, info, "
         "warning or error"
     ]
+
+
+def test_a_data_dir_flag_that_cannot_be_used_is_named_as_the_flag(
+    env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    taken = tmp_path / "a-file"
+    taken.write_text("not a directory")
+    env.setenv("OPENAI_API_KEY", "sk-test")
+    assert main(["serve", "--port", "0", "--data-dir", str(taken)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"relay: configuration error: the data directory {taken} (--data-dir, RELAY_DATA_DIR) "
+        "exists and is not a directory; remove it or choose another"
+    ]
