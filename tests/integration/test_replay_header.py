@@ -81,3 +81,10 @@ def test_off_and_a_chat_provider(tmp_path: Path, stream: bool) -> None:
         assert chat(stack, messages, stream=stream, model="ds/deepseek-chat")[0] == (
             "none; reason=chat_provider"
         )
+
+
+def test_no_session_to_spare_says_capacity_bypass(tmp_path: Path) -> None:
+    env = {**CACHE_ON, "REASONING_CACHE_MAX_CONCURRENT": "0"}
+    with running_stack(tmp_path / "data", env) as stack:
+        header, _ = chat(stack, [{"role": "user", "content": "hi"}], stream=False)
+        assert header == "none; reason=capacity_bypass"

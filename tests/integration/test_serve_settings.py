@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import socket
+import subprocess
 from pathlib import Path
 
 from tests.support.log_leaks import observe_process
@@ -20,10 +21,7 @@ def without_data_dir(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def stop(proc: object) -> None:
-    import subprocess
-
-    assert isinstance(proc, subprocess.Popen)
+def stop(proc: subprocess.Popen[str]) -> None:
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(10) == 0
 
@@ -148,7 +146,9 @@ def test_status_finds_the_relay_from_the_data_dir_with_no_variable(tmp_path: Pat
         rows = dict(line.split(None, 1) for line in here.stdout.splitlines())
         assert rows["upstream"] == "offline fake"
         assert rows["metrics"] == metrics_url
-        elsewhere = run_relay("status", "--data-dir", str(tmp_path / "data"), env=env, cwd=Path("/"))
+        elsewhere = run_relay(
+            "status", "--data-dir", str(tmp_path / "data"), env=env, cwd=Path("/")
+        )
         assert elsewhere.returncode == 0, elsewhere.stderr
         found = dict(line.split(None, 1) for line in elsewhere.stdout.splitlines())
         assert (found["upstream"], found["metrics"]) == ("offline fake", metrics_url)

@@ -17,7 +17,7 @@ import pytest
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from relay.config import load_config
-from relay.errors import ListenError, StoreError, StoreLocked
+from relay.errors import ConfigError, ListenError, StoreError, StoreLocked
 from relay.offline import load_offline_upstream
 from relay.routes import ROUTES
 from relay.server import RelayServer, serve_forever
@@ -279,5 +279,31 @@ def test_each_route_reaches_its_handler_and_anything_else_is_no_route(tmp_path: 
             )
         finally:
             await server.stop()
+
+    run(test)
+
+
+def test_a_data_dir_too_long_for_the_default_socket_starts_without_it(tmp_path: Path) -> None:
+    data = tmp_path / ("d" * 100)
+
+    async def test() -> None:
+        server = RelayServer(load_config({"RELAY_PORT": "0", "RELAY_DATA_DIR": str(data),
+                                          "OPENAI_API_KEY": "sk-x", "RELAY_TOKEN": TOKEN}))  # fmt: skip
+        await server.start()
+        try:
+            sock = data / "run" / "admin.sock"
+            assert server.ops is not None and server.ops.admin is None
+            assert (
+                f"admin socket: off ({sock} is longer than a Unix socket path may be; set "
+                "RELAY_ADMIN_SOCKET to a shorter path)"
+            ) in server.banner()
+        finally:
+            await server.stop()
+        # Named explicitly, the same path is a configuration error.
+        explicit = load_config({"RELAY_PORT": "0", "RELAY_DATA_DIR": str(data),
+                                "OPENAI_API_KEY": "sk-x", "RELAY_TOKEN": TOKEN,
+                                "RELAY_ADMIN_SOCKET": str(data / "run" / "a.sock")})  # fmt: skip
+        with pytest.raises(ConfigError, match="longer than a Unix socket path may be"):
+            await RelayServer(explicit).start()
 
     run(test)
