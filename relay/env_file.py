@@ -44,9 +44,9 @@ class Settings:
     def explain(self, err: ConfigError) -> str:
         """``err``'s line, naming the flag or the file line its variable came from."""
         message = str(err)
-        for variable, origin in self.origins.items():  # "... (RELAY_DATA_DIR) ..." inside
-            if origin.startswith("--") and f"({variable})" in message:
-                return message.replace(f"({variable})", f"({origin}, {variable})")
+        for variable, source in self.origins.items():  # "... (RELAY_DATA_DIR) ..." inside
+            if source.startswith("--") and f"({variable})" in message:
+                return message.replace(f"({variable})", f"({source}, {variable})")
         name = _KEY.match(message)
         origin = self.origins.get(name.group(0)) if name else None
         if name is None or origin is None:
