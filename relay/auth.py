@@ -71,6 +71,13 @@ def ensure_private_dir(path: Path) -> None:
 
 def load_or_create_token(data_dir: Path) -> tuple[str, Path]:
     """Return the stored token, creating it (0600, in a 0700 directory) on first start."""
+    token, path, _created = open_token(data_dir)
+    return token, path
+
+
+def open_token(data_dir: Path) -> tuple[str, Path, bool]:
+    """The stored token, its file, and whether this call generated it (the banner says
+    so: a new token where one was expected means another data directory)."""
     ensure_private_dir(data_dir)
     path = data_dir / TOKEN_FILE
     try:
@@ -85,13 +92,13 @@ def load_or_create_token(data_dir: Path) -> tuple[str, Path]:
                 f"{path}: the stored relay token is too short; delete the file to generate a "
                 "new one or set RELAY_TOKEN"
             ) from None
-        return token, path
+        return token, path, False
     token = "rr-" + secrets.token_urlsafe(32)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(token + "\n")
         handle.flush()
         os.fsync(handle.fileno())
-    return token, path
+    return token, path, True
 
 
 def load_or_create_secret(path: Path, *, what: str) -> bytes:

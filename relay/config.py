@@ -62,12 +62,15 @@ class Config:
     log_level: str = "info"
     tunnel_command: TunnelCommand | None = None  # RELAY_TUNNEL_CMD (relay.tunnel)
     # Operating (relay.ops): the admin socket, its inspection snapshots, /metrics on loopback.
-    admin_socket: Path | None = None  # RELAY_ADMIN_SOCKET: off unless set
+    # RELAY_ADMIN_SOCKET: <data_dir>/run/admin.sock unless set ("off": None). A Config built
+    # directly (tests) has none.
+    admin_socket: Path | None = None
     admin_snapshot_dir: Path = Path("~/.openai-relay-inspection")  # RELAY_ADMIN_SNAPSHOT_DIR
     metrics_port: int | None = None  # RELAY_METRICS_PORT: off unless set (0: any free port)
     log_format: str = "text"  # RELAY_LOG_FORMAT: text or json (relay.log)
     log_bodies: bool = False  # LOG_BODIES: request/response bodies on disk (relay.body_log)
     log_bodies_dir: Path | None = None  # None: <data_dir>/bodies
+    drop_unsupported_params: bool = False  # RELAY_DROP_UNSUPPORTED_PARAMS (relay.translate)
 
     @property
     def responses_url(self) -> str:
@@ -80,6 +83,10 @@ class Config:
     @property
     def bodies_dir(self) -> Path:
         return self.log_bodies_dir or self.data_dir / "bodies"
+
+    @property
+    def default_admin_socket(self) -> Path:
+        return default_admin_socket(self.data_dir)
 
     @property
     def cache_budget(self) -> CacheBudget:
@@ -112,6 +119,35 @@ def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0) -
 def _path(env: Mapping[str, str], name: str) -> Path | None:
     raw = env.get(name, "").strip()
     return Path(raw) if raw else None
+
+
+def _absolute(env: Mapping[str, str], name: str) -> Path | None:
+    raw = env.get(name, "").strip()
+    return absolute_path(raw) if raw else None
+
+
+def absolute_path(raw: str) -> Path:
+    """``~`` expanded and made absolute against the current directory, once, at startup:
+    a relative RELAY_DATA_DIR must not mean another place after a ``cd``."""
+    return Path(os.path.expanduser(raw)).absolute()  # ".." left to the OS: symlinks differ
+
+
+def data_dir_of(env: Mapping[str, str]) -> Path:
+    """RELAY_DATA_DIR (default ``./data``), absolute."""
+    return absolute_path(env.get("RELAY_DATA_DIR", "").strip() or "data")
+
+
+def default_admin_socket(data_dir: Path) -> Path:
+    return data_dir / "run" / "admin.sock"
+
+
+def admin_socket_of(env: Mapping[str, str], data_dir: Path) -> Path | None:
+    """RELAY_ADMIN_SOCKET: a path (absolute), ``off`` (``None``), or unset: the default in
+    the data directory, so ``relay status`` finds it from the data directory alone."""
+    raw = env.get("RELAY_ADMIN_SOCKET", "").strip()
+    if raw.lower() == "off":
+        return None
+    return absolute_path(raw) if raw else default_admin_socket(data_dir)
 
 
 def _optional_port(env: Mapping[str, str], name: str) -> int | None:
@@ -241,18 +277,19 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
     if log_format not in ("text", "json"):
         raise ConfigError(f"RELAY_LOG_FORMAT={log_format!r}: expected text or json")
     providers = parse_provider_config(env)
+    data_dir = data_dir_of(env)
     config = Config(
         host=host,
         port=_int(env, "RELAY_PORT", 8787, minimum=0),
         relay_token=token,
         admin_token=admin,
-        data_dir=Path(env.get("RELAY_DATA_DIR", "").strip() or "data"),
+        data_dir=data_dir,
         openai_api_key=key,
         openai_base_url=_base_url(env),
         model_aliases=parse_model_aliases(env.get("RELAY_MODEL_ALIASES"), providers),
         providers=providers,
         reasoning_cache_enabled=_bool(env, "REASONING_CACHE_ENABLED", False),
-        reasoning_cache_path=_path(env, "REASONING_CACHE_PATH"),
+        reasoning_cache_path=_absolute(env, "REASONING_CACHE_PATH"),
         reasoning_cache_retention_days=_int(env, "REASONING_CACHE_RETENTION_DAYS", 30, minimum=30),
         reasoning_cache_cleanup_interval_ms=_int(
             env, "REASONING_CACHE_CLEANUP_INTERVAL_MS", 3_600_000, minimum=100
@@ -292,13 +329,14 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
         sse_keepalive_ms=_int(env, "RELAY_SSE_KEEPALIVE_MS", 15_000, minimum=0),
         log_level=log_level,
         tunnel_command=parse_tunnel_command(env.get("RELAY_TUNNEL_CMD"), env.get("PATH")),
-        admin_socket=_path(env, "RELAY_ADMIN_SOCKET"),
+        admin_socket=admin_socket_of(env, data_dir),
         admin_snapshot_dir=_path(env, "RELAY_ADMIN_SNAPSHOT_DIR")
         or Path("~/.openai-relay-inspection"),
         metrics_port=_optional_port(env, "RELAY_METRICS_PORT"),
         log_format=log_format,
         log_bodies=_bool(env, "LOG_BODIES", False),
         log_bodies_dir=_path(env, "RELAY_LOG_BODIES_DIR"),
+        drop_unsupported_params=_bool(env, "RELAY_DROP_UNSUPPORTED_PARAMS", False),
     )
     if config.reasoning_cache_enabled:
         try:
@@ -307,4 +345,9 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
             raise ConfigError(str(err)) from None
     if config.port > 65535:
         raise ConfigError(f"RELAY_PORT={config.port}: expected a TCP port from 0 to 65535")
+    if config.metrics_port and config.metrics_port == config.port:
+        raise ConfigError(
+            f"RELAY_METRICS_PORT={config.metrics_port}: the same port as RELAY_PORT; "
+            "choose another (or 0: any free port)"
+        )
     return config

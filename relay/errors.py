@@ -228,3 +228,8 @@ class ConfigError(Exception):
 
     Not a :class:`RelayError`: it stops startup and never reaches a client.
     """
+
+
+class ListenError(OSError):
+    """A listener could not be opened (a port in use, an address this host lacks); the
+    message names the address and the setting. Raised before the store is touched."""

@@ -9,7 +9,7 @@ fetch, its cache and its fallback live in :mod:`relay.upstream_models`.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -60,18 +60,35 @@ def parse_upstream_models(body: bytes) -> tuple[UpstreamModel, ...]:
     return tuple(models.values())
 
 
-def models_page(aliases: Iterable[str], upstream: Iterable[UpstreamModel]) -> dict[str, Any]:
+def models_page(
+    aliases: Iterable[str],
+    upstream: Iterable[UpstreamModel],
+    providers: Mapping[str, Iterable[UpstreamModel]] | None = None,
+) -> dict[str, Any]:
     """The ``GET /v1/models`` answer: the aliases (sorted), then the upstream's models
     (sorted) except those an alias of the same name hides (the alias is what a request
-    with that name gets)."""
+    with that name gets), then each configured provider's models as ``<provider>/<id>``
+    (the name that routes to them, relay.routing), by provider."""
     names = sorted(set(aliases))
     data = [_entry(name, 0, ALIAS_OWNER) for name in names]
     hidden = set(names)
-    for model in sorted(upstream, key=lambda m: m.id):
-        if model.id not in hidden:
-            hidden.add(model.id)
-            data.append(_entry(model.id, model.created, model.owned_by))
+    listed = [(m.id, m) for m in sorted(upstream, key=lambda m: m.id)]
+    for name in sorted(providers or {}):
+        assert providers is not None
+        listed += [(f"{name}/{m.id}", m) for m in sorted(providers[name], key=lambda m: m.id)]
+    for model_id, model in listed:
+        if model_id not in hidden:
+            hidden.add(model_id)
+            data.append(_entry(model_id, model.created, model.owned_by))
     return {"object": "list", "data": data}
+
+
+def find_model(page: Mapping[str, Any], model_id: str) -> dict[str, Any] | None:
+    """``GET /v1/models/{id}``: the page's entry of that id."""
+    for entry in page["data"]:
+        if entry["id"] == model_id:
+            return dict(entry)
+    return None
 
 
 def _entry(model_id: str, created: int, owned_by: str) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
 
@@ -18,6 +19,10 @@ from relay.ops.metrics import RelayMetrics
 from relay.providers import BUILTIN, Provider
 from relay.strict.strict_cache import StrictCache
 from relay.transport.upstream import UpstreamExchange, UpstreamLimits
+from relay.upstream_health import UpstreamHealth
+
+if TYPE_CHECKING:
+    from relay.tunnel import Tunnel
 
 
 @dataclass
@@ -37,6 +42,9 @@ class Runtime:
     sessions: set[CacheSession] = field(default_factory=set)
     metrics: RelayMetrics = field(default_factory=RelayMetrics)  # relay.ops: this relay's own
     body_log: BodyLog | None = None  # LOG_BODIES=1
+    tunnel: Tunnel | None = None  # RELAY_TUNNEL_CMD's program, once started
+    upstream_health: UpstreamHealth = field(default_factory=UpstreamHealth)  # for /readyz
+    dropped_params: set[str] = field(default_factory=set)  # logged once each per process
 
     @property
     def upstream_limits(self) -> UpstreamLimits:

@@ -6,15 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from tornado.netutil import bind_sockets
-from tornado.web import Application
+from tornado.web import Application, RequestHandler
 
 from relay import log
-from relay.auth import ensure_private_dir, load_or_create_secret, load_or_create_token
+from relay.auth import ensure_private_dir, load_or_create_secret, open_token
 from relay.body_log import BodyLog
 from relay.cache.replay_cache import EMBEDDED_FAKE_ORIGIN, ReplayCache
 from relay.cache.retention import RetentionCleanup, WatchedClock
@@ -24,16 +22,19 @@ from relay.handlers.base import HealthHandler, NotFoundHandler
 from relay.handlers.cache_api import CacheApiHandler
 from relay.handlers.chat import ChatCompletionsHandler
 from relay.handlers.models import ModelsHandler
+from relay.handlers.ready import ReadyHandler, UpstreamProbe
 from relay.handlers.responses import ResponsesHandler
+from relay.listeners import bind_listeners
 from relay.offline import OfflineUpstream, OfflineUpstreamFactory, load_offline_upstream
 from relay.ops.services import Operations
 from relay.providers import BUILTIN, Provider
+from relay.routes import ROUTES
 from relay.runtime import Runtime
 from relay.strict.strict_cache import StrictCache
 from relay.transport.http_server import RelayHTTPServer
 from relay.transport.upstream import ClientGone, make_http_client
 from relay.tunnel import Tunnel
-from relay.upstream_models import UpstreamModels
+from relay.upstream_models import ModelCatalog
 
 EMBEDDED_FAKE_KEY = "sk-embedded-offline-fake"
 OFFLINE_KEY_FILE = "offline-fake.key"  # the embedded fake's sealing key, in the data dir
@@ -41,16 +42,17 @@ OFFLINE_KEY_FILE = "offline-fake.key"  # the embedded fake's sealing key, in the
 
 def make_app(runtime: Runtime) -> Application:
     args: dict[str, Any] = {"runtime": runtime}
+    models = {**args, "models": ModelCatalog(runtime)}
+    handlers: dict[str, tuple[type[RequestHandler], dict[str, Any]]] = {
+        "chat_completions": (ChatCompletionsHandler, args),
+        "responses": (ResponsesHandler, args),
+        "models": (ModelsHandler, models),
+        "cache_api": (CacheApiHandler, args),
+        "healthz": (HealthHandler, args),
+        "readyz": (ReadyHandler, {**args, "probe": UpstreamProbe(runtime)}),
+    }
     return Application(
-        [
-            (r"/v1/chat/completions", ChatCompletionsHandler, args),
-            (r"/chat/completions", ChatCompletionsHandler, args),
-            (r"/v1/responses", ResponsesHandler, args),
-            (r"/responses", ResponsesHandler, args),
-            (r"/v1/models", ModelsHandler, {**args, "models": UpstreamModels.for_runtime(runtime)}),
-            (r"/api/cache/reasoning", CacheApiHandler, args),
-            (r"/healthz", HealthHandler, args),
-        ],
+        [(route.pattern, *handlers[route.label]) for route in ROUTES],
         default_handler_class=NotFoundHandler,
         default_handler_args=args,
         compress_response=False,
@@ -64,6 +66,7 @@ class RelayServer:
     runtime: Runtime | None = None
     port: int | None = None
     token_path: str | None = None
+    token_created: bool = False  # the token file was written by this start
     # What to serve from without OPENAI_API_KEY (the command line passes the installed
     # one, relay.offline); the running one is ``fake``.
     offline: OfflineUpstreamFactory | None = None
@@ -73,14 +76,17 @@ class RelayServer:
     ops: Operations | None = None  # admin socket, /metrics (relay.ops)
 
     async def start(self) -> int:
-        """Start everything and bind; a failure anywhere (a locked store, a port in use)
-        releases what was already started -- the store's lock first of all, so that the
-        next attempt can own it -- and raises."""
+        """Bind every listener, then start everything else; a failure anywhere (a port in
+        use, a locked store) releases what was already started -- the store's lock first
+        of all, so that the next attempt can own it -- and raises. Listeners come first:
+        a port in use stops startup before the store is opened or the token written."""
         config = self.config
         # Private whether or not it holds the token: the cache lives there too.
         ensure_private_dir(config.data_dir)
         async with contextlib.AsyncExitStack() as undo:
             undo.callback(self._forget_start)  # runs last: after a failure, nothing is held
+            listeners = bind_listeners(config)
+            undo.callback(listeners.close)
             # Before the cache: a refused body directory must not leave the store locked.
             body_log = BodyLog.open(config.bodies_dir, self.clock) if config.log_bodies else None
             if body_log is not None:
@@ -88,7 +94,7 @@ class RelayServer:
             if config.relay_token is not None:
                 token = config.relay_token
             else:
-                token, path = load_or_create_token(config.data_dir)
+                token, path, self.token_created = open_token(config.data_dir)
                 self.token_path = str(path)
             if config.uses_embedded_fake:
                 factory = self.offline or load_offline_upstream()
@@ -168,11 +174,10 @@ class RelayServer:
             )
             ops = self.ops = Operations(self.runtime, offline_fake=self.fake is not None)
             undo.push_async_callback(ops.stop)  # also after a start that failed half-way
-            ops.start()
-            sockets = bind_sockets(config.port, config.host, family=socket.AF_UNSPEC)
+            ops.start(listeners)
             undo.pop_all()  # started: stop() releases it all from here on
-        self._http.add_sockets(sockets)
-        self.port = sockets[0].getsockname()[1]
+        self._http.add_sockets(listeners.relay)
+        self.port = listeners.port
         strict.start_cleanup()
         if self.runtime.retention is not None:
             self.runtime.retention.start()
@@ -181,6 +186,7 @@ class RelayServer:
     def _forget_start(self) -> None:
         self.runtime = self.fake = self.ops = self._http = None
         self.token_path = None
+        self.token_created = False
 
     async def start_tunnel(self) -> None:
         """Start ``RELAY_TUNNEL_CMD``'s program, if set, once the banner is out (what it
@@ -195,6 +201,7 @@ class RelayServer:
             token_path=self.token_path,
             upstream_key=self.runtime.upstream_api_key,
         )
+        self.runtime.tunnel = self.tunnel  # for status and /readyz
         await self.tunnel.start()
 
     def banner(self) -> list[str]:
@@ -214,10 +221,19 @@ class RelayServer:
                 f"provider {provider.name}: {provider.kind} at {provider.url} "
                 f"(key from {provider.api_key_env}, strict {provider.strict_setting})"
             )
-        if self.token_path is not None:
-            lines.append(f"relay token: stored in {self.token_path} (send it as a Bearer token)")
+        lines.append(f"data directory: {self.config.data_dir}")
+        if self.token_path is None:
+            lines.append("relay token: RELAY_TOKEN from the environment")
+        elif self.token_created:
+            lines.append(
+                f"relay token: generated a new relay token in {self.token_path} "
+                "(send it as a Bearer token)"
+            )
         else:
-            lines.append("relay token: from RELAY_TOKEN")
+            lines.append(
+                f"relay token: using the relay token in {self.token_path} "
+                "(send it as a Bearer token)"
+            )
         if self.runtime.cache.enabled:
             budget = self.config.cache_budget
             lines.append(

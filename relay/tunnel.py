@@ -184,6 +184,14 @@ class Tunnel:
             ],
         )
 
+    @property
+    def state(self) -> str:
+        """For status and /readyz: ``starting`` (no public URL yet), ``up``, ``exited``
+        (it died or could not start; not restarted) or ``stopped`` (with the relay)."""
+        if self.exited.is_set():
+            return "stopped" if self._stopping else "exited"
+        return "up" if self.url is not None else "starting"
+
     async def start(self) -> bool:
         """Start the program; ``False`` (after saying why) if it could not be started."""
         loop = asyncio.get_running_loop()

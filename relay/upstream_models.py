@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Final
+from typing import Any, Final
 
 from tornado.httpclient import HTTPClientError
 from tornado.iostream import StreamClosedError
@@ -24,7 +24,13 @@ from tornado.simple_httpclient import HTTPTimeoutError, SimpleAsyncHTTPClient
 
 from relay import log
 from relay.clock import Clock
-from relay.model_list import MalformedModelList, UpstreamModel, parse_upstream_models
+from relay.model_list import (
+    MalformedModelList,
+    UpstreamModel,
+    models_page,
+    parse_upstream_models,
+)
+from relay.providers import BUILTIN, Provider
 from relay.runtime import Runtime
 from relay.transport.deadline import Deadline
 from relay.transport.upstream import (  # abortable, as a model call's request
@@ -131,7 +137,12 @@ class UpstreamModels:
     @classmethod
     def for_runtime(cls, runtime: Runtime) -> UpstreamModels:
         """The built-in upstream's list, asked as a model call is (URL, key, client)."""
-        provider = runtime.builtin_provider
+        return cls.for_provider(runtime, runtime.builtin_provider)
+
+    @classmethod
+    def for_provider(cls, runtime: Runtime, provider: Provider) -> UpstreamModels:
+        """``GET {base_url}/models`` of one provider, with its key (OpenAI-compatible
+        providers answer it; one that cannot is listed with no models)."""
         url = provider.base_url + "/models"
         headers = runtime.headers_for(provider, json_answer=True)
         del headers["Content-Type"]  # a GET has no body
@@ -146,6 +157,10 @@ class UpstreamModels:
             )
 
         return cls(fetch, runtime.clock, origin=origin_of(url))
+
+    async def fetch_now(self) -> tuple[UpstreamModel, ...]:
+        """One fetch, uncached; raises :class:`ModelsUnavailable` (the /readyz probe)."""
+        return await self._fetch()
 
     async def current(self) -> tuple[UpstreamModel, ...]:
         """The upstream's models; ``()`` while it cannot say. Never raises."""
@@ -182,3 +197,24 @@ class UpstreamModels:
             fields |= {"reason": "error", "kind": type(exc).__name__}
         fields |= {"upstream": self._origin, "fallback": "aliases", "retry_s": self._retry_s}
         log.event("models_upstream_unavailable", level=logging.WARNING, **fields)
+
+
+class ModelCatalog:
+    """Every listed model: the aliases, the built-in upstream's, each provider's."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._aliases = runtime.config.model_aliases
+        self._builtin = UpstreamModels.for_runtime(runtime)
+        self._providers = {
+            name: UpstreamModels.for_provider(runtime, provider)
+            for name, provider in runtime.providers.items()
+            if name != BUILTIN
+        }
+
+    async def page(self) -> dict[str, Any]:
+        """The ``GET /v1/models`` answer; the lists are fetched concurrently. Never raises."""
+        names = list(self._providers)
+        builtin, *listed = await asyncio.gather(
+            self._builtin.current(), *(self._providers[n].current() for n in names)
+        )
+        return models_page(self._aliases, builtin, dict(zip(names, listed, strict=True)))

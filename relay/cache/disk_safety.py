@@ -123,6 +123,15 @@ class DiskSafety:
             self.refused_payloads += 1
         return refused
 
+    def pressure(self) -> Admission | None:
+        """Whether a small payload would be refused now (for ``/readyz``): like
+        :meth:`refuse_payload` but moving no counter and allocating no reserve."""
+        try:
+            used = self._store.used_bytes()
+        except StoreError:
+            return Admission.LOW_FREE_SPACE
+        return refuse_payload(self.guard.state(used), 1, disk_bytes=self._disk_bytes, wal=self._wal)
+
     def checkpoint(self) -> None:
         """Best effort (after cleanup, at shutdown): a failed checkpoint loses nothing."""
         try:

@@ -231,11 +231,13 @@ class ReplayCache:
         request_id: str,
         *,
         upstream: UpstreamIdentity | None = None,
+        on_skip: Callable[[str], None] | None = None,
     ) -> CacheSession | None:
         """A session for an eligible request, or ``None`` (ordinary translation, the
-        caller's own ``store``/``include`` untouched). ``upstream``: another Responses
-        provider (default: the built-in one); its scopes are its own. Raises
-        ``StoreError`` (503) when a required safety marker cannot be written."""
+        caller's own ``store``/``include`` untouched; ``on_skip`` hears the reason code).
+        ``upstream``: another Responses provider (default: the built-in one); its scopes
+        are its own. Raises ``StoreError`` (503) when a required safety marker cannot be
+        written."""
         upstream = upstream or self._upstream
         model = request.upstream_body.get("model")
         reasoning = isinstance(model, str) and is_reasoning_model(model)
@@ -246,11 +248,11 @@ class ReplayCache:
         assert self.store is not None
         self.metrics.requests += 1
         if not isinstance(model, str) or not reasoning:
-            self._skip(request_id, "not_a_reasoning_model")
+            self._skip(request_id, "not_a_reasoning_model", on_skip)
             return None
         visible = _visible_history(request, body)
         if visible is None:
-            self._skip(request_id, Reason.UNDERIVABLE_HISTORY.value)
+            self._skip(request_id, Reason.UNDERIVABLE_HISTORY.value, on_skip)
             self.fence(model, request.caller, request_id, upstream=upstream)
             return None
         messages, spans = visible
@@ -273,13 +275,15 @@ class ReplayCache:
         except CanonicalRefused:
             # Deterministic: the same scoped history always gets this answer, and no
             # longer history can fit either. No intent, no marker.
-            self._skip(request_id, Reason.CANONICAL_LIMIT.value)
+            self._skip(request_id, Reason.CANONICAL_LIMIT.value, on_skip)
             return None
         if self.safety is not None:
             self.safety.check()  # latched: a cached request would need a safety record
         lease = self.capacity.try_acquire(history.bytes_used)
         if lease is None:
             self._bypass(scope, history, request_id)
+            if on_skip is not None:
+                on_skip(Reason.CAPACITY_BYPASS.value)
             return None
         return CacheSession(
             self._context,
@@ -330,7 +334,11 @@ class ReplayCache:
             return body()
         return self.safety.write(what, body, request_id=request_id)
 
-    def _skip(self, request_id: str, reason: str) -> None:
+    def _skip(
+        self, request_id: str, reason: str, on_skip: Callable[[str], None] | None = None
+    ) -> None:
+        if on_skip is not None:
+            on_skip(reason)
         self.metrics.skipped[reason] += 1
         log.event("cache_skipped", request_id=request_id, reason=reason)
 

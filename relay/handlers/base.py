@@ -19,6 +19,7 @@ from relay.errors import (
     Unauthorized,
 )
 from relay.ops.hooks import request_finished
+from relay.routes import served
 from relay.runtime import Runtime
 
 
@@ -152,6 +153,5 @@ class NotFoundHandler(BaseHandler):
 
     def prepare(self) -> None:
         raise NotFound(
-            f"no route {self.request.method} {self.request.path}; the relay serves "
-            "POST /v1/chat/completions, GET /v1/models and GET /healthz"
+            f"no route {self.request.method} {self.request.path}; the relay serves {served()}"
         )

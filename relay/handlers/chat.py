@@ -7,14 +7,22 @@ pipeline asks it to call, and feeds each outcome back.
 
 from __future__ import annotations
 
+from typing import Any, Final
+
+from relay import log
+from relay.core import replay_header as replay
+from relay.core.replay_header import HEADER
 from relay.handlers.chat_provider import relay_chat_provider
 from relay.handlers.relaying import RelayingHandler
 from relay.handlers.shell import PipelineShell
 from relay.pipeline.chat import ChatPipeline
 from relay.routing import resolve_model
 from relay.translate.chat_sse import KEEPALIVE
+from relay.translate.chat_to_responses import droppable_in
 from relay.translate.request import translate_request
 from relay.transport.upstream import Dialect
+
+DROPPED_HEADER: Final = "X-Relay-Dropped-Params"
 
 
 class ChatCompletionsHandler(RelayingHandler):
@@ -29,12 +37,21 @@ class ChatCompletionsHandler(RelayingHandler):
         if provider.kind == "chat":
             await relay_chat_provider(self, body, target, provider)
             return
+        if config.drop_unsupported_params and "messages" in body:
+            body = self._drop_unsupported(body)
         request = translate_request(
             body, target, reasoning_summaries=config.reasoning_summaries_as_content
         )
+        skipped: list[str] = []
         session = runtime.cache.begin(
-            request, body, self.request_id, upstream=runtime.cache_identity(provider)
+            request,
+            body,
+            self.request_id,
+            upstream=runtime.cache_identity(provider),
+            on_skip=skipped.append,
         )
+        if session is None:  # a session sets it once planned (PipelineShell)
+            self.set_header(HEADER, replay.none(skipped[0]) if skipped else replay.OFF)
         pipeline = ChatPipeline(
             request,
             request_id=self.request_id,
@@ -60,3 +77,17 @@ class ChatCompletionsHandler(RelayingHandler):
             if session is not None:
                 session.abort("unfinished")  # a no-op once delivered or aborted
                 runtime.sessions.discard(session)
+
+    def _drop_unsupported(self, body: dict[str, Any]) -> dict[str, Any]:
+        """RELAY_DROP_UNSUPPORTED_PARAMS=1: ``body`` without what the Responses API cannot
+        take; the answer says which (``X-Relay-Dropped-Params``), the log names each
+        parameter the first time this process drops it."""
+        dropped = droppable_in(body)
+        if not dropped:
+            return body
+        self.set_header(DROPPED_HEADER, ",".join(dropped))
+        for name in dropped:
+            if name not in self.runtime.dropped_params:
+                self.runtime.dropped_params.add(name)
+                log.event("param_dropped", param=name, setting="RELAY_DROP_UNSUPPORTED_PARAMS")
+        return {key: value for key, value in body.items() if key not in dropped}

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from relay import log
+from relay.core import replay_header as replay
+from relay.core.replay_header import HEADER
 from relay.errors import InvalidRequest
 from relay.handlers.relaying import RelayingHandler
 from relay.handlers.shell import PipelineShell
@@ -58,6 +60,7 @@ async def relay_chat_provider(
             param="messages",
         )
     stream, _ = stream_flags(body)
+    handler.set_header(HEADER, replay.none(replay.CHAT_PROVIDER))
     caller = body.get("user")
     if caller is not None and not isinstance(caller, str):
         raise InvalidRequest("'user' must be a string", param="user")

@@ -1,28 +1,42 @@
-"""``GET /v1/models``: the relay's aliases, then the upstream's own models.
+"""``GET /v1/models`` and ``GET /v1/models/{id}``: the relay's aliases, then the upstream's
+own models, then each configured provider's as ``<provider>/<model>``.
 
-OpenAI's list shape (``{"object": "list", "data": [...]}``), so SDKs and Cursor can show
-which names work. The upstream part comes from :class:`~relay.upstream_models.UpstreamModels`
-(cached, one fetch shared by concurrent requests, never an error): while the upstream
-cannot say, the aliases alone are listed and the answer is still 200.
+OpenAI's shapes (``{"object": "list", "data": [...]}``, one ``model`` object), so SDKs and
+Cursor can show which names work and ``models.retrieve`` works. The lists come from
+:class:`~relay.upstream_models.ModelCatalog` (cached, one fetch shared by concurrent
+requests, never an error): while an upstream cannot say, what is known is listed and the
+answer is still 200; an id not listed is 404 in the OpenAI error envelope.
 """
 
 from __future__ import annotations
 
 import json
 
+from relay.errors import NotFound
 from relay.handlers.base import BaseHandler
-from relay.model_list import models_page
+from relay.model_list import find_model
 from relay.runtime import Runtime
-from relay.upstream_models import UpstreamModels
+from relay.upstream_models import ModelCatalog
 
 
 class ModelsHandler(BaseHandler):
     def initialize(  # type: ignore[override]  # Tornado passes the route's arguments
-        self, runtime: Runtime, models: UpstreamModels
+        self, runtime: Runtime, models: ModelCatalog
     ) -> None:
         super().initialize(runtime)
         self.models = models
 
-    async def get(self) -> None:
-        upstream = await self.models.current()
-        self.finish(json.dumps(models_page(self.runtime.config.model_aliases, upstream)))
+    async def get(self, model_id: str | None = None) -> None:
+        page = await self.models.page()
+        if model_id is None:
+            self.finish(json.dumps(page))
+            return
+        entry = find_model(page, model_id)
+        if entry is None:
+            raise NotFound(
+                f"the model {model_id!r} is not listed: GET /v1/models lists the names this "
+                "relay knows (its aliases, the upstream's models, <provider>/<model>)",
+                param="model",
+                code="model_not_found",
+            )
+        self.finish(json.dumps(entry))

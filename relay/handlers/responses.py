@@ -10,6 +10,8 @@ unique. If the fence cannot be written the call is refused with 503, never forwa
 
 from __future__ import annotations
 
+from relay.core import replay_header as replay
+from relay.core.replay_header import HEADER
 from relay.errors import InvalidRequest
 from relay.handlers.relaying import RelayingHandler
 from relay.handlers.shell import PipelineShell
@@ -42,6 +44,7 @@ class ResponsesHandler(RelayingHandler):
         runtime.cache.fence(
             target.model, caller, self.request_id, upstream=runtime.cache_identity(provider)
         )
+        self.set_header(HEADER, replay.none(replay.PASSTHROUGH))  # the cache only fences it
         pipeline = ResponsesPassthrough(
             {**body, "model": target.model}, request_id=self.request_id, stream=bool(stream)
         )

@@ -11,6 +11,8 @@ from typing import Any
 
 from relay import log
 from relay.cache.session import CacheSession
+from relay.core import replay_header as replay
+from relay.core.replay_header import HEADER
 from relay.crashpoints import crash_point
 from relay.errors import RelayError
 from relay.handlers.relaying import RelayingHandler
@@ -36,8 +38,9 @@ from relay.pipeline.actions import (
     Stop,
 )
 from relay.pipeline.base import Pipeline
-from relay.providers import Provider
+from relay.providers import BUILTIN, Provider
 from relay.transport.upstream import ClientGone, Dialect
+from relay.upstream_health import exchange_outcome
 
 
 class PipelineShell:
@@ -114,7 +117,9 @@ class PipelineShell:
             log.event(action.event, **action.fields)
         elif isinstance(action, Dispatch):
             # Planned and recorded synchronously; the send follows with no await between.
-            return pipeline.dispatched(self._cache().dispatch())
+            body = self._cache().dispatch()
+            handler.set_header(HEADER, replay.for_plan(self._cache().plan))
+            return pipeline.dispatched(body)
         elif isinstance(action, SendUpstream):
             await self._send(action)
             return pipeline.upstream_done()
@@ -125,6 +130,8 @@ class PipelineShell:
             refusal = self._cache().refused(action.error)
             if refusal is None:
                 return pipeline.refusal(None, action.error)
+            if refusal.resend is not None:  # before any byte of the answer: headers still open
+                handler.set_header(HEADER, replay.none(replay.REPLAY_REJECTED))
             return pipeline.refusal(refusal.resend, refusal.error)
         elif isinstance(action, Respond):
             crash_point("before_terminal_frame")
@@ -192,9 +199,21 @@ class PipelineShell:
             )
         try:
             await handler.run_exchange(exchange)
+        except RelayError as err:
+            self._evidence(err)
+            raise
+        else:
+            self._evidence(None)
         finally:
             if not answered:  # an error answer, a timeout: its latency still counts
                 metrics.observe_upstream(self.provider.name, clock.monotonic() - sent_at)
+
+    def _evidence(self, error: RelayError | None) -> None:
+        """The built-in upstream's reachability, for /readyz (relay.upstream_health)."""
+        outcome = exchange_outcome(error)
+        if outcome is not None and self.provider.name == BUILTIN:
+            runtime = self.handler.runtime
+            runtime.upstream_health.record(*outcome, runtime.clock.monotonic())
 
     def _first_byte(self) -> None:
         handler = self.handler

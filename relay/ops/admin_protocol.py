@@ -47,6 +47,7 @@ class AdminService:
         self.sampler = sampler
         self.snapshots = snapshots
         self.offline_fake = offline_fake
+        self.metrics_url: str | None = None  # set once /metrics listens (relay.ops.services)
 
     def parse(self, line: bytes) -> str | dict[str, Any]:
         """The command of a request line, or the refusal to send back."""
@@ -77,7 +78,11 @@ class AdminService:
             return command
         if command == "status":
             return status_document(
-                self.runtime, self.sampler, self.snapshots, offline_fake=self.offline_fake
+                self.runtime,
+                self.sampler,
+                self.snapshots,
+                offline_fake=self.offline_fake,
+                metrics_url=self.metrics_url,
             )
         if command == "metrics":
             return {"ok": True, "text": self.runtime.metrics.render().decode()}

@@ -1,4 +1,5 @@
-"""``RELAY_ADMIN_SOCKET``: the private Unix-domain listener (spec §11).
+"""``RELAY_ADMIN_SOCKET`` (default ``<data dir>/run/admin.sock``, bound early by
+relay.listeners): the private Unix-domain listener (spec §11).
 
 Separate from the HTTP server, so nothing that reaches the relay's port (a tunnel, a LAN
 client) can reach it. Access is the filesystem's: the socket's directory must be owned by
@@ -18,7 +19,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from tornado.iostream import IOStream, StreamClosedError
-from tornado.netutil import bind_unix_socket
 from tornado.tcpserver import TCPServer
 
 from relay import log
@@ -79,9 +79,8 @@ class AdminSocket(TCPServer):
         self.path: Path | None = None
         self._clients: set[IOStream] = set()
 
-    def listen_at(self, path: Path) -> None:
-        path = private_socket_path(path)
-        sock = bind_unix_socket(str(path), mode=0o600)
+    def adopt(self, sock: socket.socket, path: Path) -> None:
+        """Serve on a socket bound by relay.listeners (before the store was opened)."""
         self.add_socket(sock)
         self.path = path
 

@@ -3,7 +3,7 @@
 A :class:`RelayMetrics` belongs to one relay (``Runtime.metrics``): tests run several relays
 in one process, so nothing goes to prometheus_client's global registry. The request shell
 feeds it (relay.handlers.base/shell); what the caches already count is read when the
-registry is collected (relay.ops.collector). Labels are bounded: routes from a fixed table,
+registry is collected (relay.ops.collector). Labels are bounded: routes from relay.routes' table,
 outcomes from :func:`relay.ops.window.bounded_code`, configured provider names.
 """
 
@@ -14,17 +14,8 @@ from typing import Final
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from relay.ops.window import CounterHistory, ErrorTally
+from relay.routes import label_of
 
-# Paths the relay serves -> route labels; anything else (404s, probes) is "other".
-ROUTES: Final = {
-    "/v1/chat/completions": "chat_completions",
-    "/chat/completions": "chat_completions",
-    "/v1/responses": "responses",
-    "/responses": "responses",
-    "/v1/models": "models",
-    "/api/cache/reasoning": "cache_api",
-    "/healthz": "healthz",
-}
 # From a local fake's milliseconds to a slow model's first token.
 LATENCY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 OK: Final = "ok"
@@ -32,7 +23,8 @@ CLIENT_GONE: Final = "client_gone"
 
 
 def route_of(path: str) -> str:
-    return ROUTES.get(path, "other")
+    """The route label of a path (relay.routes' table; anything else is "other")."""
+    return label_of(path)
 
 
 class RelayMetrics:

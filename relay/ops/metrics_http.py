@@ -6,8 +6,9 @@ processes can reach loopback. Anything but ``GET /metrics`` is a 404.
 
 from __future__ import annotations
 
+import socket
+
 from tornado.httpserver import HTTPServer
-from tornado.netutil import bind_sockets
 from tornado.web import Application, RequestHandler
 
 from relay.ops.metrics import RelayMetrics
@@ -31,8 +32,8 @@ class MetricsListener:
         self._server = HTTPServer(app, xheaders=False)
         self.port: int | None = None
 
-    def listen(self, port: int) -> int:
-        sockets = bind_sockets(port, "127.0.0.1")
+    def adopt(self, sockets: list[socket.socket]) -> int:
+        """Serve on sockets bound on loopback by relay.listeners."""
         self._server.add_sockets(sockets)
         self.port = int(sockets[0].getsockname()[1])
         return self.port

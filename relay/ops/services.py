@@ -12,6 +12,7 @@ from relay.ops.snapshot import Snapshotter
 from relay.ops.store_sample import StoreSampler
 
 if TYPE_CHECKING:
+    from relay.listeners import Listeners
     from relay.runtime import Runtime
 
 
@@ -27,24 +28,32 @@ class Operations:
         )
         self.admin: AdminSocket | None = None
         self.metrics_http: MetricsListener | None = None
+        self._note: str | None = None  # why the default admin socket is off
         self._runtime = runtime
 
-    def start(self) -> None:
-        """Open the listeners that are configured (raises ConfigError/OSError)."""
-        config = self._runtime.config
-        if config.admin_socket is not None:
+    def start(self, listeners: Listeners) -> None:
+        """Serve on the listeners bound at startup (relay.listeners)."""
+        if listeners.admin is not None and listeners.admin_path is not None:
             self.admin = AdminSocket(self.service)
-            self.admin.listen_at(config.admin_socket)
-        if config.metrics_port is not None:
+            self.admin.adopt(listeners.admin, listeners.admin_path)
+        if listeners.metrics is not None:
             self.metrics_http = MetricsListener(self._runtime.metrics)
-            self.metrics_http.listen(config.metrics_port)
+            self.metrics_http.adopt(listeners.metrics)
+            self.service.metrics_url = self.metrics_url
+        self._note = listeners.admin_note
+
+    @property
+    def metrics_url(self) -> str | None:
+        if self.metrics_http is None:
+            return None
+        return f"http://127.0.0.1:{self.metrics_http.port}/metrics"
 
     def banner(self) -> list[str]:
-        lines = []
+        lines = [] if self._note is None else [self._note]
         if self.admin is not None and self.admin.path is not None:
             lines.append(f"admin socket: {self.admin.path} (relay status, relay admin ...)")
         if self.metrics_http is not None:
-            lines.append(f"metrics: http://127.0.0.1:{self.metrics_http.port}/metrics")
+            lines.append(f"metrics: {self.metrics_url}")
         return lines
 
     async def stop(self) -> None:

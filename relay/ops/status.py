@@ -28,8 +28,23 @@ def cache_state(runtime: Runtime) -> str:
     return "off (store kept)" if runtime.cache.store is not None else "off"
 
 
+def tunnel_status(runtime: Runtime) -> dict[str, Any] | None:
+    """RELAY_TUNNEL_CMD's program: its state and public URL (``None``: no tunnel)."""
+    if runtime.config.tunnel_command is None:
+        return None
+    tunnel = runtime.tunnel
+    if tunnel is None:
+        return {"state": "starting", "url": None, "program": runtime.config.tunnel_command.program}
+    return {"state": tunnel.state, "url": tunnel.url, "program": tunnel.command.program}
+
+
 def status_document(
-    runtime: Runtime, sampler: StoreSampler, snapshots: Snapshotter, *, offline_fake: bool
+    runtime: Runtime,
+    sampler: StoreSampler,
+    snapshots: Snapshotter,
+    *,
+    offline_fake: bool,
+    metrics_url: str | None = None,
 ) -> dict[str, Any]:
     clock, metrics, cache = runtime.clock, runtime.metrics, runtime.cache
     now = clock.monotonic()
@@ -65,6 +80,8 @@ def status_document(
             "upstream": "offline fake" if offline_fake else origin_of(runtime.upstream_url),
             "cache": cache_state(runtime),
             "shuttingDown": runtime.shutting_down,
+            "tunnel": tunnel_status(runtime),
+            "metricsUrl": metrics_url,
         },
         "requests": metrics.request_counts(),
         "replay": {

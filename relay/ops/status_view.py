@@ -57,6 +57,13 @@ def render(doc: dict[str, Any], *, colour: bool) -> str:
     rows: list[tuple[str, str]] = []
     rows.append(("uptime", f"{duration(relay['uptimeSeconds'])} (relay {relay['version']})"))
     rows.append(("upstream", relay["upstream"]))
+    tunnel = relay.get("tunnel")
+    if tunnel:
+        paint_as = (
+            GREEN if tunnel["state"] == "up" else YELLOW if tunnel["state"] == "starting" else RED
+        )
+        where = f" {tunnel['url']}" if tunnel.get("url") else ""
+        rows.append(("tunnel", paint(paint_as, f"{tunnel['state']}{where} ({tunnel['program']})")))
     state = relay["cache"]
     rows.append(("cache", paint(GREEN if state == "on" else YELLOW, state)))
     hour = replay["lastHour"]
@@ -71,6 +78,9 @@ def render(doc: dict[str, Any], *, colour: bool) -> str:
     rows.append(("sessions", f"{cache['activeSessions']} active of {cache['sessionLimit']}, "
                  f"{cache['bypasses']} bypassed"
                  + (paint(YELLOW, limited) if limited else "")))  # fmt: skip
+    for provider, counts in (doc.get("strict") or {}).items():
+        rows.append(("strict", f"{provider}: {counts['restored']} restored, "
+                     f"{counts['missed']} missed, {counts['stripped']} stripped"))  # fmt: skip
     latest = doc["errors"]["latest"]
     if latest:
         text = ", ".join(f"{e['code']} x{e['count']} (last {clock_time(e['lastAt'])})"
@@ -85,6 +95,8 @@ def render(doc: dict[str, Any], *, colour: bool) -> str:
         rows.append(("snapshot", f"copying {p['copiedPages']}/{p['totalPages']} pages"))
     elif snapshot["last"]:
         rows.append(("snapshot", f"last: {snapshot['last']['path']}"))
+    if relay.get("metricsUrl"):
+        rows.append(("metrics", relay["metricsUrl"]))
     width = max(len(label) for label, _ in rows)
     return "\n".join(f"{paint(DIM, label.ljust(width))}  {value}" for label, value in rows)
 

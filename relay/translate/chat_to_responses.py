@@ -86,6 +86,25 @@ NEUTRAL_ONLY: dict[str, tuple[Callable[[Any], bool], str]] = {
     "web_search_options": (lambda v: False, "web search is not relayed; remove the options"),
 }
 
+# What RELAY_DROP_UNSUPPORTED_PARAMS=1 drops instead of refusing: output and sampling
+# controls a generic client sends by habit. Dropping one changes details of the answer,
+# never what the model is given (legacy functions, audio, web search stay refused).
+DROPPABLE = frozenset({"n", "stop", "seed", "prediction", "logit_bias", "presence_penalty",
+                       "frequency_penalty", "logprobs", "top_logprobs"})  # fmt: skip
+DROP_HINT = " (or start the relay with RELAY_DROP_UNSUPPORTED_PARAMS=1 to drop it)"
+
+
+def droppable_in(body: Mapping[str, Any]) -> tuple[str, ...]:
+    """The parameters of ``body`` the relay would refuse and may drop (sorted)."""
+    return tuple(
+        sorted(
+            key
+            for key in DROPPABLE
+            if body.get(key) is not None and not NEUTRAL_ONLY[key][0](body[key])
+        )
+    )
+
+
 # Forwarded unchanged when given: key → (type check, what the client must send).
 PASSTHROUGH: dict[str, tuple[Callable[[Any], bool], str]] = {
     "parallel_tool_calls": (lambda v: isinstance(v, bool), "true or false"),
@@ -243,7 +262,8 @@ def _check_known_key(key: str, value: Any) -> None:
     if key in NEUTRAL_ONLY:
         neutral, advice = NEUTRAL_ONLY[key]
         if value is not None and not neutral(value):
-            raise UnsupportedParameter(f"'{key}' is not supported: {advice}", param=key)
+            hint = DROP_HINT if key in DROPPABLE else ""
+            raise UnsupportedParameter(f"'{key}' is not supported: {advice}{hint}", param=key)
         return
     raise UnsupportedParameter(
         f"unknown parameter '{key}': the relay forwards only Chat Completions parameters it "

@@ -149,8 +149,17 @@ def test_the_socket_is_private_and_nothing_of_it_is_on_http(tmp_path: Path) -> N
     assert not sock.exists()  # removed at shutdown
 
 
-def test_off_unless_set(tmp_path: Path) -> None:
+def test_on_by_default_in_the_data_dir_and_off_when_told(tmp_path: Path) -> None:
     with running_stack(tmp_path / "data") as stack:
+        assert stack.relay.ops is not None and stack.relay.ops.admin is not None
+        sock = tmp_path / "data" / "run" / "admin.sock"
+        assert stack.relay.ops.admin.path == sock
+        assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o700
+        assert stat.S_IMODE(sock.lstat().st_mode) == 0o600
+        assert request(sock, "status")["ok"]
+        assert stack.relay.ops.metrics_http is None  # /metrics stays off unless set
+    assert not sock.exists()
+    with running_stack(tmp_path / "data", {"RELAY_ADMIN_SOCKET": "off"}) as stack:
         assert stack.relay.ops is not None
         assert stack.relay.ops.admin is None and stack.relay.ops.metrics_http is None
         assert not any(line.startswith(("admin", "metrics")) for line in stack.relay.banner())

@@ -11,24 +11,23 @@ from pathlib import Path
 import requests
 
 from tests.support.log_leaks import observe_process
-from tests.support.relay_cli import relay_env, serving
+from tests.support.relay_cli import banner, relay_env, serving
 
 LABEL = "test_cli relay serve"
 
 
 def test_serve_without_key_uses_offline_fake_and_says_so(tmp_path: Path) -> None:
     with serving(relay_env(tmp_path), LABEL) as proc:
-        assert proc.stdout is not None
-        banner = [proc.stdout.readline() for _ in range(4)]
-        assert banner[0].startswith("relay listening on http://127.0.0.1:")
-        assert "OFFLINE FAKE" in banner[1] and "not from a real model" in banner[1]
+        lines = banner(proc)
+        assert lines[0].startswith("relay listening on http://127.0.0.1:")
+        assert "OFFLINE FAKE" in lines[1] and "not from a real model" in lines[1]
         token_file = tmp_path / "data" / "relay-token"
-        assert str(token_file) in banner[2]
+        assert str(token_file) in lines[3]
         token = token_file.read_text().strip()
-        assert token not in "".join(banner)
+        assert token not in "".join(lines)
         assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
         assert stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
-        base = banner[0].split()[-1]
+        base = lines[0].split()[-1]
         answer = requests.post(
             f"{base}/chat/completions",
             json={"model": "gpt-5", "messages": [{"role": "user", "content": "ping"}]},
@@ -61,11 +60,11 @@ def test_invalid_config_stops_startup_with_one_line(tmp_path: Path) -> None:
 
 
 def test_a_second_relay_on_the_same_cache_is_refused_clearly(tmp_path: Path) -> None:
-    env = relay_env(tmp_path, REASONING_CACHE_ENABLED="1")
+    env = relay_env(tmp_path, REASONING_CACHE_ENABLED="1", RELAY_ADMIN_SOCKET="off")
     with serving(env, LABEL) as first:
         assert first.stdout is not None
-        banner = [first.stdout.readline() for _ in range(4)]
-        assert banner[3].startswith("reasoning cache: on (")
+        lines = [first.stdout.readline() for _ in range(5)]
+        assert lines[4].startswith("reasoning cache: on (")
         second = subprocess.run(
             [sys.executable, "-m", "relay", "serve"],
             env=env,

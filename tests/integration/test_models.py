@@ -247,3 +247,40 @@ def embedded_relay(data_dir: Path) -> Iterator[str]:
             loop.run(relay.stop())
     finally:
         loop.close()
+
+
+# --- one model, and the providers' models ---------------------------------------------
+
+
+def test_retrieve_an_alias_an_upstream_model_and_a_provider_model(tmp_path: Path) -> None:
+    env = {"RELAY_MODEL_ALIASES": ALIASES}
+    with running_stack(tmp_path, env, providers={"ds": {"kind": "chat"}}) as stack:
+        client = stack.openai()
+        ids = listed(stack)
+        assert ids == ["fast", "gpt-high", *FAKE_IDS, *(f"ds/{m}" for m in FAKE_IDS)]
+        alias = client.models.retrieve("gpt-high")
+        assert (alias.id, alias.owned_by, alias.object) == ("gpt-high", "relay", "model")
+        upstream = client.models.retrieve("gpt-5")
+        assert (upstream.id, upstream.owned_by) == ("gpt-5", "system")
+        provider = client.models.retrieve("ds/gpt-5")  # the "/" stays part of the id
+        assert (provider.id, provider.owned_by) == ("ds/gpt-5", "system")
+        with pytest.raises(openai.NotFoundError) as missing:
+            client.models.retrieve("no-such-model")
+        envelope = missing.value.body
+        assert isinstance(envelope, dict)
+        assert envelope["code"] == "model_not_found" and envelope["param"] == "model"
+        assert envelope["type"] == "invalid_request_error"
+        assert envelope["message"].startswith("the model 'no-such-model' is not listed")
+        # A listed provider model routes to that provider.
+        reply = client.chat.completions.create(
+            model="ds/gpt-5", messages=[{"role": "user", "content": "hi"}]
+        )
+        assert reply.choices[0].message.content
+        assert stack.fake.requests[-1].path.endswith("/chat/completions")
+
+
+def test_a_provider_that_cannot_list_leaves_the_rest(tmp_path: Path) -> None:
+    base = closed_port_url().removesuffix("/models")
+    providers = {"down": {"kind": "chat", "base_url": base}}
+    with running_stack(tmp_path, providers=providers) as stack:
+        assert listed(stack) == FAKE_IDS

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,14 +13,9 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.relay_cli import relay_env, serving
+from tests.support.relay_cli import relay_env, run_relay, serving
 
-
-def relay(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "relay", *args],
-        env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+relay = run_relay
 
 
 @pytest.fixture
@@ -32,11 +25,11 @@ def sock() -> Iterator[Path]:
     shutil.rmtree(private, ignore_errors=True)
 
 
-def test_not_enabled_is_one_clear_line(tmp_path: Path) -> None:
+def test_off_is_one_clear_line(tmp_path: Path) -> None:
     for args in (("status",), ("admin", "status"), ("status", "--json")):
-        done = relay(*args, env=relay_env(tmp_path))
+        done = relay(*args, env=relay_env(tmp_path, RELAY_ADMIN_SOCKET="off"))
         assert done.returncode == 1 and done.stdout == ""
-        assert done.stderr.count("\n") == 1 and "admin socket is not enabled" in done.stderr
+        assert done.stderr.count("\n") == 1 and "admin socket is off" in done.stderr
         assert "RELAY_ADMIN_SOCKET" in done.stderr
 
 
@@ -44,7 +37,15 @@ def test_not_reachable_is_one_clear_line(tmp_path: Path, sock: Path) -> None:
     done = relay("status", env=relay_env(tmp_path, RELAY_ADMIN_SOCKET=str(sock)))
     assert done.returncode == 1
     assert done.stderr == (
-        f"relay status: no relay answers on {sock}: is it running with RELAY_ADMIN_SOCKET={sock}?\n"
+        f"relay status: no relay answers on {sock}: is it running (with this data directory, "
+        "or RELAY_ADMIN_SOCKET / --socket naming this path)?\n"
+    )
+    default = tmp_path / "data" / "run"
+    done = relay("status", env=relay_env(tmp_path))  # the default, never started
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"relay status: no relay answers on {default / 'admin.sock'}: {default} does not exist "
+        "(is the relay running with this data directory?)\n"
     )
 
 
@@ -56,8 +57,8 @@ def test_status_metrics_and_snapshot_against_a_running_relay(tmp_path: Path, soc
     )  # fmt: skip
     with serving(env, "test_ops_cli relay serve") as proc:
         assert proc.stdout is not None
-        banner = [proc.stdout.readline() for _ in range(5)]
-        assert banner[4] == f"admin socket: {sock} (relay status, relay admin ...)\n"
+        banner = [proc.stdout.readline() for _ in range(6)]
+        assert banner[5] == f"admin socket: {sock} (relay status, relay admin ...)\n"
         base = banner[0].split()[-1]
         token = (tmp_path / "data" / "relay-token").read_text().strip()
         messages = [{"role": "user", "content": "ping"}]

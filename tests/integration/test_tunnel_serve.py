@@ -23,7 +23,7 @@ import requests
 from relay.tunnel import MAX_URLS
 from tests.support import fake_tunnel
 from tests.support.processes import running, wait_gone
-from tests.support.relay_cli import relay_env
+from tests.support.relay_cli import relay_env, run_relay
 
 AUTHTOKEN = "2AbCdEfGhIjKlMnOpQrStUvWx_serve"
 NAME = Path(sys.executable).name
@@ -154,9 +154,14 @@ def test_a_dying_tunnel_is_reported_and_the_relay_keeps_serving(tmp_path: Path) 
     with serving(tmp_path, "--style", "ngrok", "--leak-env", "NGROK_AUTHTOKEN") as relay:
         relay.wait_for("    OpenAI API Key")
         pid = int((tmp_path / "tunnel" / "pid").read_text())
+        url = fake_tunnel.DEFAULT_URLS["ngrok"]
+        # While it runs: ready, and relay status (the data dir's socket) shows its URL.
+        ready = requests.get(f"http://127.0.0.1:{relay.port}/readyz", timeout=10)
+        assert ready.status_code == 200
+        assert ready.json()["checks"]["tunnel"] == {"ok": True, "state": "up"}
+        assert tunnel_row(tmp_path) == f"up {url} ({NAME})"
         os.kill(pid, signal.SIGUSR1)
         report = relay.wait_for("tunnel: its last output (sanitized):")
-        url = fake_tunnel.DEFAULT_URLS["ngrok"]
         assert report == [
             f"tunnel: {NAME} (pid {pid}) exited with status 3 and is not restarted; the relay "
             f"keeps serving locally at http://127.0.0.1:{relay.port}/v1; {url} no longer "
@@ -165,6 +170,10 @@ def test_a_dying_tunnel_is_reported_and_the_relay_keeps_serving(tmp_path: Path) 
         ]
         last = [relay.wait_for("  | ")[-1] for _ in range(5)]
         assert last[-1] == "  | ERROR:  ERR_NGROK_107"
+        not_ready = requests.get(f"http://127.0.0.1:{relay.port}/readyz", timeout=10)
+        assert not_ready.status_code == 503
+        assert not_ready.json()["checks"]["tunnel"] == {"ok": False, "state": "exited"}
+        assert tunnel_row(tmp_path) == f"exited {url} ({NAME})"
         assert last[-2] == "  | ERROR:  authtoken [redacted] was rejected"
         assert not running(pid)
         token = (tmp_path / "data" / "relay-token").read_text().strip()
@@ -180,6 +189,15 @@ def test_a_dying_tunnel_is_reported_and_the_relay_keeps_serving(tmp_path: Path) 
         assert f"tunnel_exited program={NAME} status='exited with status 3'" in stderr
         for output in ("\n".join(relay.lines), stderr):
             assert AUTHTOKEN not in output
+
+
+def tunnel_row(tmp_path: Path) -> str:
+    """``relay status``'s tunnel row, asked with the data directory alone."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RELAY_"))}
+    done = run_relay("status", "--data-dir", str(tmp_path / "data"), env=env)
+    assert done.returncode == 0, done.stderr
+    rows = dict(line.split(None, 1) for line in done.stdout.splitlines())
+    return rows["tunnel"]
 
 
 def test_an_unknown_placeholder_stops_startup_with_one_line(tmp_path: Path) -> None:

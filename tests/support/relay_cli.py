@@ -22,12 +22,15 @@ def relay_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 @contextmanager
-def serving(env: dict[str, str], label: str) -> Iterator[subprocess.Popen[str]]:
-    """``relay serve`` as a real process; killed (and reaped) however the test ends. What
-    the test did not read itself goes to the log scan under ``label``."""
+def serving(
+    env: dict[str, str], label: str, *args: str, cwd: Path | None = None
+) -> Iterator[subprocess.Popen[str]]:
+    """``relay serve [args]`` as a real process; killed (and reaped) however the test ends.
+    What the test did not read itself goes to the log scan under ``label``."""
     with subprocess.Popen(
-        [sys.executable, "-m", "relay", "serve"],
+        [sys.executable, "-m", "relay", "serve", *args],
         env=env,
+        cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -39,3 +42,25 @@ def serving(env: dict[str, str], label: str) -> Iterator[subprocess.Popen[str]]:
             proc.wait()
             rest = [p.read() for p in (proc.stdout, proc.stderr) if p is not None and not p.closed]
             observe_process(label, "".join(rest), env)
+
+
+def banner(proc: subprocess.Popen[str]) -> list[str]:
+    """The startup banner's lines (without their newlines): up to the admin socket's line,
+    which ``relay_env``'s relays print last (no metrics port, no LOG_BODIES)."""
+    assert proc.stdout is not None
+    lines: list[str] = []
+    while not lines or not lines[-1].startswith("admin socket:"):
+        line = proc.stdout.readline()
+        assert line, f"relay serve ended its output after {lines}"
+        lines.append(line.rstrip("\n"))
+    return lines
+
+
+def run_relay(
+    *args: str, env: dict[str, str], cwd: Path | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``relay <args>`` to completion (a one-shot command, or a ``serve`` that fails)."""
+    return subprocess.run(
+        [sys.executable, "-m", "relay", *args],
+        env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip

@@ -3,7 +3,6 @@ exit status (the running relay is tested as a subprocess in tests/integration/te
 
 from __future__ import annotations
 
-import gc
 import socket
 from pathlib import Path
 
@@ -48,20 +47,59 @@ def test_an_invalid_variable_stops_startup_with_one_line(
     assert not (tmp_path / "data").exists()  # refused before anything was made
 
 
-# Tornado's bind_sockets leaves its socket unclosed when bind fails (the process exits
-# right after, so only this in-process test sees it): collected here, and not reported.
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_a_port_in_use_stops_startup_with_one_line(
-    env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        env.setenv("RELAY_PORT", str(taken.getsockname()[1]))
+        port = taken.getsockname()[1]
+        env.setenv("RELAY_PORT", str(port))
         env.setenv("OPENAI_API_KEY", "sk-test")  # no offline fake to start
         env.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+        env.setenv("REASONING_CACHE_ENABLED", "1")
         assert main(["serve"]) == 1
-    gc.collect()
     err = capsys.readouterr().err.splitlines()
-    assert err[-1] == "relay: cannot start: Address already in use"
-    assert "sk-test" not in "\n".join(err)
+    assert err == [f"relay: cannot start: 127.0.0.1:{port} is in use (RELAY_PORT)"]
+    assert list((tmp_path / "data").iterdir()) == []  # no store, no token, no socket
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["serve", "--port", "http"],
+     "relay: configuration error: --port='http': expected a whole number >= 0 (RELAY_PORT)"),
+    (["serve", "--port", "70000"],
+     "relay: configuration error: --port=70000: expected a TCP port from 0 to 65535 (RELAY_PORT)"),
+    (["serve", "--env-file", "/nonexistent/relay.env"],
+     "relay: configuration error: --env-file /nonexistent/relay.env: cannot read it: "
+     "No such file or directory"),
+])  # fmt: skip
+def test_a_bad_flag_is_one_line_naming_the_flag(
+    env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str], line: str
+) -> None:
+    assert main(argv) == 2
+    assert capsys.readouterr().err.splitlines() == [line]
+
+
+def test_a_bad_env_file_line_is_one_line_naming_file_and_line(
+    env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "relay.env"
+    path.write_text("# settings\nRELAY_LOG_LEVEL=loud\n")
+    assert main(["serve", "--env-file", str(path)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"relay: configuration error: {path}:2: RELAY_LOG_LEVEL='loud': expected debug, info, "
+        "warning or error"
+    ]
+
+
+def test_a_data_dir_flag_that_cannot_be_used_is_named_as_the_flag(
+    env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    taken = tmp_path / "a-file"
+    taken.write_text("not a directory")
+    env.setenv("OPENAI_API_KEY", "sk-test")
+    assert main(["serve", "--port", "0", "--data-dir", str(taken)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"relay: configuration error: the data directory {taken} (--data-dir, RELAY_DATA_DIR) "
+        "exists and is not a directory; remove it or choose another"
+    ]

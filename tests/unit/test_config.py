@@ -12,7 +12,9 @@ from relay.model_alias import ModelAlias
 
 def test_defaults() -> None:
     config = load_config({})
-    assert config == Config()
+    # The paths are made absolute at startup; the admin socket is on, in the data dir.
+    data = Path.cwd() / "data"
+    assert config == Config(data_dir=data, admin_socket=data / "run" / "admin.sock")
     assert config.host == "127.0.0.1"
     assert config.responses_url == "https://api.openai.com/v1/responses"
     assert config.uses_embedded_fake

@@ -15,6 +15,7 @@ from typing import Any, cast
 
 import pytest
 
+from relay.core.planner import Plan
 from relay.errors import InvalidRequest, RelayError
 from relay.handlers.shell import PipelineShell
 from relay.pipeline.actions import (
@@ -100,6 +101,9 @@ class Handler:
         self.calls.append("finish")
         self._finished = True
 
+    def set_header(self, name: str, value: str) -> None:
+        self.calls.append(("header", name, value))
+
 
 class Scripted(Pipeline):
     """Answers each input from a script and records the inputs it got."""
@@ -129,6 +133,7 @@ class Scripted(Pipeline):
 class Session:
     def __init__(self, calls: list[Any]) -> None:
         self.calls = calls
+        self.plan = Plan(unmatched=1)  # what dispatch() planned: no block, one unmatched
 
     def dispatch(self) -> dict[str, Any]:
         self.calls.append("dispatch")
@@ -198,7 +203,10 @@ def test_the_cache_is_called_as_the_pipeline_asks() -> None:
                                                   Abort("test")])  # fmt: skip
     asyncio.run(shell(handler, pipeline, session=session).run())
     assert pipeline.inputs == [("dispatched", {"input": []})]
-    assert handler.calls[1:4] == ["dispatch", ("feed", "response.created"), "delivered"]
+    assert handler.calls[1:5] == [
+        "dispatch", ("header", "X-Relay-Replay", "none; reason=unmatched"),
+        ("feed", "response.created"), "delivered",
+    ]  # fmt: skip
     assert ("abort", "test") in handler.calls
 
 

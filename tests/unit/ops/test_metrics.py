@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from relay.ops.metrics import RelayMetrics, route_of
+from relay.routes import ROUTES
 
 
 def samples(metrics: RelayMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -65,7 +67,21 @@ def test_two_relays_in_one_process_keep_their_own_registries() -> None:
     assert second.request_counts() == {}
 
 
-def test_routes() -> None:
-    assert route_of("/v1/models") == "models"
-    assert route_of("/api/cache/reasoning") == "cache_api"
-    assert route_of("/v1/chat/completions/x") == "other"
+@pytest.mark.parametrize(("path", "label"), [
+    ("/v1/models", "models"),
+    ("/v1/models/gpt-5", "models"),
+    ("/v1/models/deepseek/deepseek-chat", "models"),
+    ("/v1/models/", "other"),
+    ("/api/cache/reasoning", "cache_api"),
+    ("/readyz", "readyz"),
+    ("/responses", "responses"),
+    ("/v1/chat/completions/x", "other"),
+    ("/v1/chat/completionsx", "other"),
+])  # fmt: skip
+def test_routes(path: str, label: str) -> None:
+    assert route_of(path) == label
+
+
+def test_every_route_of_the_table_has_its_own_label() -> None:
+    for route in ROUTES:
+        assert route_of(route.path.replace("{id}", "x")) == route.label != "other"

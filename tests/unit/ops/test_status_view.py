@@ -87,3 +87,23 @@ def test_duration(seconds: float, text: str) -> None:
 ])  # fmt: skip
 def test_size(n: int, text: str) -> None:
     assert size(n) == text
+
+
+def test_tunnel_strict_providers_and_metrics_url_rows() -> None:
+    relay = {**doc()["relay"], "metricsUrl": "http://127.0.0.1:9464/metrics",
+             "tunnel": {"state": "up", "url": "https://a.trycloudflare.com",
+                        "program": "cloudflared"}}  # fmt: skip
+    strict = {"deepseek": {"restored": 5, "missed": 1, "stripped": 0}}
+    rows = [line.split(None, 1) for line in render(doc(relay=relay, strict=strict),
+                                                   colour=False).splitlines()]  # fmt: skip
+    values = {label: value.strip() for label, value in rows}
+    assert values["tunnel"] == "up https://a.trycloudflare.com (cloudflared)"
+    assert values["strict"] == "deepseek: 5 restored, 1 missed, 0 stripped"
+    assert values["metrics"] == "http://127.0.0.1:9464/metrics"
+    starting = {**relay, "tunnel": {"state": "exited", "url": None, "program": "ngrok"}}
+    assert "exited (ngrok)" in render(doc(relay=starting), colour=False)
+
+
+def test_no_tunnel_no_metrics_no_rows() -> None:
+    labels = {line.split(None, 1)[0] for line in render(doc(), colour=False).splitlines()}
+    assert not labels & {"tunnel", "strict", "metrics"}

@@ -8,7 +8,7 @@ import pytest
 
 from relay.errors import InvalidRequest, UnsupportedParameter
 from relay.model_alias import ModelAlias
-from relay.translate.chat_to_responses import TranslatedRequest
+from relay.translate.chat_to_responses import TranslatedRequest, droppable_in
 from relay.translate.request import translate_request
 
 GPT5 = ModelAlias("gpt-5", "gpt-5")
@@ -729,3 +729,28 @@ def test_message_spans_cover_each_message(
     items = result.upstream_body["input"]
     covered = [i for span in spans if span for i in range(*span)]
     assert covered == list(range(len(items)))
+
+
+@pytest.mark.parametrize(("extra", "dropped"), [
+    ({}, ()),
+    ({"stop": "\n", "seed": 1}, ("seed", "stop")),
+    ({"n": 2, "logprobs": True, "top_logprobs": 3}, ("logprobs", "n", "top_logprobs")),
+    ({"presence_penalty": 0.5, "frequency_penalty": 0.1, "logit_bias": {"1": 2}},
+     ("frequency_penalty", "logit_bias", "presence_penalty")),
+    ({"prediction": {"type": "content", "content": "x"}}, ("prediction",)),
+    ({"n": 1, "stop": [], "seed": None, "logprobs": False}, ()),  # neutral: nothing to drop
+    ({"functions": [{"name": "f"}], "audio": {"voice": "a"}, "foo": 1}, ()),  # never dropped
+])  # fmt: skip
+def test_what_the_opt_in_may_drop(extra: dict[str, Any], dropped: tuple[str, ...]) -> None:
+    assert droppable_in(chat(user(), **extra)) == dropped
+
+
+def test_a_droppable_parameter_s_400_names_the_opt_in() -> None:
+    with pytest.raises(UnsupportedParameter) as info:
+        translate(chat(user(), stop="END"))
+    assert info.value.message.endswith(
+        "remove 'stop' (or start the relay with RELAY_DROP_UNSUPPORTED_PARAMS=1 to drop it)"
+    )
+    with pytest.raises(UnsupportedParameter) as info:
+        translate(chat(user(), functions=[{"name": "f"}]))
+    assert "RELAY_DROP_UNSUPPORTED_PARAMS" not in info.value.message
