@@ -105,13 +105,14 @@ def test_status_banner_and_metrics_give_the_concurrency_the_budget_allows(
     )  # fmt: skip
     with serving(env, "test_ops_cli relay serve (concurrency)") as proc:
         assert proc.stdout is not None
-        banner = [proc.stdout.readline() for _ in range(6)]
-        assert banner[3].endswith("; up to 11 cache sessions at once\n")
-        assert banner[4].startswith(
+        banner = [proc.stdout.readline() for _ in range(7)]
+        at = next(i for i, line in enumerate(banner) if line.startswith("reasoning cache:"))
+        assert banner[at].endswith("; up to 11 cache sessions at once\n")
+        assert banner[at + 1].startswith(
             "WARNING: REASONING_CACHE_MAX_CONCURRENT=100 cannot be reached: the memory budget "
             "fits 11 cache sessions"
         )
-        assert "raise REASONING_CACHE_MEMORY_BYTES to at least " in banner[4]
+        assert "raise REASONING_CACHE_MEMORY_BYTES to at least " in banner[at + 1]
         table = relay("status", env=env)
         assert table.returncode == 0, table.stderr
         rows = dict(line.split(None, 1) for line in table.stdout.splitlines())

@@ -39,7 +39,8 @@ def test_relative_paths_are_absolute_and_the_token_says_whether_it_is_new(
             f"data directory: {data}",
             f"relay token: generated a new relay token in {data / 'relay-token'} (send it as "
             "a Bearer token)",
-            f"reasoning cache: on ({data / 'reasoning-cache.sqlite'})",
+            f"reasoning cache: on ({data / 'reasoning-cache.sqlite'}); up to 10 cache "
+            "sessions at once",
             f"admin socket: {data / 'run' / 'admin.sock'} (relay status, relay admin ...)",
         ]
         stop(proc)
