@@ -2,8 +2,9 @@
 
 Deciding what to answer is delegated: :mod:`rules` (rejections), :mod:`scripts` (queued
 behaviour and the default reply), :mod:`events` (the Response and its SSE events),
-:mod:`ciphertext` (tokens and the continuity probe) and :mod:`toxics` (how the bytes go
-out). The handlers (:mod:`handlers`) record, call those, and carry out the planned writes.
+:mod:`ciphertext` (tokens and the continuity probe), :mod:`prompt_cache` (``input_tokens``
+and ``cached_tokens``, on this fake's clock) and :mod:`toxics` (how the bytes go out).
+The handlers (:mod:`handlers`) record, call those, and carry out the planned writes.
 
 Routes: ``POST /v1/responses``; ``POST /v1/chat/completions`` (a strict thinking-mode Chat
 provider, :mod:`chat_fake`); test controls under the reserved prefix ``/__fake/``

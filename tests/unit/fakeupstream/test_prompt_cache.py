@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fakeupstream.__main__ import parse_args
 from fakeupstream.fake import FakeUpstream
 from fakeupstream.prompt_cache import (
     BLOCK_TOKENS,
@@ -319,3 +320,21 @@ def test_scripted_usage_wins_over_the_measured_counts(
     if input_tokens is not None:
         assert got["input_tokens"] == input_tokens
     assert got["input_tokens_details"]["cached_tokens"] == cached
+
+
+@pytest.mark.parametrize(
+    ("argv", "ttl"),
+    [
+        ([], DEFAULT_TTL_S),
+        (["--prompt-cache-ttl", "600"], 600.0),
+        (["--prompt-cache-ttl", "0"], 0.0),
+    ],
+)
+def test_the_cli_sets_the_ttl(argv: list[str], ttl: float) -> None:
+    assert parse_args(["--port", "0", *argv]).prompt_cache_ttl == ttl
+
+
+def test_the_cli_refuses_a_negative_ttl(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--port", "0", "--prompt-cache-ttl", "-1"])
+    assert "--prompt-cache-ttl must be 0 or more" in capsys.readouterr().err
