@@ -16,6 +16,7 @@ import sys
 
 from fakeupstream.cassette_playback import Playback
 from fakeupstream.fake import FakeUpstream, log, origin
+from fakeupstream.prompt_cache import DEFAULT_TTL_S
 from fakeupstream.strict_chat import RULES, Strictness
 
 
@@ -74,7 +75,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="match recorded requests by method and path only, not by body",
     )
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--prompt-cache-ttl",
+        type=float,
+        default=DEFAULT_TTL_S,
+        metavar="SECONDS",
+        help="how long an unused prompt prefix stays cached (default %(default)g; 0: no "
+        'prompt caching; prompt_cache_retention "24h" keeps it a day)',
+    )
+    args = parser.parse_args(argv)
+    if args.prompt_cache_ttl < 0:
+        parser.error("--prompt-cache-ttl must be 0 or more")
+    return args
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -93,6 +105,7 @@ async def serve(args: argparse.Namespace) -> None:
         strict=Strictness(args.strict, args.strict_prefix),
         cassette=playback,
         files_dir=args.files_dir,
+        prompt_cache_ttl_s=args.prompt_cache_ttl,
     )
     port = await fake.start(args.host, args.port)
     print(f"fakeupstream listening on {origin(args.host, port)}", flush=True)

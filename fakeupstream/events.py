@@ -78,7 +78,10 @@ def build(
     rng: random.Random,
     created_at: int,
     mint: Mint,
+    counts: Mapping[str, int] | None = None,
 ) -> Generation:
+    """``counts``: measured usage (input and cached tokens, :mod:`prompt_cache`); the
+    script's ``usage`` still wins over it."""
     ids = IdMaker(rng, created_at)
     response_id = ids.item("resp")
     planned = _plan(output, ids, rng)
@@ -101,7 +104,7 @@ def build(
             final = _with_token(done, item.final_token)
         final_items.append(final)
 
-    usage = _usage(body, planned, script.usage)
+    usage = _usage(body, planned, script.usage, counts or {})
     status = script.status
     final = response_object(
         body,
@@ -340,9 +343,13 @@ def split_text(text: str, size: int | None, count: int | None) -> list[str]:
 
 
 def _usage(
-    body: Mapping[str, Any], planned: Sequence[_Planned], overrides: Mapping[str, int]
+    body: Mapping[str, Any],
+    planned: Sequence[_Planned],
+    overrides: Mapping[str, int],
+    counts: Mapping[str, int],
 ) -> dict[str, Any]:
-    """Plausible, deterministic token counts (about four characters a token)."""
+    """Plausible, deterministic token counts (about four characters a token): ``counts``
+    over estimates, ``overrides`` over both."""
     input_tokens = max(1, len(json.dumps(body.get("input"), ensure_ascii=False)) // 4)
     reasoning_tokens = visible = 0
     for item in planned:
@@ -359,8 +366,11 @@ def _usage(
         "cache_write_tokens": 0,
         "reasoning_tokens": reasoning_tokens,
         "output_tokens": reasoning_tokens + visible,
+        **counts,
         **overrides,
     }
+    if "cached_tokens" not in overrides:  # a scripted input_tokens may be smaller
+        values["cached_tokens"] = min(values["cached_tokens"], values["input_tokens"])
     total = overrides.get("total_tokens", values["input_tokens"] + values["output_tokens"])
     return {
         "input_tokens": values["input_tokens"],

@@ -2,8 +2,9 @@
 
 Deciding what to answer is delegated: :mod:`rules` (rejections), :mod:`scripts` (queued
 behaviour and the default reply), :mod:`events` (the Response and its SSE events),
-:mod:`ciphertext` (tokens and the continuity probe) and :mod:`toxics` (how the bytes go
-out). The handlers (:mod:`handlers`) record, call those, and carry out the planned writes.
+:mod:`ciphertext` (tokens and the continuity probe), :mod:`prompt_cache` (``input_tokens``
+and ``cached_tokens``, on this fake's clock) and :mod:`toxics` (how the bytes go out).
+The handlers (:mod:`handlers`) record, call those, and carry out the planned writes.
 
 Routes: ``POST /v1/responses``; ``POST /v1/chat/completions`` (a strict thinking-mode Chat
 provider, :mod:`chat_fake`); test controls under the reserved prefix ``/__fake/``
@@ -58,6 +59,15 @@ from fakeupstream.handlers import (
     StrictHandler,
 )
 from fakeupstream.models import ModelsHandler
+from fakeupstream.prompt_cache import (
+    DEFAULT_TTL_S,
+    Partition,
+    PromptCache,
+    continuation,
+    prompt_text,
+    retention_s,
+    tokens,
+)
 from fakeupstream.recorded import RecordedRequest
 from fakeupstream.rules import ApiError, input_items, is_reasoning_model, validate
 from fakeupstream.scripts import Script, default_output, parse_script
@@ -86,6 +96,7 @@ class FakeUpstream:
         cassette: Playback | Path | str | None = None,
         files_dir: Path | str | None = None,
         controls: bool = True,
+        prompt_cache_ttl_s: float = DEFAULT_TTL_S,
     ) -> None:
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.rng = random.Random(seed)
@@ -98,6 +109,8 @@ class FakeUpstream:
         # Chat: reasoning_content signed under the same key; ``strict`` is the default rule.
         self.chat = ChatProvider(key, strict)
         self.ledger = Ledger()
+        # cached_tokens in usage, timed by ``clock`` (0: nothing is ever cached).
+        self.prompt_cache = PromptCache(ttl_s=prompt_cache_ttl_s)
         # The newest ``max_records`` requests; ``received`` counts them all. The cap keeps
         # a long-running embedded fake (relay without an API key) from growing forever.
         self.requests: list[RecordedRequest] = []
@@ -194,7 +207,8 @@ class FakeUpstream:
         return len(self._queue)
 
     def reset(self) -> None:
-        """Forget queued scripts, recorded requests and minted ids (the secret stays).
+        """Forget queued scripts, recorded requests, minted ids and the prompt cache (the
+        secret stays).
 
         The Chat strictness goes back to the constructor's; a cassette rewinds.
         """
@@ -205,6 +219,7 @@ class FakeUpstream:
         self.received = 0
         self.models_listed = 0
         self.ledger.clear()
+        self.prompt_cache.clear()
         self.chat.reset()
         self._notify()
 
@@ -319,8 +334,21 @@ class FakeUpstream:
                 issued_at=created_at,
             )
 
-        generation = build(body, script, output, rng=self.rng, created_at=created_at, mint=mint)
+        partition = Partition.of(body, api_key)
+        prompt = prompt_text(body, items)
+        now = self.clock.monotonic()
+        counts = {
+            "input_tokens": tokens(prompt),
+            "cached_tokens": self.prompt_cache.lookup(partition, prompt, now),
+        }
+        generation = build(
+            body, script, output, rng=self.rng, created_at=created_at, mint=mint, counts=counts
+        )
         final = generation.response
+        # The prompt and what the model generated after it, as the next turn may reuse it.
+        written = prompt + continuation(final["output"])
+        ttl_s = retention_s(body, self.prompt_cache.ttl_s)
+        self.prompt_cache.write(partition, written, now, ttl_s)
         self.ledger.record(final["id"], final["output"], store=body.get("store") is not False)
         if body.get("stream") is True:
             frames = [sse_frame(event) for event in generation.events]

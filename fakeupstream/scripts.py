@@ -38,6 +38,8 @@ Reasoning summaries are streamed only when the request asks for them
 ``reasoning.encrypted_content`` -- as OpenAI does. ``ciphertext: differ`` gives a
 reasoning item different (both valid) tokens in ``output_item.done`` and
 ``response.completed``; ``completed_only`` leaves it out of ``output_item.done``.
+Without ``usage`` the counts are estimated, ``input_tokens`` and ``cached_tokens`` by the
+fake's prompt cache (:mod:`fakeupstream.prompt_cache`); each ``usage`` key given wins.
 ``http_error`` wins over validation; ``raw_sse`` (always sent as SSE) still goes through
 validation unless ``validate`` is false.
 With ``stream`` false the same plan comes back as one JSON Response (``status: failed``
