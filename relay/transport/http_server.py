@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+from asyncio import Future
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, NoReturn
 
@@ -205,6 +206,20 @@ class RelayHTTP1Connection(BulkChunkedHTTP1Connection):
 
     def _size_line_too_long(self, error: iostream.UnsatisfiableReadError) -> NoReturn:
         raise httputil.HTTPInputError(CHUNK_LINE_TOO_LONG)
+
+    def write_headers(
+        self,
+        start_line: httputil.RequestStartLine | httputil.ResponseStartLine,
+        headers: httputil.HTTPHeaders,
+        chunk: bytes | None = None,
+    ) -> Future[None]:
+        # An answer begun before the body is read (a 401 or 413 from prepare() of a
+        # streamed-body handler) ends the connection: Tornado closes rather than read an
+        # unread body. Said now, a keep-alive client opens a new connection for its next
+        # request instead of sending it into the close.
+        if not self._read_finished:
+            self._disconnect_on_finish = True
+        return super().write_headers(start_line, headers, chunk)
 
     async def _refuse(self, error: RelayError) -> None:
         request_id = self._head.new_id("req_")

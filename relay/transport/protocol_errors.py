@@ -78,6 +78,11 @@ _MESSAGES: Final = (
         "in hexadecimal digits and CRLF",
     ),
     (
+        "bare LF in chunked framing",
+        "malformed chunked body: a line ends with a bare LF; end each chunk size line, "
+        "each chunk's data and the last chunk with CRLF (\\r\\n)",
+    ),
+    (
         "improperly terminated chunked request",
         "malformed chunked body: the last chunk ('0' CRLF) must be followed by CRLF "
         "(trailers are not accepted)",
@@ -104,6 +109,7 @@ _MESSAGES: Final = (
 )
 
 CHUNK_LINE_TOO_LONG: Final = "chunk size line too long"
+BARE_LF: Final = "bare LF in chunked framing"  # relay.transport.chunked
 
 
 def malformed(tornado_message: str) -> MalformedHTTP:
