@@ -1,4 +1,5 @@
-"""Decoding a client's request body: content type, UTF-8, JSON, shape. Pure.
+"""Decoding a client's request body: content coding, content type, UTF-8, JSON, shape.
+Pure.
 
 Beyond JSON's grammar, two things in a syntactically valid body are refused here, with the
 JSON path of the value, because nothing later could carry them: a string holding a lone
@@ -43,6 +44,22 @@ def _finite_float(literal: str) -> float:
         shown = literal if len(literal) <= 24 else literal[:20] + "..."
         raise _UnrepresentableNumber(f"{shown} is beyond the range of a double")
     return value
+
+
+def check_content_encoding(declared: str | None) -> None:
+    """Refuse (415) a body declared compressed: the relay reads bodies as sent and does
+    not decompress them (docs/design.md §8). ``identity``, or no header, is accepted."""
+    if declared is None:
+        return
+    codings = [c.strip().lower() for c in declared.split(",")]
+    refused = [c for c in codings if c not in ("", "identity")]
+    if refused:
+        shown = refused[0] if len(refused[0]) <= 40 else refused[0][:37] + "..."
+        raise UnsupportedMediaType(
+            f"Content-Encoding {shown!r} is not supported; send the body uncompressed "
+            "(no Content-Encoding header, or Content-Encoding: identity)",
+            code="unsupported_content_encoding",
+        )
 
 
 def parse_json_object(raw: bytes, content_type: str | None) -> dict[str, Any]:

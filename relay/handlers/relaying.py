@@ -16,7 +16,7 @@ from relay.errors import PayloadTooLarge
 from relay.handlers.base import BaseHandler
 from relay.ops.metrics import CLIENT_GONE
 from relay.providers import Provider
-from relay.request_body import parse_json_object
+from relay.request_body import check_content_encoding, parse_json_object
 from relay.translate.body_encoding import encode_body
 from relay.transport.downstream import Downstream
 from relay.transport.upstream import (
@@ -40,6 +40,8 @@ class RelayingHandler(BaseHandler):
         if self.runtime.body_log is not None:
             self._bodies = self.runtime.body_log.for_request(self.request_id)
         super().prepare()
+        # From the head alone, before any of the body is read.
+        check_content_encoding(self.request.headers.get("Content-Encoding"))
         limit = self.runtime.config.max_request_bytes
         declared = self.request.headers.get("Content-Length")
         if declared is not None and _declares_more(declared, limit):

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from relay.errors import InvalidRequest, UnsupportedMediaType
-from relay.request_body import parse_json_object
+from relay.request_body import check_content_encoding, parse_json_object
 
 DIGIT_LIMIT = sys.get_int_max_str_digits()
 
@@ -50,6 +50,33 @@ def test_content_type() -> None:
         parse_json_object(b"{}", "text/plain")
     assert parse_json_object(b"{}", "application/vnd.api+json; charset=utf-8") == {}
     assert parse_json_object(b"{}", None) == {}
+
+
+@pytest.mark.parametrize("declared", [None, "", "identity", "IDENTITY", " identity ", "identity,"])
+def test_an_uncompressed_body_is_accepted(declared: str | None) -> None:
+    check_content_encoding(declared)
+
+
+@pytest.mark.parametrize(
+    ("declared", "named"),
+    [
+        ("gzip", "'gzip'"),
+        ("GZip", "'gzip'"),
+        ("deflate", "'deflate'"),
+        ("br", "'br'"),
+        ("x-gzip", "'x-gzip'"),
+        ("identity, gzip", "'gzip'"),  # what Tornado joins repeated headers into
+        ("zstd,identity", "'zstd'"),
+        ("a" * 100, "'" + "a" * 37 + "...'"),
+    ],
+)
+def test_a_compressed_body_is_415_naming_the_coding(declared: str, named: str) -> None:
+    with pytest.raises(UnsupportedMediaType) as caught:
+        check_content_encoding(declared)
+    err = caught.value
+    assert (err.status, err.code) == (415, "unsupported_content_encoding")
+    assert f"Content-Encoding {named} is not supported" in err.message
+    assert "uncompressed" in err.message
 
 
 # --- lone surrogates -----------------------------------------------------------------
