@@ -130,9 +130,10 @@ def headers_too_large(limit: int) -> HeadersTooLarge:
     )
 
 
-def rejection_bytes(error: RelayError, request_id: str) -> bytes:
+def rejection_bytes(error: RelayError, request_id: str, *, retry_after: int | None = None) -> bytes:
     """The whole HTTP/1.1 answer: ``error``'s status and envelope, then the connection
-    closes (what followed the bad part of the request cannot be framed)."""
+    closes (what followed the bad part of the request cannot be framed, or was never
+    read); ``retry_after``: seconds, for a ``Retry-After`` header."""
     body = json.dumps(error.envelope()).encode()
     try:
         reason = HTTPStatus(error.status).phrase
@@ -144,6 +145,7 @@ def rejection_bytes(error: RelayError, request_id: str) -> bytes:
         f"Content-Length: {len(body)}\r\n"
         "Cache-Control: no-store\r\n"
         f"X-Request-Id: {request_id}\r\n"
-        "Connection: close\r\n\r\n"
+        + (f"Retry-After: {retry_after}\r\n" if retry_after is not None else "")
+        + "Connection: close\r\n\r\n"
     )
     return head.encode("ascii") + body

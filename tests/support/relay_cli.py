@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -22,15 +22,19 @@ def relay_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 @contextmanager
-def serving(env: dict[str, str], label: str) -> Iterator[subprocess.Popen[str]]:
+def serving(
+    env: dict[str, str], label: str, *, preexec_fn: Callable[[], None] | None = None
+) -> Iterator[subprocess.Popen[str]]:
     """``relay serve`` as a real process; killed (and reaped) however the test ends. What
-    the test did not read itself goes to the log scan under ``label``."""
+    the test did not read itself goes to the log scan under ``label``. ``preexec_fn`` runs
+    in the child before the relay starts (e.g. to lower a resource limit)."""
     with subprocess.Popen(
         [sys.executable, "-m", "relay", "serve"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=preexec_fn,  # noqa: PLW1509 - a test's resource limit, set before exec
     ) as proc:
         try:
             yield proc
