@@ -228,8 +228,6 @@ def test_a_chunked_upload_in_many_pieces_is_read(stack: Stack) -> None:
     assert json.loads(answer.body)["object"] == "chat.completion"
 
 
-
-
 @pytest.mark.parametrize(
     ("token", "size", "status"),
     [("wrong-token-0123456789", 2, 401), (None, 2000, 413)],
