@@ -23,14 +23,17 @@ class ChatCompletionsHandler(RelayingHandler):
             return
         runtime = self.runtime
         config = runtime.config
-        body = self.json_body()
+        body = await self.json_body()
         target = resolve_model(body.get("model"), config.model_aliases, runtime.providers)
         provider = runtime.providers[target.provider]
         if provider.kind == "chat":
             await relay_chat_provider(self, body, target, provider)
             return
-        request = translate_request(
-            body, target, reasoning_summaries=config.reasoning_summaries_as_content
+        request = await self.off_loop(
+            translate_request,
+            body,
+            target,
+            reasoning_summaries=config.reasoning_summaries_as_content,
         )
         session = runtime.cache.begin(
             request, body, self.request_id, upstream=runtime.cache_identity(provider)

@@ -233,3 +233,60 @@ def test_a_lone_surrogate_anywhere_is_named_by_its_path(case: tuple[dict[str, An
     body, path = case
     # ASCII: the only way to send a lone surrogate (UTF-8 cannot encode one) is its escape.
     assert rejected(json.dumps(body)).param == path
+
+
+# --- the piecewise parse (large bodies, on a worker thread) --------------------------
+
+
+def outcome(raw: bytes, *, piecewise: bool) -> object:
+    try:
+        return ("ok", parse_json_object(raw, None, piecewise=piecewise))
+    except InvalidRequest as err:
+        return ("error", err.message, err.param)
+
+
+JSON_NOISE = st.sampled_from(
+    ["", "{", "}", "[", "]", ",", ":", '"', "\\", " ", "\n", "1e999", "NaN", "-", "\ufeff",
+     "\x00", "tru", "[]", "{}", '"\\ud800"', "9" * 5000]
+)  # fmt: skip
+
+
+@st.composite
+def json_texts(draw: st.DrawFn) -> bytes:
+    """A JSON body, often nested as deep as a chat body, often broken somewhere."""
+    value = draw(json_values)
+    if draw(st.booleans()):
+        value = {"model": "m", "messages": [{"role": "user", "content": [value]}]}
+    text = json.dumps(
+        value, ensure_ascii=draw(st.booleans()), indent=draw(st.sampled_from([None, 1]))
+    )
+    for _ in range(draw(st.integers(0, 3))):
+        at = draw(st.integers(0, len(text)))
+        cut = draw(st.integers(0, 2))
+        text = text[:at] + draw(JSON_NOISE) + text[at + cut :]
+    return text.encode("utf-8", "surrogatepass")
+
+
+@given(json_texts())
+def test_the_piecewise_parse_gives_the_same_value_or_the_same_error(raw: bytes) -> None:
+    assert outcome(raw, piecewise=True) == outcome(raw, piecewise=False)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"a": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+        b"\xef\xbb\xbf{}",  # a UTF-8 BOM
+        b" {} x",
+        b"{} ",
+        b"",
+        b"[1,]",
+        b'{"a": 1,}',
+        b'{"a" 1}',
+        b'{"messages": [{"role": "user", "content": [{"n": 1e400}]}]}',
+        b'{"n": ' + b"9" * 5000 + b"}",
+    ],
+)
+def test_the_piecewise_parse_on_edge_cases(raw: bytes) -> None:
+    assert outcome(raw, piecewise=True) == outcome(raw, piecewise=False)
