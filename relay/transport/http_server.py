@@ -12,7 +12,9 @@ itself when a read passes ``max_bytes``). :class:`RelayHTTP1Connection` changes 
   from the buffer at once; its ``max_bytes`` is the buffer size (see
   :class:`RelayHTTPServer`), so it cannot close the stream, and a complete head longer
   than the limit is answered 431 when parsed. The wait takes over Tornado's header
-  timeout.
+  timeout, in two parts: a kept-alive connection waits for a next request's first byte up
+  to the idle timeout, and a head must then be whole within the header deadline (from
+  the connection's start, for its first request).
 - An ``HTTPInputError`` from the head (:meth:`_parse_headers`, :meth:`_can_keep_alive`),
   the framing (:meth:`_read_body` and the body read) or the application's
   ``headers_received`` (Tornado's Host and query checks) leaves as :class:`_Refused`, which
@@ -20,6 +22,12 @@ itself when a read passes ``max_bytes``). :class:`RelayHTTP1Connection` changes 
   answer (:mod:`relay.transport.protocol_errors`) unless a response has begun, then closes.
 - Chunked bodies are read by :class:`~relay.transport.chunked.BulkChunkedHTTP1Connection`,
   whose decoder reports a too-long size line as an error instead of closing the stream.
+
+- An answer begun before the body is read says ``Connection: close``
+  (:meth:`RelayHTTP1Connection.write_headers`).
+
+The server (:class:`RelayHTTPServer`) caps the connections it serves and pauses accepting,
+with back-off, when ``accept`` fails (out of file descriptors).
 
 A well-formed request costs one more regex search over its head, one more (zero-length)
 read and three delegate calls more than with Tornado's connection.
