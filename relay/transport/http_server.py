@@ -182,33 +182,34 @@ class RelayHTTP1Connection(BulkChunkedHTTP1Connection):
         connection waits up to the idle timeout for a next request to begin, and a head
         must be whole within the header deadline of the connection's start (its first
         request) or of its first byte (a later one)."""
-        if not self._first and not await self._within(
-            self.stream.read_until_regex(_SOME_BYTE), self._head.idle
+        if not self._first and (
+            await self._within(self.stream.read_until_regex(_SOME_BYTE), self._head.idle) is None
         ):
             return False
-        future = self.stream.read_until_regex(self._head.pattern)
-        if not await self._within(future, self._head.timeout):
+        overflow = await self._within(
+            self.stream.read_until_regex(self._head.pattern), self._head.timeout
+        )
+        if overflow is None:
             return False
-        if future.result():  # the first limit + 1 bytes, with no end of head among them
+        if overflow:  # the first limit + 1 bytes, with no end of head among them
             raise _Refused(headers_too_large(self._head.limit))
         return True
 
-    async def _within(self, future: Future[bytes], seconds: float | None) -> bool:
-        """Whether ``future`` is done within ``seconds``; else the connection is
-        closed."""
+    async def _within(self, read: Awaitable[bytes], seconds: float | None) -> bytes | None:
+        """What ``read`` gives within ``seconds``; None, and the connection closed, when
+        it gives nothing in time."""
         try:
-            if seconds is None or _is_done(future):
-                await future
-            else:
-                await gen.with_timeout(
-                    self.stream.io_loop.time() + seconds,
-                    future,
-                    quiet_exceptions=iostream.StreamClosedError,
-                )
+            if seconds is None or _is_done(read):
+                return await read
+            data: bytes = await gen.with_timeout(
+                self.stream.io_loop.time() + seconds,
+                read,
+                quiet_exceptions=iostream.StreamClosedError,
+            )
         except TimeoutError:
             self.close()
-            return False
-        return True
+            return None
+        return data
 
     def _parse_headers(self, data: bytes) -> tuple[str, httputil.HTTPHeaders]:
         if len(data) > self._head.limit:

@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from tests.support.raw_http import Answer, exchange, read_answers
-from tests.support.stack import Stack
+from tests.support.stack import Stack, StackFactory
 
 GOOD_BODY = json.dumps({"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}]})
 
@@ -234,7 +234,7 @@ def test_a_chunked_upload_in_many_pieces_is_read(stack: Stack) -> None:
     ids=["401 from prepare", "413 by Content-Length"],
 )
 def test_a_refusal_before_the_body_says_the_connection_closes(
-    stack_factory,  # type: ignore[no-untyped-def]
+    stack_factory: StackFactory,
     token: str | None,
     size: int,
     status: int,

@@ -19,6 +19,7 @@ import pytest
 from tests.support.log_leaks import observe_process
 from tests.support.raw_http import converse, read_answers
 from tests.support.relay_cli import relay_env, serving
+from tests.support.stack import StackFactory
 
 PARTIAL_HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nHost: relay\r\nContent-Type: applic"
 HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: relay\r\n\r\n"
@@ -59,24 +60,24 @@ def healthz(port: int) -> int:
 
 @pytest.mark.parametrize("sent", [PARTIAL_HEAD, b""], ids=["half a head", "nothing"])
 def test_a_head_not_whole_within_the_header_deadline_is_closed(
-    stack_factory,  # type: ignore[no-untyped-def]
+    stack_factory: StackFactory,
     sent: bytes,
 ) -> None:
     # The idle timeout stays at its default (15 minutes): the header deadline closes it.
     with (
         stack_factory({"RELAY_HEADER_TIMEOUT_MS": "200"}) as s,
-        connect(s.relay.port, sent) as sock,
+        connect(s.port, sent) as sock,
     ):
         assert closed_by_peer(sock)
 
 
 def test_a_kept_alive_connection_waits_past_the_header_deadline(
-    stack_factory,  # type: ignore[no-untyped-def]
+    stack_factory: StackFactory,
 ) -> None:
     """Between requests a connection waits up to the idle timeout; only a begun head has
     the header deadline."""
     with stack_factory({"RELAY_HEADER_TIMEOUT_MS": "200"}) as s:
-        port = s.relay.port
+        port = s.port
         with connect(port) as kept:
             kept.sendall(HEALTHZ)
             assert read_answers(kept.recv(65536))[0].status == 200
@@ -91,11 +92,11 @@ def test_a_kept_alive_connection_waits_past_the_header_deadline(
 
 
 def test_connections_over_the_cap_get_503_without_being_read(
-    stack_factory,  # type: ignore[no-untyped-def]
+    stack_factory: StackFactory,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with stack_factory({"RELAY_MAX_CONNECTIONS": "3"}) as s:
-        port = s.relay.port
+        port = s.port
         held = [connect(port, PARTIAL_HEAD) for _ in range(3)]
         try:
             # Each accepted connection is counted as it is accepted: the fourth waits for
