@@ -150,7 +150,7 @@ class RelayingHandler(BaseHandler):
             return call()
         return await IOLoop.current().run_in_executor(None, _COLLECTION.run, call)
 
-    def exchange_for(
+    async def exchange_for(
         self,
         upstream_body: dict[str, Any],
         sink: EventSink,
@@ -162,9 +162,10 @@ class RelayingHandler(BaseHandler):
         """A Responses exchange with ``provider`` (default: the built-in upstream)."""
         # Always streamed upstream, so the idle timer and capture work alike in both modes.
         upstream_body["stream"] = True
+        body = await self.off_loop(encode_body, upstream_body, piecewise=self._large)
         return self.open_exchange(
             provider or self.runtime.builtin_provider,
-            encode_body(upstream_body),
+            body,
             sink,
             buffered=buffered,
             batch_done=batch_done,

@@ -6,11 +6,15 @@ work is measured along."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import statistics
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,9 +35,10 @@ MEDIAN_RATIO_LIMIT = 50
 WORST_SHARE_LIMIT = 0.25  # of the large request's time
 
 
-def conversation(size: int) -> bytes:
+def conversation(size: int, *, valid: bool) -> bytes:
     """A chat body of about ``size`` bytes shaped like a long agent session: content
-    parts, tool calls and their results; its last message has an unknown role."""
+    parts, tool calls and their results; unless ``valid``, its last message has an
+    unknown role."""
     turn = [
         {"role": "user", "content": [{"type": "text", "text": f"step {i} " * 12} for i in range(8)]},
         {
@@ -48,7 +53,7 @@ def conversation(size: int) -> bytes:
         *({"role": "tool", "tool_call_id": f"call_{i}", "content": "line\n" * 40} for i in range(4)),
     ]  # fmt: skip
     one = len(json.dumps(turn))
-    messages = turn * (size // one) + [{"role": "wizard", "content": "x"}]
+    messages = turn * (size // one) + [{"role": "user" if valid else "wizard", "content": "x"}]
     return json.dumps({"model": "gpt-5", "messages": messages}).encode()
 
 
@@ -60,13 +65,36 @@ def healthz(conn: http.client.HTTPConnection) -> float:
     return time.perf_counter() - started
 
 
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+@contextlib.contextmanager
+def fake_upstream() -> Iterator[str]:
+    """The fake Responses API as a process of its own: its parse of the large body is
+    not the relay's."""
+    command = [sys.executable, "-m", "fakeupstream", "--port", "0", "--quiet"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as child:
+        try:
+            assert child.stdout is not None
+            yield child.stdout.readline().strip().removeprefix("fakeupstream listening on ")
+        finally:
+            child.kill()
+            child.wait()
+
+
+@pytest.mark.parametrize("relayed", [False, True], ids=["refused at its end", "relayed"])
 def test_healthz_is_answered_during_a_large_upload(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], relayed: bool
 ) -> None:
-    body = conversation(50 * 1024 * 1024)
-    env = relay_env(tmp_path)
-    with serving(env, "test_large_body") as proc:
+    """``refused at its end``: parsed and translated, then a 400 for its last message.
+    ``relayed``: a valid body, parsed, translated, encoded and sent upstream."""
+    body = conversation(50 * 1024 * 1024, valid=relayed)
+    with contextlib.ExitStack() as stack:
+        extra = {}
+        if relayed:
+            extra = {
+                "OPENAI_API_KEY": "sk-test",
+                "OPENAI_BASE_URL": stack.enter_context(fake_upstream()) + "/v1",
+            }
+        env = relay_env(tmp_path, **extra)
+        proc = stack.enter_context(serving(env, "test_large_body"))
         assert proc.stdout is not None
         banner = [proc.stdout.readline() for _ in range(3)]
         port = int(banner[0].split("http://127.0.0.1:")[1].split("/")[0])
@@ -92,19 +120,24 @@ def test_healthz_is_answered_during_a_large_upload(
         took = time.perf_counter() - started
         uploading.join()
         probe.close()
-    observe_process("test_large_body", "".join(banner), env)
+        observe_process("test_large_body", "".join(banner), env)
     worst = max(during)
     with capsys.disabled():
         print(
-            f"\nlarge body: {len(body) / 1e6:.1f} MB answered in {took:.2f} s; /healthz idle "
-            f"median {idle * 1000:.2f} ms, during the upload {len(during)} probes, median "
+            f"\nlarge body ({'relayed' if relayed else 'refused at its end'}): "
+            f"{len(body) / 1e6:.1f} MB answered in {took:.2f} s; /healthz idle median "
+            f"{idle * 1000:.2f} ms, during the upload {len(during)} probes, median "
             f"{statistics.median(during) * 1000:.2f} ms "
             f"({statistics.median(during) / idle:.1f} x idle), worst {worst * 1000:.1f} ms "
             f"({worst / idle:.0f} x idle, {worst / took:.0%} of the upload's time)"
         )
     [(status, text)] = answer
-    assert status == 400, text[:300]
-    assert "role" in json.loads(text)["error"]["message"]  # the whole body was parsed
+    if relayed:
+        assert status == 200, text[:300]
+        assert json.loads(text)["object"] == "chat.completion"
+    else:
+        assert status == 400, text[:300]
+        assert "role" in json.loads(text)["error"]["message"]  # the whole body was parsed
     assert len(during) >= 3
     assert statistics.median(during) / idle < MEDIAN_RATIO_LIMIT
     assert worst / took < WORST_SHARE_LIMIT

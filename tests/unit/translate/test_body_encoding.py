@@ -143,3 +143,46 @@ def test_raw_items_keep_a_view_of_the_stored_bytes_between_the_brackets() -> Non
     raw = RawItems(stored)
     assert bytes(raw.elements) == b'{"a":1},{"b":2}'
     assert raw.elements.obj is stored  # no copy
+
+
+@given(
+    st.one_of(
+        st.none(),
+        st.text(),
+        st.lists(
+            st.one_of(
+                json_values.map(lambda value: ("plain", value)),
+                st.lists(json_values, min_size=1, max_size=3).map(lambda items: ("raw", items)),
+            ),
+            max_size=8,
+        ),
+    ),
+    st.dictionaries(st.text().filter(lambda key: key != "input"), json_values, max_size=3),
+    st.booleans(),
+)
+def test_the_piecewise_encoding_is_the_same_bytes(
+    parts: list[tuple[str, Any]] | str | None, rest: dict[str, Any], input_first: bool
+) -> None:
+    """One json.dumps call per value (a large body, on a worker thread) spells the body
+    exactly as one call for all does, key order and lone surrogates included."""
+    body: dict[str, Any] = dict(rest)
+    if parts is not None:
+        items = parts if isinstance(parts, str) else [
+            RawItems(json.dumps(value).encode()) if kind == "raw" else value
+            for kind, value in parts
+        ]  # fmt: skip
+        body = {"input": items, **rest} if input_first else {**rest, "input": items}
+    assert encode_body(body, piecewise=True) == encode_body(body)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"model": "é", "input": "a\ud800b"},
+        {"input": [{"t": "\udfff é"}, RawItems('[{"a":"é"}]'.encode())], "k\udc00": 1},
+        {"model": "m", "input": []},
+        {},
+    ],
+)
+def test_the_piecewise_encoding_of_edge_cases(body: dict[str, Any]) -> None:
+    assert encode_body(body, piecewise=True) == encode_body(body)
