@@ -22,16 +22,19 @@ and the last chunk are followed by exactly ``\\r\\n``, compared once both bytes 
 read that has to wait for the network, as Tornado does; the loop yields every
 ``_YIELD_THRESHOLD`` of work, a chunk counting ``_CHUNK_YIELD_COST``.
 
-One rule is stricter than Tornado's, in time only: a bare LF (a ``\n`` that does not end
-a CRLF) where a size line ends or where a chunk's CRLF is due is refused as soon as it
-arrives (:data:`BARE_LF`). Tornado would wait for a CRLF that a client framing its lines
-with LF alone never sends, so the request would hang until the idle timeout; every body
-it refuses this way Tornado would have refused too, or never finished.
+Two rules are stricter than Tornado's, in time only. A bare LF (a ``\n`` that does not
+end a CRLF) where a size line ends or where a chunk's CRLF is due is refused as soon as it
+arrives (:data:`BARE_LF`); so is a byte no size line can hold (anything but hex digits and
+its CRLF: a bare CR, an extension), as an invalid chunk size. Tornado waits for the CRLF
+first, which a client framing its lines with LF or CR alone never sends, so the request
+would hang until the idle timeout; every body refused this way Tornado would have refused
+too, or never finished.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Final, NoReturn
 
 from tornado import httputil, iostream
@@ -52,6 +55,8 @@ _CRLF: Final = b"\r\n"
 _LAST_CHUNK: Final = len(b"0\r\n\r\n")
 
 _HEXDIGITS: Final = b"0123456789abcdefABCDEF"
+# What a size line can begin with: hex digits, then the CR of its CRLF.
+_SIZE_LINE_START: Final = re.compile(rb"[0-9a-fA-F]*\r?")
 _CR: Final = 13
 _LF: Final = 10
 
@@ -70,7 +75,7 @@ class ChunkedDecoder:
     :meth:`feed` returns the chunk data the piece completed or continued and counts the
     size lines in :attr:`chunks`; it raises ``HTTPInputError`` (a malformed or too large
     body) or ``UnsatisfiableReadError`` (a size line over 64 bytes) exactly where Tornado
-    does, and ``HTTPInputError(BARE_LF)`` where Tornado would wait (module docstring).
+    does, or earlier where Tornado would wait (module docstring).
     :attr:`done` once the last chunk's CRLF is in.
     """
 
@@ -126,6 +131,12 @@ class ChunkedDecoder:
                     self._line = b""
                     i, end = 0, len(data)
                 lf = data.find(b"\n", i)
+                stop = end if lf == -1 else lf
+                bad = _SIZE_LINE_START.match(data, i, stop).end()  # type: ignore[union-attr]
+                if bad < stop:  # a byte no size line can hold: refused where it is
+                    if bad + 1 - i > MAX_SIZE_LINE:
+                        raise _line_too_long()
+                    raise httputil.HTTPInputError("invalid chunk size")
                 if lf == -1:
                     if end - i > MAX_SIZE_LINE:
                         raise _line_too_long()

@@ -110,6 +110,10 @@ CASES = {
         dict(framing=["Transfer-Encoding: chunked"], body=b"3\nabc\n0\n\n"),
         "bare LF",
     ),
+    "bare CR chunked framing": (
+        dict(framing=["Transfer-Encoding: chunked"], body=b"3\rabc\r0\r\r"),
+        "hexadecimal digits and CRLF",
+    ),
     "bare LF after the last chunk": (
         dict(framing=["Transfer-Encoding: chunked"], body=chunked(b"{}")[:-2] + b"\n"),
         "bare LF",

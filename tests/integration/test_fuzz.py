@@ -3,7 +3,7 @@
 Hypothesis draws structure-aware adversarial input (:mod:`tests.support.fuzz_inputs`):
 Chat Completions and Responses bodies with mutated fields, types, Unicode, numbers and
 depth; cache-API queries; raw HTTP/1.1 with broken request lines, headers and framing;
-chunked uploads framed with bare LFs (each refused at once with a 400); bodies declaring
+chunked uploads framed with bare LFs or CRs (each refused at once with a 400); bodies declaring
 a Content-Encoding, really compressed or not (415 unless ``identity``).
 For every answer:
 

@@ -644,7 +644,7 @@ def raw_cases(token: str, admin: str) -> st.SearchStrategy[RawCase]:
     )
 
 
-# --- chunked framing with bare LFs (a client that ends lines with LF alone) -------------
+# --- chunked framing with bare LFs or CRs (a client that ends lines with one alone) ------
 
 LF_TARGETS: Final = ("/v1/chat/completions", "/v1/responses")
 
@@ -655,12 +655,15 @@ def _lf_case(
     body_text: str,
     cuts: tuple[int, ...],
     lfs: int,
+    crs: int,
     head_lf: bool,
     authorized: bool,
 ) -> RawCase:
     """A chunked upload in which the framing CRLFs that ``lfs``'s bits pick (at least
-    one) are bare LFs: after a size line, after a chunk's data, after the last chunk. The
-    first bare LF is refused at once, a 400 (a 401 first, without the token)."""
+    one) are bare LFs, and some of the others (``crs``) bare CRs: after a size line,
+    after a chunk's data, after the last chunk (never a CR there: the request would wait
+    for the byte after it). The first is refused at once, a 400 (a 401 first, without
+    the token)."""
     body = body_text.encode()
     bounds = [0, *(c for c in cuts if c < len(body)), len(body)]
     pieces = [body[a:b] for a, b in itertools.pairwise(bounds) if b > a]
@@ -668,7 +671,10 @@ def _lf_case(
     # the last chunk's size line and at its end.
     count = 2 * len(pieces) + 2
     lfs |= 1 << (lfs % count)  # at least one
-    seps = [b"\n" if lfs >> i & 1 else b"\r\n" for i in range(count)]
+    seps = [
+        b"\n" if lfs >> i & 1 else b"\r" if crs >> i & 1 and i < count - 1 else b"\r\n"
+        for i in range(count)
+    ]
     out = b""
     for i, piece in enumerate(pieces):
         out += b"%x" % len(piece) + seps[2 * i] + piece + seps[2 * i + 1]
@@ -691,6 +697,7 @@ def lf_framing_cases(token: str) -> st.SearchStrategy[RawCase]:
         st.sampled_from(RAW_BODIES),
         st.sampled_from(((), (1,), (3,), (1, 2), (5, 20, 21))),
         st.integers(0, 2**16),
+        st.sampled_from((0, 0, 0)) | st.integers(0, 2**16),
         st.booleans(),
         st.sampled_from((True,) * 9 + (False,)),
     )
