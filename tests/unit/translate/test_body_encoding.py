@@ -17,6 +17,15 @@ json_values = st.recursive(
     max_leaves=12,
 )
 
+# An input list: plain items, and runs of items stored as one RawItems.
+input_parts = st.lists(
+    st.one_of(
+        json_values.map(lambda value: ("plain", value)),
+        st.lists(json_values, min_size=1, max_size=3).map(lambda items: ("raw", items)),
+    ),
+    max_size=8,
+)
+
 
 def expanded(body: dict[str, Any]) -> dict[str, Any]:
     """What the encoded body must parse to: every RawItems replaced by its parsed items."""
@@ -69,13 +78,7 @@ def test_raw_items_never_show_their_content() -> None:
 
 
 @given(
-    st.lists(
-        st.one_of(
-            json_values.map(lambda value: ("plain", value)),
-            st.lists(json_values, min_size=1, max_size=3).map(lambda items: ("raw", items)),
-        ),
-        max_size=8,
-    ),
+    input_parts,
     st.dictionaries(st.text().filter(lambda key: key != "input"), json_values, max_size=3),
     st.sampled_from([(",", ":"), (", ", ": ")]),
 )
@@ -115,13 +118,7 @@ def test_a_lone_surrogate_goes_out_as_its_escape(
 
 
 @given(
-    st.lists(
-        st.one_of(
-            json_values.map(lambda value: ("plain", value)),
-            st.lists(json_values, min_size=1, max_size=3).map(lambda items: ("raw", items)),
-        ),
-        max_size=8,
-    ),
+    input_parts,
     st.dictionaries(st.text().filter(lambda key: key != "input"), json_values, max_size=3),
 )
 def test_blocks_in_json_dumps_spelling_give_exactly_json_dumps_of_the_expanded_body(
@@ -149,13 +146,7 @@ def test_raw_items_keep_a_view_of_the_stored_bytes_between_the_brackets() -> Non
     st.one_of(
         st.none(),
         st.text(),
-        st.lists(
-            st.one_of(
-                json_values.map(lambda value: ("plain", value)),
-                st.lists(json_values, min_size=1, max_size=3).map(lambda items: ("raw", items)),
-            ),
-            max_size=8,
-        ),
+        input_parts,
     ),
     st.dictionaries(st.text().filter(lambda key: key != "input"), json_values, max_size=3),
     st.booleans(),
