@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,11 @@ from relay.providers import BUILTIN, Provider, check_base_url, parse_providers
 from relay.tunnel_command import TunnelCommand, parse_tunnel_command
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
+# File descriptors kept out of RELAY_MAX_CONNECTIONS: the store's files, pooled upstream
+# connections (16 per origin, and the embedded fake's side of them), the log, the tunnel's
+# pipes, the admin and metrics listeners.
+RESERVED_FDS = 128
+MAX_CONNECTIONS_CEILING = 1024  # the default never exceeds it, however high the fd limit
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 REASONING_SUMMARIES = ("auto", "concise", "detailed", "none")
 SAMPLING_POLICIES = ("auto", "forward", "drop")
@@ -57,6 +63,9 @@ class Config:
     max_response_bytes: int = 64 * 1024 * 1024
     max_sse_event_bytes: int = 8 * 1024 * 1024
     idle_timeout_ms: int = 900_000
+    header_timeout_ms: int = 30_000  # RELAY_HEADER_TIMEOUT_MS: a request head's deadline
+    # RELAY_MAX_CONNECTIONS; the default depends on this process's fd limit.
+    max_connections: int = field(default_factory=lambda: default_max_connections(fd_soft_limit()))
     delivery_timeout_ms: int = 30_000
     sse_keepalive_ms: int = 15_000
     log_level: str = "info"
@@ -113,6 +122,36 @@ def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0) -
         raise ConfigError(f"{name}={raw!r}: expected a whole number >= {minimum}") from None
     if value < minimum:
         raise ConfigError(f"{name}={raw!r}: expected a whole number >= {minimum}")
+    return value
+
+
+def connection_room(fd_limit: int) -> int:
+    """How many client connections the soft fd limit (``ulimit -n``; negative: unlimited)
+    leaves room for: all but :data:`RESERVED_FDS`, and at least half of a small limit."""
+    if fd_limit < 0:
+        return 2**31 - 1
+    return max(fd_limit // 2, fd_limit - RESERVED_FDS, 1)
+
+
+def fd_soft_limit() -> int:
+    """This process's soft ``RLIMIT_NOFILE`` (-1: unlimited)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return -1 if soft == resource.RLIM_INFINITY else soft
+
+
+def default_max_connections(fd_limit: int) -> int:
+    return min(MAX_CONNECTIONS_CEILING, connection_room(fd_limit))
+
+
+def _max_connections(env: Mapping[str, str], fd_limit: int) -> int:
+    room = connection_room(fd_limit)
+    value = _int(env, "RELAY_MAX_CONNECTIONS", default_max_connections(fd_limit), minimum=1)
+    if value > room:
+        raise ConfigError(
+            f"RELAY_MAX_CONNECTIONS={value}: the file-descriptor limit (ulimit -n: {fd_limit}) "
+            f"leaves room for {room} connections ({RESERVED_FDS} descriptors are kept for the "
+            "store, upstream connections and logs); lower it or raise ulimit -n"
+        )
     return value
 
 
@@ -258,8 +297,11 @@ def _choice(spec: Mapping[str, Any], key: str, allowed: tuple[str, ...], where: 
     return str(value)
 
 
-def load_config(env: Mapping[str, str] | None = None) -> Config:
+def load_config(env: Mapping[str, str] | None = None, *, fd_limit: int | None = None) -> Config:
+    """``fd_limit``: the soft fd limit RELAY_MAX_CONNECTIONS is checked against (default:
+    this process's)."""
     env = os.environ if env is None else env
+    fd_limit = fd_soft_limit() if fd_limit is None else fd_limit
     host = env.get("RELAY_HOST", "").strip() or "127.0.0.1"
     token = env.get("RELAY_TOKEN") or None
     if token is not None and (len(token) < 16 or any(c.isspace() for c in token)):
@@ -325,6 +367,8 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
         max_response_bytes=_int(env, "RELAY_MAX_RESPONSE_BYTES", 64 * 1024 * 1024, minimum=1024),
         max_sse_event_bytes=_int(env, "RELAY_MAX_SSE_EVENT_BYTES", 8 * 1024 * 1024, minimum=1024),
         idle_timeout_ms=_int(env, "RELAY_IDLE_TIMEOUT_MS", 900_000, minimum=1),
+        header_timeout_ms=_int(env, "RELAY_HEADER_TIMEOUT_MS", 30_000, minimum=1),
+        max_connections=_max_connections(env, fd_limit),
         delivery_timeout_ms=_int(env, "RELAY_DELIVERY_TIMEOUT_MS", 30_000, minimum=1),
         sse_keepalive_ms=_int(env, "RELAY_SSE_KEEPALIVE_MS", 15_000, minimum=0),
         log_level=log_level,

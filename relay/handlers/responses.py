@@ -25,7 +25,7 @@ class ResponsesHandler(RelayingHandler):
     async def post(self) -> None:
         if self._finished:
             return
-        body = self.json_body()
+        body = await self.json_body()
         runtime = self.runtime
         target = resolve_model(body.get("model"), runtime.config.model_aliases, runtime.providers)
         provider = runtime.providers[target.provider]
