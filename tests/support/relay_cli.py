@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -22,12 +22,20 @@ def relay_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 @contextmanager
-def serving(env: dict[str, str], label: str) -> Iterator[subprocess.Popen[str]]:
-    """``relay serve`` as a real process; killed (and reaped) however the test ends. What
-    the test did not read itself goes to the log scan under ``label``."""
+def serving(
+    env: dict[str, str],
+    label: str,
+    *,
+    argv: Sequence[str] = (sys.executable, "-m", "relay", "serve"),
+    cwd: Path | None = None,
+) -> Iterator[subprocess.Popen[str]]:
+    """``relay serve`` (or another spelling of it, ``argv``) as a real process; killed (and
+    reaped) however the test ends. What the test did not read itself goes to the log scan
+    under ``label``."""
     with subprocess.Popen(
-        [sys.executable, "-m", "relay", "serve"],
+        list(argv),
         env=env,
+        cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
