@@ -62,9 +62,15 @@ def test_the_wheel_declares_the_commands_the_offline_upstream_and_its_license(
     points.read_string(archive.read(f"{dist_info}/entry_points.txt").decode())
     assert points["console_scripts"]["relay"] == "relay.cli:main"
     assert points["relay.offline_upstream"]["fake"] == "fakeupstream.embedded:create"
-    metadata = archive.read(f"{dist_info}/METADATA").decode()
-    assert "License: MIT" in metadata
-    licence = archive.read(f"{dist_info}/LICENSE").decode()
+    metadata = archive.read(f"{dist_info}/METADATA").decode().splitlines()
+    assert {"License: MIT", "License-Expression: MIT"} & set(metadata)
+    assert "License-File: LICENSE" in metadata
+    # Metadata 2.4 keeps license files under licenses/; older setuptools beside METADATA.
+    (licence,) = [
+        archive.read(name).decode()
+        for name in archive.namelist()
+        if name in (f"{dist_info}/LICENSE", f"{dist_info}/licenses/LICENSE")
+    ]
     assert licence == (ROOT / "LICENSE").read_text(encoding="utf-8")
     assert licence.startswith("MIT License")
 
