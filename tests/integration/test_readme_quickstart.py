@@ -20,6 +20,8 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -122,47 +124,62 @@ def answer_content(raw: str) -> str:
     return content
 
 
-def test_the_quickstart_runs_as_written(tmp_path: Path) -> None:
-    if shutil.which("curl") is None:
-        pytest.skip("curl is not installed: the quickstart's request uses it")
-    steps = quickstart()
-    assert list(steps) == ["start", "request", "python"]
-    assignments, words = start_command(steps["start"])
+@contextmanager
+def running(start: str, reader: Reader) -> Iterator[list[str]]:
+    """The start block's command, run as the reader would: through the installed ``relay``
+    script, in the reader's directory, with the default data directory. Yields the relay's
+    log lines once the block ends (the reader pressed Ctrl-C)."""
+    assignments, words = start_command(start)
     assert words == ["relay", "serve"]
     assert "OPENAI_API_KEY" not in assignments  # the offline quickstart
-    scripts = Path(sys.executable).parent  # where the installed `relay` script is
-    env = relay_env(tmp_path, **assignments)
+    env = relay_env(reader.home, **assignments)
     del env["RELAY_DATA_DIR"]  # the README relies on the default, ./data
+    scripts = Path(sys.executable).parent  # where this installation's `relay` script is
     env["PATH"] = os.pathsep.join([str(scripts), env.get("PATH", "")])
     relay = shutil.which(words[0], path=env["PATH"])
     assert relay is not None, "the relay script is not installed"
-    reader = Reader(tmp_path)
-
-    with serving(env, LABEL, argv=[relay, *words[1:]], cwd=tmp_path) as proc:
+    log: list[str] = []
+    with serving(env, LABEL, argv=[relay, *words[1:]], cwd=reader.home) as proc:
         assert proc.stdout is not None and proc.stderr is not None
+        reader.origin = ""
         for line in proc.stdout:
             listening = re.search(r"listening on http://(127\.0\.0\.1:\d+)/v1", line)
             if listening:
                 reader.origin = listening[1]
                 break
         assert reader.origin, proc.stderr.read()
-        assert (tmp_path / "data" / "relay-token").is_file()
+        yield log
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
+        assert proc.wait(15) == 0
+        log += proc.stderr.read().splitlines()
+    observe_process(LABEL, "\n".join(log), env)
 
+
+def replayed(log: list[str]) -> list[int]:
+    """``replayed=N`` of each ``cache_plan`` line, in order."""
+    plans = [line for line in log if " cache_plan " in line]
+    counts = [int(m[1]) for line in plans if (m := re.search(r" replayed=(\d+) ", line))]
+    assert len(counts) == len(plans)
+    return counts
+
+
+def test_the_quickstart_runs_as_written(tmp_path: Path) -> None:
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed: the quickstart's request uses it")
+    steps = quickstart()
+    assert list(steps) == ["start", "request", "python"]
+    reader = Reader(tmp_path)
+
+    with running(steps["start"], reader) as log:
+        assert (tmp_path / "data" / "relay-token").is_file()
         first = answer_content(reader.shell(steps["request"]))
         assert first == documented_content("Hello")
         assert first.endswith("continuity: replayed=0 intact=0 misplaced=0")
-
         printed = reader.python(steps["python"])
         assert printed == output_after("python")
         assert "continuity: replayed=1 intact=1 misplaced=0" in printed
-
-        proc.send_signal(signal.SIGINT)  # Ctrl-C
-        assert proc.wait(15) == 0
-        log = proc.stderr.read()
-    observe_process(LABEL, log, env)
-    plans = [line for line in log.splitlines() if " cache_plan " in line]
-    replayed = [m[1] for line in plans if (m := re.search(r" replayed=(\d+) ", line))]
-    assert replayed == ["0", "0", "1"]  # curl's turn, then the snippet's two
+    assert replayed(log) == [0, 0, 1]  # curl's turn, then the snippet's two
     (shown,) = [line for line in README.splitlines() if " cache_plan " in line]
-    assert field_names(shown) == field_names(plans[-1])  # the README's log line, as logged
+    last = [line for line in log if " cache_plan " in line][-1]
+    assert field_names(shown) == field_names(last)  # the README's log line, as logged
     assert " replayed=1 " in shown
