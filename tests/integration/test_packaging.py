@@ -65,6 +65,11 @@ def test_the_wheel_declares_the_commands_the_offline_upstream_and_its_license(
     metadata = archive.read(f"{dist_info}/METADATA").decode().splitlines()
     assert {"License: MIT", "License-Expression: MIT"} & set(metadata)
     assert "License-File: LICENSE" in metadata
+    assert "Requires-Python: >=3.11" in metadata
+    platforms = {line.split(" :: ", 1)[1] for line in metadata if "Operating System" in line}
+    assert platforms == {"POSIX :: Linux", "MacOS"}
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "Supported platforms: **Linux and macOS**, with **Python 3.11 or newer**" in readme
     # Metadata 2.4 keeps license files under licenses/; older setuptools beside METADATA.
     (licence,) = [
         archive.read(name).decode()
