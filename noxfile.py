@@ -15,6 +15,8 @@ nox.options.error_on_missing_interpreters = True
 # Debian packages the scenario harness drives (clock jumps, I/O fault injection).
 SYSTEM_PACKAGES = {"faketime": "faketime", "fiu-run": "fiu-utils", "strace": "strace"}
 COVERAGE_FAIL_UNDER = "85"
+# Run a second time by `tests` with RELAY_TEST_FORCE_PORTABLE_FALLBACKS=1 (relay.portable).
+PORTABLE_TESTS = ("tests/unit/storage", "tests/unit/cache/test_disk_safety.py")
 
 
 def ensure_system_packages(session: nox.Session) -> None:
@@ -52,6 +54,13 @@ def tests(session: nox.Session) -> None:
     ensure_system_packages(session)
     install_project(session, "test")
     session.run("pytest", "-m", "not slow", *session.posargs)
+    if not session.posargs:
+        # The storage and disk-safety unit tests again with the platform fallbacks forced
+        # (relay.portable): what macOS preallocates with, on a Linux CI (a few seconds).
+        session.run(
+            "pytest", "-q", *PORTABLE_TESTS,
+            env={"RELAY_TEST_FORCE_PORTABLE_FALLBACKS": "1"},
+        )  # fmt: skip
 
 
 @nox.session

@@ -64,6 +64,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="scale the recorded delays between chunks (default 1; 0: no delays)",
     )
     parser.add_argument(
+        "--files-dir",
+        metavar="DIR",
+        help="the only directory a script's raw_sse_file or the cassette control's path may "
+        "name a file under (default: none, so those controls read no file)",
+    )
+    parser.add_argument(
         "--cassette-any-body",
         action="store_true",
         help="match recorded requests by method and path only, not by body",
@@ -86,6 +92,7 @@ async def serve(args: argparse.Namespace) -> None:
         max_records=args.max_records,
         strict=Strictness(args.strict, args.strict_prefix),
         cassette=playback,
+        files_dir=args.files_dir,
     )
     port = await fake.start(args.host, args.port)
     print(f"fakeupstream listening on {origin(args.host, port)}", flush=True)

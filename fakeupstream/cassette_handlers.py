@@ -15,7 +15,7 @@ from fakeupstream.cassette import CassetteError, Interaction
 from fakeupstream.cassette_playback import Mismatch, Playback
 from fakeupstream.handlers import ResponsesHandler, _Base
 from fakeupstream.rules import ApiError, check_auth
-from fakeupstream.scripts import parse_toxics
+from fakeupstream.scripts import file_under, parse_toxics
 from fakeupstream.toxics import Op, Send, Toxics
 
 if TYPE_CHECKING:
@@ -141,7 +141,7 @@ class CassetteControlHandler(_Base):
             if not isinstance(match_body, bool):
                 raise CassetteError("'match_body' must be true or false")
             self.fake.playback = Playback.open(
-                raw["path"],
+                file_under(self.fake.files_dir, raw["path"], "path"),
                 timing=float(timing),
                 match_body=match_body,
                 toxics=parse_toxics(raw.get("toxics", {})),

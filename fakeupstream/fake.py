@@ -14,6 +14,10 @@ cassette`` -- cassette playback); anything else gets OpenAI's ``Invalid URL`` 40
 model endpoints share the auth, the script queue, the records and the toxics. While a
 cassette plays (:mod:`cassette_playback`) it answers every ``/v1/`` request instead.
 ``GET /v1/models`` lists the models the fake knows (:mod:`models`).
+
+The controls are unauthenticated: a control that takes a path (a script's
+``raw_sse_file``, the cassette's ``path``) reads only under ``files_dir`` (``--files-dir``),
+and ``controls=False`` serves none of them (the relay's embedded offline upstream).
 """
 
 from __future__ import annotations
@@ -80,6 +84,8 @@ class FakeUpstream:
         max_records: int = 1000,
         strict: Strictness | Mapping[str, Any] | str | None = None,
         cassette: Playback | Path | str | None = None,
+        files_dir: Path | str | None = None,
+        controls: bool = True,
     ) -> None:
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.rng = random.Random(seed)
@@ -103,6 +109,13 @@ class FakeUpstream:
         self.playback: Playback | None = (
             Playback.open(cassette) if isinstance(cassette, Path | str) else cassette
         )
+        # The only directory a script's ``raw_sse_file`` or a cassette control's ``path``
+        # may name a file under (None: no file at all), so that the unauthenticated
+        # controls cannot read whatever this process can (scripts.file_under).
+        self.files_dir = Path(files_dir) if files_dir is not None else None
+        # False: no ``/__fake/`` routes at all (they get the Invalid URL 404), as when the
+        # relay embeds this fake as its offline upstream (fakeupstream.embedded).
+        self.controls = controls
         self.base_url = ""
         self.port: int | None = None
         self._queue: deque[Script] = deque()
@@ -114,12 +127,14 @@ class FakeUpstream:
 
     def make_app(self) -> tornado.web.Application:
         args = {"fake": self}
-        return tornado.web.Application(
-            [
-                Rule(PlayingCassette(self), CassetteHandler, args),
-                (r"/v1/responses", ResponsesHandler, args),
-                (r"/v1/chat/completions", ChatCompletionsHandler, args),
-                (r"/v1/models", ModelsHandler, args),
+        routes: list[Any] = [
+            Rule(PlayingCassette(self), CassetteHandler, args),
+            (r"/v1/responses", ResponsesHandler, args),
+            (r"/v1/chat/completions", ChatCompletionsHandler, args),
+            (r"/v1/models", ModelsHandler, args),
+        ]
+        if self.controls:
+            routes += [
                 (r"/__fake/strict", StrictHandler, args),
                 (r"/__fake/cassette", CassetteControlHandler, args),
                 (r"/__fake/scripts", ScriptsHandler, args),
@@ -127,7 +142,9 @@ class FakeUpstream:
                 (r"/__fake/reset", ResetHandler, args),
                 (r"/__fake/rotate_key", RotateKeyHandler, args),
                 (r"/__fake/health", HealthHandler, args),
-            ],
+            ]
+        return tornado.web.Application(
+            routes,
             default_handler_class=InvalidUrlHandler,
             default_handler_args=args,
             compress_response=False,
@@ -166,7 +183,8 @@ class FakeUpstream:
 
     def enqueue(self, *scripts: Mapping[str, Any]) -> None:
         """Queue behaviours for the next ``/v1/responses`` or ``/v1/chat/completions`` calls."""
-        self.enqueue_parsed([parse_script(script) for script in scripts])  # all or nothing
+        parsed = [parse_script(script, files_dir=self.files_dir) for script in scripts]
+        self.enqueue_parsed(parsed)  # all or nothing
 
     def enqueue_parsed(self, scripts: list[Script]) -> None:
         self._queue.extend(scripts)

@@ -211,7 +211,8 @@ class StrictHandler(_Base):
 class ScriptsHandler(_Base):
     def post(self) -> None:
         try:
-            scripts = parse_scripts(json.loads(self.request.body or b"null"))
+            raw = json.loads(self.request.body or b"null")
+            scripts = parse_scripts(raw, files_dir=self.fake.files_dir)
         except (ValueError, ScriptError) as error:
             message = str(error) if isinstance(error, ScriptError) else f"invalid JSON: {error}"
             self.send_json(400, {"error": {"message": message, "type": "invalid_script"}})

@@ -25,7 +25,8 @@ object; every key is optional and unknown keys are an error::
       "ciphertext": "normal",   # | "differ" | "completed_only"
       "usage": {"input_tokens": 10, "cached_tokens": 4, "cache_write_tokens": 0,
                 "output_tokens": 20, "reasoning_tokens": 16, "total_tokens": 30},
-      "raw_sse": "event: ...",  # replay these bytes verbatim (or "raw_sse_file": "path")
+      "raw_sse": "event: ...",  # replay these bytes verbatim (or "raw_sse_file": a path
+                                # under the fake's files_dir / --files-dir, see file_under)
       "validate": true,         # false: skip OpenAI's input validation for this call
       "strict": "tool_turns",   # Chat only: the reasoning_content rule for this call, or
                                 # {"rule": ..., "prefix": true}; see fakeupstream.strict_chat
@@ -177,8 +178,11 @@ SCRIPT_KEYS = (
 )  # fmt: skip
 
 
-def parse_script(raw: Mapping[str, Any]) -> Script:
-    """A validated :class:`Script`, or :class:`ScriptError` naming the offending key."""
+def parse_script(raw: Mapping[str, Any], *, files_dir: Path | None = None) -> Script:
+    """A validated :class:`Script`, or :class:`ScriptError` naming the offending key.
+
+    ``files_dir``: the one directory ``raw_sse_file`` may name a file under (see
+    :func:`file_under`); ``None`` refuses ``raw_sse_file``."""
     if not isinstance(raw, Mapping):
         raise ScriptError(f"a script must be a JSON object, got {type(raw).__name__}")
     _only(raw, SCRIPT_KEYS, "script")
@@ -203,20 +207,20 @@ def parse_script(raw: Mapping[str, Any]) -> Script:
             raw, "ciphertext", ("normal", "differ", "completed_only"), "normal"
         ),
         usage=_usage(raw.get("usage", {})),
-        raw_sse=_raw_sse(raw),
+        raw_sse=_raw_sse(raw, files_dir),
         validate=_flag(raw, "validate", True),
         toxics=parse_toxics(raw.get("toxics", {})),
         strict=_strict(raw["strict"]) if "strict" in raw else None,
     )
 
 
-def parse_scripts(raw: Any) -> list[Script]:
+def parse_scripts(raw: Any, *, files_dir: Path | None = None) -> list[Script]:
     """One script (an object) or several (a list), as ``POST /__fake/scripts`` accepts."""
     items = raw if isinstance(raw, list) else [raw]
     scripts = []
     for position, item in enumerate(items):
         try:
-            scripts.append(parse_script(item))
+            scripts.append(parse_script(item, files_dir=files_dir))
         except ScriptError as error:
             raise ScriptError(f"script {position}: {error}") from None
     return scripts
@@ -392,18 +396,40 @@ def _usage(raw: Any) -> dict[str, int]:
     return {key: int(_count(raw, key, minimum=0, where="usage.") or 0) for key in raw}
 
 
-def _raw_sse(raw: Mapping[str, Any]) -> bytes | None:
+def _raw_sse(raw: Mapping[str, Any], files_dir: Path | None) -> bytes | None:
     if "raw_sse" in raw:
         if not isinstance(raw["raw_sse"], str):
             raise ScriptError("'raw_sse' must be a string of SSE text")
         return raw["raw_sse"].encode()
     if "raw_sse_file" in raw:
         path = raw["raw_sse_file"]
+        if not isinstance(path, str):
+            raise ScriptError("'raw_sse_file' must be a path (a string)")
         try:
-            return Path(str(path)).read_bytes()
+            return file_under(files_dir, path, "raw_sse_file").read_bytes()
         except OSError as error:
             raise ScriptError(f"'raw_sse_file' {path!r} cannot be read: {error}") from None
     return None
+
+
+def file_under(files_dir: Path | None, path: str, key: str) -> Path:
+    """``path`` (relative to ``files_dir``, or absolute) once it is known to name a file
+    under ``files_dir`` after every symlink is followed; :class:`ScriptError` otherwise.
+
+    The fake's controls are unauthenticated HTTP: a control that reads a file must not
+    become a way to read any file its process can (the relay's store, a key). So a fake
+    reads only under the directory its harness named (``files_dir``, ``--files-dir``), and
+    one started without it reads no file at all."""
+    if files_dir is None:
+        raise ScriptError(
+            f"{key!r}: this fake reads no files; start it with files_dir (--files-dir DIR) "
+            "and name a file under that directory"
+        )
+    root = files_dir.resolve()
+    target = (root / path).resolve()  # an absolute ``path`` replaces ``root`` here
+    if not target.is_relative_to(root):
+        raise ScriptError(f"{key!r} {path!r} is not under the fake's files directory {root}")
+    return target
 
 
 # --- the default reply ---------------------------------------------------------------

@@ -1,7 +1,9 @@
-"""The relay token: given by RELAY_TOKEN, or generated once and kept in the data directory."""
+"""The relay token: given by RELAY_TOKEN, or generated once and kept in the data directory;
+and the other secrets kept there the same way (:func:`load_or_create_secret`)."""
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import os
 import secrets
@@ -90,6 +92,47 @@ def load_or_create_token(data_dir: Path) -> tuple[str, Path]:
         handle.flush()
         os.fsync(handle.fileno())
     return token, path
+
+
+def load_or_create_secret(path: Path, *, what: str) -> bytes:
+    """32 random bytes kept (hex, 0600) at ``path``: created once, the same on every later
+    call. The file is written whole under a temporary name and linked into place, so a crash
+    never leaves a short one; of two racing first calls, both get the one that was linked.
+    ``what`` names it in the one-line error for an unreadable or damaged file."""
+    try:
+        return _read_secret(path, what)
+    except FileNotFoundError:
+        pass
+    temporary = path.with_name(f".{path.name}.tmp-{secrets.token_hex(8)}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(secrets.token_hex(32) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        with contextlib.suppress(FileExistsError):  # another start linked its own first
+            os.link(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+    return _read_secret(path, what)
+
+
+def _read_secret(path: Path, what: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "r", encoding="utf-8") as handle:
+        if stat.S_IMODE(os.fstat(fd).st_mode) & 0o077:
+            os.fchmod(fd, 0o600)
+        text = handle.read().strip()
+    try:
+        secret = bytes.fromhex(text)
+    except ValueError:
+        secret = b""
+    if len(secret) != 32:
+        raise ConfigError(
+            f"{path}: the stored {what} is damaged (expected 64 hex digits); delete the file "
+            "to generate a new one"
+        )
+    return secret
 
 
 def bearer_matches(header: str | None, token: str) -> bool:

@@ -44,7 +44,15 @@ BACKUP_POINTS: tuple[str, ...] = (
     "backup_prepared",  # the copy has its new secret, gap and recovery; not yet fsynced
     "backup_published",  # DEST is linked and durable; DEST.blocked is still there
 )
-KNOWN_POINTS: tuple[str, ...] = REQUEST_POINTS + BACKUP_POINTS
+# With the cache off over an existing store (relay.cache.replay_cache): the first request
+# the cache would have observed has made the coverage gap durable; nothing is sent yet.
+GAP_POINTS: tuple[str, ...] = ("after_coverage_gap",)
+# ``relay cache restore --replace`` (relay.storage.backup) before the copy's own points.
+REPLACE_POINTS: tuple[str, ...] = (
+    "replace_blocked",  # LIVE.blocked (naming where the old store goes) is durable
+    "replace_moved_aside",  # the old store is under its kept name; nothing at LIVE
+)
+KNOWN_POINTS: tuple[str, ...] = REQUEST_POINTS + BACKUP_POINTS + GAP_POINTS + REPLACE_POINTS
 
 
 class CrashPointSpecError(ValueError):

@@ -26,7 +26,11 @@ class OfflineUpstream(Protocol):
 
 
 class OfflineUpstreamFactory(Protocol):
-    def __call__(self, *, clock: Clock) -> OfflineUpstream: ...
+    """``secret``: the upstream's sealing key, the same on every start over one data
+    directory (:func:`relay.auth.load_or_create_secret`), so what it sealed before a
+    restart still opens after it."""
+
+    def __call__(self, *, clock: Clock, secret: bytes) -> OfflineUpstream: ...
 
 
 def load_offline_upstream() -> OfflineUpstreamFactory:

@@ -13,9 +13,9 @@ from tornado.netutil import bind_sockets
 from tornado.web import Application
 
 from relay import log
-from relay.auth import ensure_private_dir, load_or_create_token
+from relay.auth import ensure_private_dir, load_or_create_secret, load_or_create_token
 from relay.body_log import BodyLog
-from relay.cache.replay_cache import ReplayCache
+from relay.cache.replay_cache import EMBEDDED_FAKE_ORIGIN, ReplayCache
 from relay.cache.retention import RetentionCleanup, WatchedClock
 from relay.clock import Clock, SystemClock
 from relay.config import Config
@@ -35,6 +35,7 @@ from relay.tunnel import Tunnel
 from relay.upstream_models import UpstreamModels
 
 EMBEDDED_FAKE_KEY = "sk-embedded-offline-fake"
+OFFLINE_KEY_FILE = "offline-fake.key"  # the embedded fake's sealing key, in the data dir
 
 
 def make_app(runtime: Runtime) -> Application:
@@ -90,7 +91,11 @@ class RelayServer:
                 self.token_path = str(path)
             if config.uses_embedded_fake:
                 factory = self.offline or load_offline_upstream()
-                fake = self.fake = factory(clock=self.clock)
+                # Kept in the data directory: the fake's ciphertext verifies after a restart.
+                secret = load_or_create_secret(
+                    config.data_dir / OFFLINE_KEY_FILE, what="offline fake's sealing key"
+                )
+                fake = self.fake = factory(clock=self.clock, secret=secret)
                 await fake.start("127.0.0.1", 0)
                 undo.push_async_callback(fake.stop)
                 base_url, api_key = fake.base_url.rstrip("/"), EMBEDDED_FAKE_KEY
@@ -110,6 +115,7 @@ class RelayServer:
                 upstream_credential=api_key,
                 relay_token=token,
                 new_id=Runtime.new_id,
+                upstream_origin=EMBEDDED_FAKE_ORIGIN if config.uses_embedded_fake else None,
             )
             undo.callback(cache.close)  # releases the store's exclusive lock
             strict = StrictCache(
@@ -203,6 +209,8 @@ class RelayServer:
             lines.append("relay token: from RELAY_TOKEN")
         if self.runtime.cache.enabled:
             lines.append(f"reasoning cache: on ({self.config.cache_path})")
+        elif self.runtime.cache.store is not None:
+            lines.append(cache_off_over_store_warning(self.config.cache_path))
         else:
             lines.append("reasoning cache: off (REASONING_CACHE_ENABLED=1 turns it on)")
         if self.ops is not None:
@@ -242,6 +250,17 @@ class RelayServer:
         if self.fake is not None:
             await self.fake.stop()
         log.event("relay_stopped")
+
+
+def cache_off_over_store_warning(path: object) -> str:
+    """The banner's line for a cache-off start over an existing store (design §7)."""
+    return (
+        f"WARNING: reasoning cache: off, over the existing store {path}: the first model "
+        "request this run forwards records a coverage gap, and the next start with the "
+        "cache on then stops replaying every conversation stored so far; to keep them, "
+        "stop now and start with REASONING_CACHE_ENABLED=1 (a run that forwards no model "
+        "request changes nothing)"
+    )
 
 
 async def serve_forever(server: RelayServer, stop_event: asyncio.Event) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -33,13 +33,20 @@ from relay.core.records import MarkerKind
 from relay.core.replay_stats import ReplayStats
 from relay.core.resources import CapacityLedger
 from relay.core.responses_history import visible_history_from_responses_input
+from relay.crashpoints import crash_point
 from relay.storage.disk_guard import DiskGuard
-from relay.storage.recovery import fence, open_disabled, open_enabled
+from relay.storage.recovery import fence, open_disabled, open_enabled, record_gap
 from relay.storage.replay_store import ReasoningStore
 from relay.translate.chat_to_responses import TranslatedRequest
 from relay.translate.sampling import is_reasoning_model
 
 T = TypeVar("T")
+
+
+# The built-in upstream's origin in every scope while the relay serves from its embedded
+# offline fake: the fake's port changes on every start, and this label, unlike its URL, does
+# not. It has no "://", so no real upstream's origin (scheme://host:port) can equal it.
+EMBEDDED_FAKE_ORIGIN = "relay-embedded-offline-fake"
 
 
 @dataclass(frozen=True)
@@ -73,7 +80,8 @@ class ReplayCache:
     """The cache for one relay process.
 
     Three states: off with no store (nothing on disk is touched), off over an existing
-    store (owned and recovered, a coverage gap recorded, no per-request work), and on.
+    store (owned and recovered; the coverage gap recorded before the first request the
+    cache would have observed is forwarded, no other per-request work), and on.
     """
 
     def __init__(
@@ -87,6 +95,7 @@ class ReplayCache:
         relay_token: str,
         new_id: Callable[[str], str],
         safety: DiskSafety | None = None,
+        upstream_origin: str | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -97,6 +106,8 @@ class ReplayCache:
         self.capacity = CapacityLedger(config.cache_budget)
         self.hot_blocks = HotBlocks(config.cache_budget.hot_cache_bytes)
         self._upstream = UpstreamIdentity.of(upstream_url, upstream_credential)
+        if upstream_origin is not None:  # EMBEDDED_FAKE_ORIGIN: stable across starts
+            self._upstream = replace(self._upstream, origin=upstream_origin)
         self._context = SessionContext(
             clock=clock,
             metrics=self.metrics,
@@ -115,6 +126,7 @@ class ReplayCache:
             safety=safety,
         )
         self._relay_token = relay_token
+        self.gap_recorded = False  # off over a store: this process made the gap durable
 
     @classmethod
     def open(
@@ -126,9 +138,12 @@ class ReplayCache:
         upstream_credential: str,
         relay_token: str,
         new_id: Callable[[str], str],
+        upstream_origin: str | None = None,
     ) -> ReplayCache:
         """Open (and recover) the store when caching is on, or when it is off but a store
-        exists (to record the coverage gap). Off with no store: touch nothing on disk."""
+        exists (to record the coverage gap). Off with no store: touch nothing on disk.
+        ``upstream_origin``: the built-in upstream's origin in scopes, instead of its URL's
+        (:data:`EMBEDDED_FAKE_ORIGIN`)."""
         store = safety = None
         path = config.cache_path
         if config.reasoning_cache_enabled or ReasoningStore.exists(path):
@@ -153,9 +168,10 @@ class ReplayCache:
                     )
                 else:
                     recovered = safety.write(
-                        "coverage gap", lambda: open_disabled(store, clock.wall()), latch=False
-                    )
-                    log.event("cache_gap_recorded", recovered_intents=recovered)
+                        "startup recovery", lambda: open_disabled(store, clock.wall()),
+                        latch=False,
+                    )  # fmt: skip
+                    log.event("cache_opened_disabled", recovered_intents=recovered)
             except BaseException:
                 store.close()
                 raise
@@ -168,6 +184,7 @@ class ReplayCache:
             relay_token=relay_token,
             new_id=new_id,
             safety=safety,
+            upstream_origin=upstream_origin,
         )
 
     @property
@@ -193,7 +210,8 @@ class ReplayCache:
         another Responses provider (default: the built-in one). Raises ``StoreError``
         (503): never forward unfenced."""
         if not self.serving:
-            return  # no store: nothing to protect; off: the coverage gap covers it
+            self._before_unobserved(request_id)  # off: the coverage gap covers it
+            return
         assert self.store is not None
         credential = (upstream or self._upstream).credential
         targeting = scope_targeting(
@@ -219,12 +237,15 @@ class ReplayCache:
         provider (default: the built-in one); its scopes are its own. Raises
         ``StoreError`` (503) when a required safety marker cannot be written."""
         upstream = upstream or self._upstream
+        model = request.upstream_body.get("model")
+        reasoning = isinstance(model, str) and is_reasoning_model(model)
         if not self.serving:
+            if reasoning:  # on, it would have been observed (or fenced): a gap now
+                self._before_unobserved(request_id)
             return None
         assert self.store is not None
         self.metrics.requests += 1
-        model = request.upstream_body.get("model")
-        if not isinstance(model, str) or not is_reasoning_model(model):
+        if not isinstance(model, str) or not reasoning:
             self._skip(request_id, "not_a_reasoning_model")
             return None
         visible = _visible_history(request, body)
@@ -271,6 +292,18 @@ class ReplayCache:
             messages=messages,
             spans=spans,
         )
+
+    def _before_unobserved(self, request_id: str) -> None:
+        """Off over an existing store, before forwarding a request the cache would have
+        observed or fenced (design §7): record the coverage gap durably, once per process.
+        Raises ``StoreError`` (503) when it cannot be written: never forward unrecorded."""
+        if self.store is None or self.gap_recorded:
+            return  # no store: nothing to protect
+        store = self.store
+        self._safely("coverage gap", lambda: record_gap(store), request_id)
+        self.gap_recorded = True
+        crash_point("after_coverage_gap")
+        log.event("cache_gap_recorded", request_id=request_id)
 
     def _bypass(self, scope: Scope, history: HistoryDigests, request_id: str) -> None:
         """No session to spare: this generation goes unobserved, so its position is

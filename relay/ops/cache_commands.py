@@ -18,7 +18,12 @@ from relay.clock import SystemClock
 from relay.config import load_config
 from relay.errors import ConfigError, SnapshotRefused, StoreError
 from relay.ops.progress import ProgressReport
-from relay.storage.backup import SnapshotKind, make_snapshot
+from relay.storage.backup import (
+    SnapshotKind,
+    SnapshotResult,
+    make_snapshot,
+    replace_with_snapshot,
+)
 from relay.storage.disk_guard import blocked_path, guard_path
 from relay.storage.verify import VerifyReport, verify_store
 
@@ -41,8 +46,14 @@ def register(commands: Any) -> None:
     restore.add_argument("src", type=Path, help="the backup file")
     restore.add_argument(
         "dest", type=Path, nargs="?",
-        help="the new store (must not exist; default: REASONING_CACHE_PATH)",
+        help="the new store (must not exist unless --replace; default: REASONING_CACHE_PATH)",
     )  # fmt: skip
+    restore.add_argument(
+        "--replace",
+        action="store_true",
+        help="restore in place: move the stopped store at DEST aside (kept, its new name "
+        "printed) and put the restored copy there",
+    )
     restore.set_defaults(run=run_restore)
     verify = actions.add_parser("verify", help="check a store's integrity and every record")
     verify.add_argument("path", type=Path, nargs="?", help="default: REASONING_CACHE_PATH")
@@ -69,6 +80,8 @@ def run_restore(args: argparse.Namespace) -> int:
     dest = args.dest or _configured_path("relay cache restore")
     if dest is None:
         return USAGE
+    if args.replace:
+        return _replace("relay cache restore", args.src, dest)
     return _snapshot("relay cache restore", args.src, dest, SnapshotKind.RESTORE)
 
 
@@ -79,21 +92,51 @@ def _snapshot(prog: str, source: Path, dest: Path, kind: SnapshotKind) -> int:
     report = ProgressReport(sys.stderr, f"{prog}: copying", "pages")
     try:
         result = make_snapshot(source, dest, kind=kind, clock=SystemClock(), progress=report.update)
-    except (StoreError, SnapshotRefused) as exc:
-        report.done()
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        report.done()
-        print(f"{prog}: {exc.filename or dest}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
+    except (StoreError, SnapshotRefused, OSError) as exc:
+        return _failed(prog, report, exc, dest)
     report.done()
+    print(_written(kind, result))
+    return 0
+
+
+def _replace(prog: str, source: Path, live: Path) -> int:
+    if not source.is_file():
+        print(f"{prog}: there is no reasoning cache at {source}", file=sys.stderr)
+        return USAGE
+    report = ProgressReport(sys.stderr, f"{prog}: copying", "pages")
+    try:
+        replaced = replace_with_snapshot(source, live, clock=SystemClock(), progress=report.update)
+    except (StoreError, SnapshotRefused, OSError) as exc:
+        return _failed(prog, report, exc, live)
+    report.done()
+    if replaced.snapshot is None:
+        print(f"restore finished: {replaced.live} (published by the earlier, interrupted run)")
+    else:
+        print(_written(SnapshotKind.RESTORE, replaced.snapshot))
+    if replaced.kept is not None:
+        print(
+            f"the store it replaced is kept as {replaced.kept} (with its -wal, .guard and "
+            ".reserve files, if it had them); nothing was deleted: delete them once you no "
+            "longer need them"
+        )
+    return 0
+
+
+def _failed(prog: str, report: ProgressReport, exc: Exception, path: Path) -> int:
+    report.done()
+    if isinstance(exc, OSError) and not isinstance(exc, StoreError):
+        print(f"{prog}: {exc.filename or path}: {exc.strerror or exc}", file=sys.stderr)
+    else:
+        print(f"{prog}: {exc}", file=sys.stderr)
+    return 1
+
+
+def _written(kind: SnapshotKind, result: SnapshotResult) -> str:
     extra = f"; {result.recovered_intents} open intents poisoned" * bool(result.recovered_intents)
-    print(
+    return (
         f"{kind.value} written: {result.path} ({result.bytes} bytes, {result.pages} pages{extra}); "
         "it has a new cache secret, and a relay opening it quarantines every earlier generation"
     )
-    return 0
 
 
 def run_verify(args: argparse.Namespace) -> int:

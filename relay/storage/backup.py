@@ -1,5 +1,6 @@
 """Offline backup and restore: a new snapshot file of a stopped relay's store (design §7
-backups; ``relay cache backup DEST``, ``relay cache restore SRC DEST``).
+backups; ``relay cache backup DEST``, ``relay cache restore SRC DEST``, and in place,
+``relay cache restore --replace SRC``: :func:`replace_with_snapshot`).
 
 A snapshot is a *new* store, never the old one again:
 
@@ -32,6 +33,7 @@ import os
 import secrets
 import shutil
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
@@ -42,12 +44,15 @@ from relay.clock import Clock
 from relay.crashpoints import crash_point
 from relay.errors import SnapshotRefused, StoreCorrupt
 from relay.storage.disk_guard import (
+    REPLACE_NOTE_KEY,
+    blocked_message,
     blocked_path,
     fsync_dir,
     guard_path,
     partial_pattern,
     refuse_if_blocked,
     refuse_if_latched,
+    replace_note,
     reserve_path,
 )
 from relay.storage.offline import open_stopped
@@ -101,46 +106,170 @@ def make_snapshot(
     ``StoreCorrupt``)."""
     source, dest = Path(os.path.abspath(source)), Path(os.path.abspath(dest))
     _refuse_destination(dest)
-    refuse_if_latched(source)
-    refuse_if_blocked(source)
-    conn = open_stopped(source)
+    conn = _open_source(source)
     try:
         schema_from = _source_schema(conn, source)
         _make_parent(dest)
         _check_room(conn, dest)
         with _blocked(dest) as publication:
-            temp = _temp_file(dest)
-            try:
-                pages = _copy(conn, source, temp, progress)
-                recovered = _prepare(temp, kind, clock)
-                crash_point("backup_prepared")
-                _fsync_file(temp)
-                fsync_dir(dest.parent)
-                _publish(temp, dest, publication)
-            except BaseException:
-                _remove_copy(temp)
-                raise
+            pages, recovered = _build(
+                conn, source, dest, kind=kind, clock=clock, progress=progress,
+                publication=publication,
+            )  # fmt: skip
     finally:
         conn.close()
     return SnapshotResult(dest, dest.stat().st_size, pages, schema_from, recovered)
 
 
+@dataclass(frozen=True)
+class ReplaceResult:
+    snapshot: SnapshotResult | None  # None: an earlier run had published it already
+    live: Path
+    kept: Path | None  # where the replaced store now is; None: there was none
+
+
+def replace_with_snapshot(
+    source: Path,
+    live: Path,
+    *,
+    clock: Clock,
+    progress: Progress | None = None,
+) -> ReplaceResult:
+    """``relay cache restore --replace SRC``: make ``live`` a new store copied from the
+    backup ``source``, keeping the store it replaces under a new name beside it.
+
+    ``live.blocked`` is written first, naming where the old store goes (``<live>.replaced-
+    <UTC time>``), and stays until the copy is published durably, so no relay opens
+    ``live`` meanwhile. Then: no relay may own the old store (:func:`open_stopped`, whose
+    close also folds its WAL into the file); its files are renamed (the sidecars, then
+    the store itself: ``rename`` is atomic, and nothing is ever deleted) and the directory
+    fsynced; the copy is built and published as :func:`make_snapshot` does. A run killed
+    anywhere leaves ``live.blocked``; running the same command again picks up where it
+    stopped (the note says where the old store is kept): it moves what is left to move,
+    makes the copy if it is not published, and removes ``live.blocked``. A failure before
+    the move (a relay owns the store) removes ``live.blocked``; one after it leaves it."""
+    source, live = Path(os.path.abspath(source)), Path(os.path.abspath(live))
+    kept = replace_note(live)
+    resuming = kept is not None
+    if not resuming:
+        _refuse_destination(live, allow=_LIVE_FILES)
+    if os.path.lexists(live) and os.path.lexists(source) and os.path.samefile(source, live):
+        raise SnapshotRefused(f"{source} is the live store itself; name a backup file")
+    conn = _open_source(source)  # checked before anything is done to the live store
+    try:
+        schema_from = _source_schema(conn, source)
+        _make_parent(live)
+        if kept is None:
+            kept = _kept_name(live, clock)
+        with _blocked(live, note={REPLACE_NOTE_KEY: str(kept)}, resume=resuming) as publication:
+            if os.path.lexists(live) and os.path.lexists(kept):
+                # Published by the run that was killed (only it creates live while blocked).
+                publication.linked = True
+                fsync_dir(live.parent)
+                publication.durable = True
+                return ReplaceResult(None, live, kept)
+            publication.moving = resuming  # a killed run may have moved some of it
+            moved = (
+                _move_aside(live, kept, publication)
+                if os.path.lexists(live)
+                else os.path.lexists(kept)
+            )
+            _remove_partials(live)
+            _check_room(conn, live)
+            pages, recovered = _build(
+                conn, source, live, kind=SnapshotKind.RESTORE, clock=clock, progress=progress,
+                publication=publication,
+            )  # fmt: skip
+    finally:
+        conn.close()
+    result = SnapshotResult(live, live.stat().st_size, pages, schema_from, recovered)
+    return ReplaceResult(result, live, kept if moved else None)
+
+
+def _open_source(source: Path) -> sqlite3.Connection:
+    refuse_if_latched(source)
+    refuse_if_blocked(source)
+    return open_stopped(source)
+
+
+def _build(
+    conn: sqlite3.Connection,
+    source: Path,
+    dest: Path,
+    *,
+    kind: SnapshotKind,
+    clock: Clock,
+    progress: Progress | None,
+    publication: _Publication,
+) -> tuple[int, int]:
+    """Copy, prepare, fsync and publish under a temporary name (removed on failure); the
+    page count and the number of intents recovered."""
+    temp = _temp_file(dest)
+    try:
+        pages = _copy(conn, source, temp, progress)
+        recovered = _prepare(temp, kind, clock)
+        crash_point("backup_prepared")
+        _fsync_file(temp)
+        fsync_dir(dest.parent)
+        _publish(temp, dest, publication)
+    except BaseException:
+        _remove_copy(temp)
+        raise
+    return pages, recovered
+
+
+# --- replacing the live store ------------------------------------------------------------
+
+# The live store's own files, moved aside with it; any of them may be there.
+_LIVE_FILES: Final = ("", "-wal", "-shm", "-journal", ".guard", ".reserve")
+
+
+def _kept_name(live: Path, clock: Clock) -> Path:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(clock.wall()))
+    kept = live.with_name(f"{live.name}.replaced-{stamp}")
+    while any(os.path.lexists(sibling) for sibling in destination_siblings(kept)):
+        kept = live.with_name(f"{live.name}.replaced-{stamp}-{secrets.token_hex(2)}")
+    return kept
+
+
+def _move_aside(live: Path, kept: Path, publication: _Publication) -> bool:
+    """Rename the stopped store ``live`` and its files to ``kept`` (refusing while a relay
+    owns it), sidecars first, the store last; whether it was there to move."""
+    open_stopped(live).close()  # StoreLocked while a relay owns it; folds its WAL
+    publication.moving = True
+    for suffix in (*_LIVE_FILES[1:], ""):
+        here = live.with_name(live.name + suffix)
+        if os.path.lexists(here):
+            os.rename(here, kept.with_name(kept.name + suffix))
+    fsync_dir(live.parent)
+    crash_point("replace_moved_aside")
+    return True
+
+
+def _remove_partials(dest: Path) -> None:
+    """The temporary copies a killed run left beside ``dest`` (never a store: a copy is
+    only ever published by ``link`` under ``dest``)."""
+    for partial in dest.parent.glob(partial_pattern(dest)):
+        with contextlib.suppress(FileNotFoundError):
+            partial.unlink()
+
+
 # --- the destination ---------------------------------------------------------------------
 
 
-def _refuse_destination(dest: Path) -> None:
-    blocked = blocked_path(dest)
-    if blocked.exists():
-        raise SnapshotRefused(
-            f"{blocked} exists: an earlier backup or restore into {dest} did not finish; "
-            f"delete {dest} (if there), its -wal file, {partial_pattern(dest)} beside it "
-            f"and {blocked}, then run it again"
-        )
+def _refuse_destination(dest: Path, *, allow: tuple[str, ...] = ()) -> None:
+    """Refuse a destination that is, or was about to be, a store; ``allow``: the suffixes
+    (of :func:`destination_siblings`) that may exist (a replacing restore moves them)."""
+    message = blocked_message(dest)
+    if message is not None:
+        raise SnapshotRefused(message)
+    allowed = {dest.with_name(dest.name + suffix) for suffix in allow}
     for sibling in destination_siblings(dest):
-        if os.path.lexists(sibling):
+        if sibling not in allowed and os.path.lexists(sibling):
             raise SnapshotRefused(
                 f"{sibling} exists: a backup or restore never replaces or reuses a store; "
-                "choose a new destination path"
+                "choose a new destination path (or `relay cache restore --replace SRC`, "
+                "which keeps the live store under a new name)"
             )
 
 
@@ -172,15 +301,38 @@ def _check_room(conn: sqlite3.Connection, dest: Path) -> None:
 class _Publication:
     linked: bool = False  # DEST is our copy (it may not be durable yet)
     durable: bool = False  # ... and its directory entry is on disk
+    moving: bool = False  # a replacing restore has begun to move the live store aside
 
 
 @contextlib.contextmanager
-def _blocked(dest: Path) -> Iterator[_Publication]:
+def _blocked(
+    dest: Path, *, note: dict[str, str] | None = None, resume: bool = False
+) -> Iterator[_Publication]:
     """``DEST.blocked`` for the whole copy: created first and durable before anything
     else is written, removed (durably) only after the publication is durable. A
     failure before publication removes it with the copy; a kill, or a failure once our
-    copy is linked but maybe not durable, leaves it."""
+    copy is linked but maybe not durable, leaves it. ``note``: more to record in it (a
+    replacing restore's ``kept``), which keeps it after any failure too: the live store
+    may be moved already. ``resume``: it is there from a killed run of the same command."""
     blocked = blocked_path(dest)
+    if not resume:
+        _create_blocked(blocked, note or {})
+    publication = _Publication()
+    try:
+        fsync_dir(dest.parent)
+        if note:
+            crash_point("replace_blocked")
+        else:
+            crash_point("backup_blocked")
+        yield publication
+    finally:
+        if publication.durable or not (publication.linked or publication.moving):
+            with contextlib.suppress(FileNotFoundError):
+                blocked.unlink()
+            fsync_dir(dest.parent)
+
+
+def _create_blocked(blocked: Path, note: dict[str, str]) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         fd = os.open(blocked, flags, 0o600)
@@ -189,21 +341,11 @@ def _blocked(dest: Path) -> Iterator[_Publication]:
     except OSError as exc:
         raise SnapshotRefused(f"cannot create {blocked}: {exc.strerror}") from None
     try:
-        note = {"what": "a backup or restore is writing this store", "pid": os.getpid()}
-        os.write(fd, json.dumps(note).encode() + b"\n")
+        what = {"what": "a backup or restore is writing this store", "pid": os.getpid()}
+        os.write(fd, json.dumps({**what, **note}).encode() + b"\n")
         os.fsync(fd)
     finally:
         os.close(fd)
-    publication = _Publication()
-    try:
-        fsync_dir(dest.parent)
-        crash_point("backup_blocked")
-        yield publication
-    finally:
-        if publication.durable or not publication.linked:
-            with contextlib.suppress(FileNotFoundError):
-                blocked.unlink()
-            fsync_dir(dest.parent)
 
 
 def _temp_file(dest: Path) -> Path:

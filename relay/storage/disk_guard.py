@@ -3,7 +3,8 @@ pressure"): the physical reserve and the ``.guard`` latch. The decisions are in
 :mod:`relay.core.disk_policy`; this module only touches files.
 
 - ``<db>.reserve``: ``REASONING_CACHE_RESERVE_BYTES`` of real blocks
-  (``posix_fallocate``, never a sparse file: a sparse file frees nothing when deleted).
+  (:func:`relay.portable.preallocate`: ``posix_fallocate``, macOS's ``F_PREALLOCATE`` or
+  written zeros; never a sparse file: a sparse file frees nothing when deleted).
   Deleting it is how the cache makes room for a safety write on a full disk.
 - ``<db>.guard``: written when a safety write failed even after the reserve was released.
   While it exists no relay reuses the store (:func:`refuse_if_latched`); the operator
@@ -12,7 +13,8 @@ pressure"): the physical reserve and the ``.guard`` latch. The decisions are in
 One more sibling latch is not about disk pressure but is refused at the same place:
 ``<db>.blocked``, written first by an offline backup or restore into ``<db>`` and
 removed only once the copy is published durably (relay.storage.backup). While it exists
-the file may be half made, so no relay opens it (:func:`refuse_if_blocked`).
+the file may be half made, so no relay opens it (:func:`refuse_if_blocked`). A replacing
+restore records in it where the store it replaces is kept (:func:`replace_note`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from relay.core.disk_policy import DiskState, may_recreate_reserve
 from relay.errors import StoreBlocked, StoreError, StoreLatched
+from relay.portable import preallocate
 
 
 def reserve_path(db: Path) -> Path:
@@ -43,17 +46,45 @@ def partial_pattern(db: Path) -> str:
     return f".{db.name}.partial-*"
 
 
-def refuse_if_blocked(db: Path) -> None:
-    """Raise :class:`StoreBlocked` (one line: what happened, what to do) while a backup or
-    restore into ``db`` has not finished (``<db>.blocked`` exists)."""
+REPLACE_NOTE_KEY = "kept"  # in a replacing restore's .blocked: where the old store goes
+
+
+def replace_note(db: Path) -> Path | None:
+    """Where a ``relay cache restore --replace`` into ``db`` that did not finish keeps the
+    store it replaces (recorded in ``<db>.blocked``); ``None`` for any other ``.blocked``
+    or none."""
+    with contextlib.suppress(OSError, ValueError, TypeError):
+        note = json.loads(blocked_path(db).read_text(encoding="utf-8"))
+        if isinstance(note, dict) and isinstance(note.get(REPLACE_NOTE_KEY), str):
+            return Path(note[REPLACE_NOTE_KEY])
+    return None
+
+
+def blocked_message(db: Path) -> str | None:
+    """What to do about ``<db>.blocked`` (one line), or ``None`` when it does not exist."""
     blocked = blocked_path(db)
     if not blocked.exists():
-        return
-    raise StoreBlocked(
+        return None
+    kept = replace_note(db)
+    if kept is not None:  # deleting anything here could delete the store being replaced
+        return (
+            f"{blocked} exists: a `relay cache restore --replace` into {db} did not finish; "
+            f"the store it replaces is kept, at {db} or {kept}; run the same `relay cache "
+            "restore --replace SRC` again to finish it (it picks up where it stopped)"
+        )
+    return (
         f"{blocked} exists: a backup or restore into {db} did not finish, so it may be "
         f"incomplete; delete {db} (if there), its -wal file, {partial_pattern(db)} beside it "
         f"and {blocked}, then run `relay cache backup` or `relay cache restore` again"
     )
+
+
+def refuse_if_blocked(db: Path) -> None:
+    """Raise :class:`StoreBlocked` (one line: what happened, what to do) while a backup or
+    restore into ``db`` has not finished (``<db>.blocked`` exists)."""
+    message = blocked_message(db)
+    if message is not None:
+        raise StoreBlocked(message)
 
 
 def refuse_if_latched(db: Path) -> None:
@@ -83,12 +114,17 @@ class DiskGuard:
         self.reserve = reserve_path(db)
         self.guard = guard_path(db)
         self.latched = False
+        self.allocated_by: str | None = None  # how the reserve was last made (portable)
+        self.cannot_hold = False  # this volume keeps no real blocks for a written reserve
 
     # --- the reserve ------------------------------------------------------------------
 
     @property
     def reserve_held(self) -> bool:
         """Whether the reserve file is there with all its blocks allocated."""
+        return self._allocated()
+
+    def _allocated(self) -> bool:
         try:
             st = self.reserve.stat()
         except OSError:
@@ -100,6 +136,8 @@ class DiskGuard:
         for it twice over; whether it is held afterwards. Never raises for lack of room."""
         if self.reserve_held:
             return True
+        if self.cannot_hold:
+            return False
         with contextlib.suppress(FileNotFoundError):
             self.reserve.unlink()  # a short or wrong-sized one: start again
         if not may_recreate_reserve(self.free_bytes(), self.reserve_bytes):
@@ -110,14 +148,21 @@ class DiskGuard:
         except OSError:
             return False
         try:
-            os.posix_fallocate(fd, 0, self.reserve_bytes)
-            os.fsync(fd)
+            self.allocated_by = preallocate(fd, self.reserve_bytes)
         except OSError:
             os.close(fd)
             with contextlib.suppress(OSError):
                 self.reserve.unlink()
             return False
         os.close(fd)
+        if not self._allocated():
+            # Written whole and still without its blocks (a volume that compresses or
+            # deduplicates zeros): it would free nothing, and trying again on every payload
+            # would write it again each time.
+            self.cannot_hold = True
+            with contextlib.suppress(OSError):
+                self.reserve.unlink()
+            return False
         return True
 
     def release_reserve(self) -> bool:

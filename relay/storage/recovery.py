@@ -3,9 +3,11 @@ fencing. Each is one transaction, so it happens entirely or not at all.
 
 - *Recovery*: an intent left by an earlier process is a generation whose outcome nobody
   saw; its position is poisoned and the intent removed.
-- *Coverage gap*: while caching was off the relay served traffic it did not observe. The
-  next enabled open advances every scope generation (old records stop replaying; payloads
-  and markers stay) and consumes the gap.
+- *Coverage gap*: while caching was off the relay served traffic it did not observe. It is
+  recorded (:func:`record_gap`) before the first such request is forwarded, not at
+  startup, so a cache-off run that forwards none leaves replay intact. The next enabled
+  open advances every scope generation (old records stop replaying; payloads and markers
+  stay) and consumes the gap.
 - *Fencing*: a generation the relay cannot derive an identity for (direct Responses
   traffic, underivable history) may have extended any conversation of that credential and
   model (and caller, when known): those scopes' unresolved positions are poisoned and their
@@ -54,12 +56,18 @@ def open_enabled(store: ReasoningStore, now: float) -> OpenReport:
 
 
 def open_disabled(store: ReasoningStore, now: float) -> int:
-    """Startup with caching off over an existing store: recover, and record that the
-    traffic about to be served goes unobserved."""
+    """Startup with caching off over an existing store: recover. The gap is not recorded
+    yet (:func:`record_gap`): this run may forward nothing the cache would have seen."""
     with store.transaction():
         recovered = recover_intents(store, now)
-        store.set_meta(COVERAGE_GAP_KEY, 1)
     return recovered
+
+
+def record_gap(store: ReasoningStore) -> None:
+    """Record, durably (one committed transaction), that traffic the cache would have
+    observed is about to be served unobserved: the next enabled open retires every record."""
+    with store.transaction():
+        store.set_meta(COVERAGE_GAP_KEY, 1)
 
 
 def fence(store: ReasoningStore, targeting: ScopeTargeting, now: float) -> int:

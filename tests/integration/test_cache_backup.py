@@ -23,8 +23,8 @@ import requests
 
 from fakeupstream.fake import FakeUpstream
 from relay.clock import SystemClock
-from relay.crashpoints import BACKUP_POINTS
-from relay.storage.disk_guard import blocked_path
+from relay.crashpoints import BACKUP_POINTS, REPLACE_POINTS
+from relay.storage.disk_guard import blocked_path, replace_note
 from tests.integration.test_cache_relay import continuity
 from tests.support.log_leaks import observe_process
 from tests.support.relay_cli import relay_env
@@ -271,3 +271,67 @@ def test_the_commands_refuse_while_a_relay_owns_the_store(
     assert sorted(os.listdir(tmp_path)) == ["data"]  # nothing was made
     assert continuity(relay.chat(relay.conversation("still served"))) == (1, 1, 0)
     relay.stop()
+
+
+def test_restore_replace_refuses_while_a_relay_owns_the_store(
+    tmp_path: Path, upstream: FakeUpstream, relays: list[Relay]
+) -> None:
+    env = env_for(tmp_path, upstream)
+    live = tmp_path / "data" / "reasoning-cache.sqlite"
+    backup = tmp_path / "backups" / "monday.sqlite"
+    build_store(backup, "tt")
+    relay = start(relays, env)
+    history = relay.conversation("in use")
+    before = sorted(os.listdir(live.parent))
+    done = command("cache", "restore", "--replace", str(backup), env=env)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == f"relay cache restore: a relay owns {live}; stop it first\n"
+    assert sorted(os.listdir(live.parent)) == before  # nothing moved, nothing blocks it
+    assert continuity(relay.chat(history)) == (1, 1, 0)
+    relay.stop()
+
+
+# Every point a replacing restore passes, in order: its own, then the copy's.
+REPLACE_RUN = (*REPLACE_POINTS, "backup_copying", "backup_prepared", "backup_published")
+
+
+@pytest.mark.parametrize("point", REPLACE_RUN)
+def test_a_killed_restore_replace_keeps_the_old_store_and_finishes_when_run_again(
+    tmp_path: Path, point: str
+) -> None:
+    live = tmp_path / "data" / "reasoning-cache.sqlite"
+    build_store(live, "tct", "c")
+    old_rows = rows_of(live)
+    backup = tmp_path / "backups" / "monday.sqlite"
+    build_store(backup, "tt")
+    env = env_for(tmp_path, None)
+    killed = command(
+        "cache", "restore", "--replace", str(backup), env=env | {"RELAY_TEST_CRASH_AT": point}
+    )
+    assert killed.returncode == -signal.SIGKILL, killed
+    assert killed.stderr.splitlines()[-1] == f"crash_point {point} hit=1 SIGKILL"
+    kept = replace_note(live)
+    assert kept is not None and kept.parent == live.parent
+    # The old store is whole, at one name or the other; no relay opens the live path.
+    assert rows_of(kept if kept.exists() else live) == old_rows
+    line = refuses_to_start(env)
+    assert "`relay cache restore --replace` into" in line and str(kept) in line
+    assert live.exists() == (point in ("replace_blocked", "backup_published"))
+
+    again = command("cache", "restore", "--replace", str(backup), env=env)
+    assert again.returncode == 0, again.stderr
+    assert f"the store it replaced is kept as {kept} " in again.stdout
+    assert not blocked_path(live).exists() and rows_of(kept) == old_rows
+    for path in (live, kept):
+        verified = command("cache", "verify", str(path), env=env)
+        assert (verified.returncode, verified.stdout.splitlines()[-1]) == (0, "result: clean")
+    assert rows_of(live) == rows_of(backup)  # the restored copy's records
+
+
+def rows_of(path: Path) -> list[tuple[Any, ...]]:
+    """The store's observations, read as the next opener would (its WAL included)."""
+    conn = sqlite3.connect(path)
+    try:
+        return sorted(conn.execute("SELECT * FROM observations").fetchall(), key=repr)
+    finally:
+        conn.close()

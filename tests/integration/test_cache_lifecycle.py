@@ -15,6 +15,7 @@ import requests
 from relay.config import load_config
 from relay.errors import ConfigError, StoreLocked
 from relay.server import RelayServer
+from relay.storage.recovery import COVERAGE_GAP_KEY
 from tests.integration.test_cache_relay import (
     CACHE_ON,
     ask,
@@ -44,11 +45,20 @@ def restart(stack: Stack, **env: str) -> None:
     stack.loop.run(stack.relay.start())
 
 
+def gap(stack: Stack) -> bool:
+    assert stack.relay.runtime is not None and stack.relay.runtime.cache.store is not None
+    return stack.relay.runtime.cache.store.meta(COVERAGE_GAP_KEY) is not None
+
+
 def test_a_disabled_interval_stops_old_replays(cached: Stack) -> None:  # noqa: F811
     history = conversation(cached)
     restart(cached, REASONING_CACHE_ENABLED="0")
-    assert (cached.config.cache_path).exists()  # owned, gap recorded
+    assert (cached.config.cache_path).exists() and not gap(cached)  # owned, no gap yet
     assert continuity(ask(cached, history, stream=True)) == (0, 0, 0)  # served, unobserved
+    assert gap(cached)
+    # Once per process: the next request writes nothing (a failing store does not matter).
+    with writes_fail(cached):
+        assert continuity(ask(cached, history, stream=False)) == (0, 0, 0)
     restart(cached, REASONING_CACHE_ENABLED="1")
     assert continuity(ask(cached, history, stream=True)) == (0, 0, 0)
     # New records made after the gap replay again.
@@ -98,6 +108,43 @@ def test_an_unwritable_fence_refuses_the_direct_call(cached: Stack) -> None:  # 
         client.responses.create(model="gpt-5", input="direct")
     assert err.value.status_code == 503
     assert cached.fake.requests == []
+
+
+def test_direct_responses_traffic_while_disabled_records_the_gap(cached: Stack) -> None:  # noqa: F811
+    history = conversation(cached)
+    restart(cached, REASONING_CACHE_ENABLED="0")
+    with cached.openai() as client:
+        client.responses.create(model="gpt-4.1", input="direct")  # fenced when on: any model
+    assert gap(cached)
+    restart(cached, REASONING_CACHE_ENABLED="1")
+    assert continuity(ask(cached, history, stream=True)) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("direct", [False, True], ids=["chat", "responses"])
+def test_an_unwritable_gap_refuses_the_request(cached: Stack, direct: bool) -> None:  # noqa: F811
+    history = conversation(cached)
+    restart(cached, REASONING_CACHE_ENABLED="0")
+    sent = cached.fake.received
+    with writes_fail(cached):
+        body: dict[str, Any] = {"model": "gpt-5"}
+        if direct:
+            url, body["input"] = "responses", "direct"
+        else:
+            url, body["messages"] = "chat/completions", history
+        refused = requests.post(
+            f"{cached.base_url}/{url}", json=body, headers=cached.headers(), timeout=30
+        )
+    assert refused.status_code == 503, refused.text
+    assert refused.json()["error"]["code"] == "cache_unavailable"
+    assert cached.fake.received == sent, "never forwarded without the gap"
+    assert not gap(cached)
+    # A safety write that failed twice latches, as with the cache on: refused until the
+    # operator frees space and deletes the .guard the message names.
+    assert cached.config.cache_path.with_name("reasoning-cache.sqlite.guard").exists()
+    with cached.openai() as client, pytest.raises(openai.APIStatusError) as again:
+        client.chat.completions.create(model="gpt-5", messages=history)
+    assert again.value.status_code == 503 and ".guard" in again.value.message
+    assert cached.fake.received == sent
 
 
 def test_over_capacity_requests_are_served_uncached_and_poisoned(tmp_path: Path) -> None:

@@ -163,13 +163,17 @@ def test_chunk_timing_is_recorded_and_played_back(tmp_path: Path) -> None:
 
 
 def test_the_cassette_control_loads_shows_and_unloads(tmp_path: Path) -> None:
-    fake = FakeUpstream(seed=5)
+    fake = FakeUpstream(seed=5, files_dir=tmp_path)
     with serving(fake):
         original = record_one(fake, tmp_path)
         path = str(tmp_path / "cassette-001.yaml")
         control = fake.base_url.replace("/v1", "/__fake/cassette")
         bad = requests.post(control, json={"path": str(tmp_path / "none.yaml")}, timeout=10)
         assert bad.status_code == 400 and "cannot read the cassette" in bad.text
+        outside = requests.post(control, json={"path": "../elsewhere.yaml"}, timeout=10)
+        assert outside.status_code == 400 and "is not under the fake's files directory" in (
+            outside.text
+        )
         loaded = requests.post(control, json={"path": path, "timing": 0}, timeout=10).json()
         assert loaded["playing"]["interactions"] == 1 and loaded["playing"]["shareable"]
         with post(fake.base_url) as response:

@@ -74,7 +74,7 @@ def running_fake(runner_class: type[Runner] = Runner, **options: Any) -> Iterato
 
 @pytest.fixture(scope="module")
 def shared():
-    with running_fake(seed=3) as runner:
+    with running_fake(seed=3, files_dir=recordings.RECORDINGS) as runner:
         yield runner
 
 

@@ -225,6 +225,32 @@ def test_health_and_sigterm_exit_cleanly():
         assert child.wait(10) == 0
 
 
+def test_the_process_keeps_its_controls_and_reads_only_its_files_dir(tmp_path):
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / "canned.sse").write_text('data: {"type": "x"}\n\n')
+    (tmp_path / "private.txt").write_text("not for the fake\n")
+    command = [sys.executable, "-m", "fakeupstream", "--port", "0", "--quiet"]
+    command += ["--files-dir", str(files)]
+    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True) as child:
+        try:
+            assert child.stdout is not None
+            root = child.stdout.readline().strip().removeprefix("fakeupstream listening on ")
+            scripts = root + "/__fake/scripts"
+            inside = requests.post(scripts, json={"raw_sse_file": "canned.sse"}, timeout=5)
+            assert inside.status_code == 200 and inside.json() == {"queued": 1}
+            for path in (str(tmp_path / "private.txt"), "../private.txt"):
+                outside = requests.post(scripts, json={"raw_sse_file": path}, timeout=5)
+                assert outside.status_code == 400
+                assert (
+                    "is not under the fake's files directory" in outside.json()["error"]["message"]
+                )
+            assert requests.get(root + "/__fake/health", timeout=5).json()["queued"] == 1
+        finally:
+            child.terminate()
+            child.wait(10)
+
+
 def test_taken_port_is_one_clear_line(process):
     _, root = process
     port = root.rsplit(":", 1)[1]

@@ -19,6 +19,7 @@ from fakeupstream.fake import FakeUpstream
 from relay.clock import Clock, SystemClock
 from relay.config import Config, load_config
 from relay.server import RelayServer
+from tests.support import recordings
 
 T = TypeVar("T")
 TOKEN = "test-relay-token-0123456789"
@@ -105,7 +106,10 @@ def running_stack(
     """``providers``: RELAY_PROVIDERS entries served by the fake (``base_url`` and
     ``api_key_env`` filled in unless given); ``fake_strict``: the fake's Chat rule."""
     loop = LoopThread()
-    fake = FakeUpstream(clock=SystemClock(), seed=1234, strict=fake_strict)
+    # The recorded streams are the only files a script may replay (raw_sse_file).
+    fake = FakeUpstream(
+        clock=SystemClock(), seed=1234, strict=fake_strict, files_dir=recordings.RECORDINGS
+    )
     clock = clock if clock is not None else SystemClock()
     try:
         loop.run(fake.start("127.0.0.1", 0))

@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from relay.auth import bearer_matches, ensure_private_dir, load_or_create_token
+from relay.auth import (
+    bearer_matches,
+    ensure_private_dir,
+    load_or_create_secret,
+    load_or_create_token,
+)
 from relay.errors import ConfigError
 
 
@@ -126,3 +131,22 @@ def test_a_mode_that_cannot_be_changed_is_refused(
     monkeypatch.setattr(os, "fchmod", lambda fd, mode: None)  # a file system ignoring chmod
     with pytest.raises(ConfigError, match="its mode stays 0755"):
         ensure_private_dir(data)
+
+
+def test_a_kept_secret_is_created_once_private_and_whole(tmp_path: Path) -> None:
+    path = tmp_path / "offline-fake.key"
+    secret = load_or_create_secret(path, what="sealing key")
+    assert len(secret) == 32 and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert load_or_create_secret(path, what="sealing key") == secret
+    path.chmod(0o644)
+    assert load_or_create_secret(path, what="sealing key") == secret
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left
+
+
+@pytest.mark.parametrize("stored", ["", "abc", "zz" * 32, "00" * 31])
+def test_a_damaged_kept_secret_is_refused(tmp_path: Path, stored: str) -> None:
+    path = tmp_path / "offline-fake.key"
+    path.write_text(stored)
+    with pytest.raises(ConfigError, match=r"offline-fake.key: the stored sealing key is damaged"):
+        load_or_create_secret(path, what="sealing key")

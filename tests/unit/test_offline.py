@@ -17,8 +17,9 @@ from relay.errors import ConfigError
 def test_the_installed_fake_is_the_offline_upstream() -> None:
     factory = offline.load_offline_upstream()
     assert factory is create
-    fake = factory(clock=ManualClock())
+    fake = factory(clock=ManualClock(), secret=bytes(32))
     assert isinstance(fake, FakeUpstream)
+    assert not fake.controls  # relay serve's offline upstream serves no /__fake/ control
 
 
 def test_no_installed_offline_upstream_is_a_configuration_error(

@@ -4,11 +4,14 @@ and a store on a volume with no free byte left still opens."""
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from relay import portable
 from relay.cache.disk_safety import DiskSafety, open_store
 from relay.clock import ManualClock
 from relay.core.disk_policy import Admission
@@ -33,13 +36,20 @@ def big_write(store: ReasoningStore, key: str) -> None:
         store.set_meta(key, BIG)
 
 
-def test_the_reserve_makes_room_once_then_the_cache_latches(volume: TmpfsMount) -> None:
+@pytest.mark.parametrize("preallocation", ["native", "without_posix_fallocate"])
+def test_the_reserve_makes_room_once_then_the_cache_latches(
+    volume: TmpfsMount, preallocation: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if preallocation == "without_posix_fallocate":  # as on macOS: relay.portable falls back
+        monkeypatch.delattr(os, "posix_fallocate", raising=False)
     clock = ManualClock()
     guard = DiskGuard(volume.target / "cache.sqlite", RESERVE)
     store = open_store(guard, clock)
     safety = DiskSafety(store, guard, disk_bytes=1 << 30, clock=clock)
     try:
         assert guard.ensure_reserve()
+        if preallocation != "native":
+            assert guard.allocated_by in ("f_preallocate", "zeros")
         assert safety.refuse_payload(1000) is None
         volume.fill(leave_bytes=0)
         assert volume.free_bytes() == 0
@@ -61,6 +71,21 @@ def test_the_reserve_makes_room_once_then_the_cache_latches(volume: TmpfsMount) 
     assert integrity_check(guard.db) == "ok"
     with pytest.raises(StoreLatched, match=r"\.guard exists"):
         open_store(guard, clock)
+
+
+def test_zeros_on_a_full_volume_fail_cleanly(
+    volume: TmpfsMount, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(portable, "FORCE_FALLBACKS", True)
+    path = volume.target / "reserve"
+    volume.fill(leave_bytes=RESERVE // 2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with pytest.raises(OSError) as full:
+            portable.preallocate(fd, RESERVE)
+    finally:
+        os.close(fd)
+    assert full.value.errno == errno.ENOSPC
 
 
 def test_a_store_opens_on_a_volume_with_no_free_byte(volume: TmpfsMount) -> None:

@@ -280,12 +280,17 @@ class Relay:
         assert self.cache.store is not None
         return self.cache.store
 
-    def restart(self, *, disabled_in_between: bool = False) -> None:
-        """Close and reopen the same file (startup recovery runs); optionally serve a
-        while with caching off first (a coverage gap the next enabled open consumes)."""
+    def restart(self, *, disabled: str | None = None) -> None:
+        """Close and reopen the same file (startup recovery runs); optionally run a while
+        with caching off first: ``"idle"`` forwards nothing (no gap), ``"serving"`` forwards
+        a direct Responses call (the coverage gap the next enabled open consumes)."""
         self.cache.close()
-        if disabled_in_between:
-            self._open(enabled=False).close()
+        if disabled is not None:
+            off = self._open(enabled=False)
+            if disabled == "serving":
+                off.fence("gpt-5", None, "req_off")  # before forwarding it: the gap
+                assert off.gap_recorded
+            off.close()
         self.cache = self._open()
         scope = self._scope()
         assert scope.digest == self.scope.digest, "the cache secret must survive a restart"
@@ -839,22 +844,22 @@ class ReplayMachine(RuleBasedStateMachine):
         self.pending.clear()
         return poisoned
 
-    @rule(how=st.sampled_from(["graceful", "crash", "disabled_in_between"]))
+    @rule(how=st.sampled_from(["graceful", "crash", "disabled_idle", "disabled_serving"]))
     def restart(self, how: str) -> None:
         """Close the store and reopen the same file, after a graceful stop or a crash;
         serving a while with caching off leaves a coverage gap: the next enabled open
-        advances generations."""
+        advances generations (a cache-off run that forwards nothing leaves none)."""
         exists = self.relay.scope_id() is not None
         poisoned = self.stop_generations(how)
         kept = ("scopes", "observations", "payloads", "payload_bytes")
         before = {key: self.relay.store.stats()[key] for key in kept}
-        self.relay.restart(disabled_in_between=how == "disabled_in_between")
+        self.relay.restart(disabled=how.removeprefix("disabled_") if "disabled" in how else None)
         after = self.relay.store.stats()
         assert {key: after[key] for key in kept} == before, "a restart lost committed state"
         assert after["intents"] == 0
         for start in poisoned:
             self.check_poisoned(start)
-        self.model.generation += int(exists and how == "disabled_in_between")
+        self.model.generation += int(exists and how == "disabled_serving")
         self.model.start_barrier(self.clock.wall(), self.clock.monotonic())
 
     @rule(how=st.sampled_from(["graceful", "crash"]))

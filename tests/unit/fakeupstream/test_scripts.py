@@ -55,7 +55,8 @@ def test_full_script_parses_every_key(tmp_path):
                 "cut_after_events": 4,
                 "cut_mode": "close",
             },
-        }
+        },
+        files_dir=tmp_path,
     )
     assert script.output == (
         Reasoning(("a", "b")),
@@ -75,6 +76,28 @@ def test_full_script_parses_every_key(tmp_path):
     assert script.toxics == Toxics(
         latency_ms=5.0, latency_after_events=6, slice_bytes=3, cut_after_events=4, cut_mode="close"
     )
+
+
+def test_raw_sse_file_reads_only_under_the_files_dir(tmp_path):
+    files = tmp_path / "files"
+    (files / "sub").mkdir(parents=True)
+    (files / "sub" / "ok.sse").write_bytes(b"data: 1\n\n")
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"not for the fake")
+    (files / "link.sse").symlink_to(secret)
+
+    def read(path: object) -> bytes | None:
+        return parse_script({"raw_sse_file": str(path)}, files_dir=files).raw_sse
+
+    assert read("sub/ok.sse") == b"data: 1\n\n"  # relative to the files dir
+    assert read(files / "sub" / "ok.sse") == b"data: 1\n\n"  # or absolute, inside it
+    for outside in (secret, "../secret", "sub/../../secret", files / "link.sse", "/etc/passwd"):
+        with pytest.raises(ScriptError, match="is not under the fake's files directory"):
+            read(outside)
+    with pytest.raises(ScriptError, match="cannot be read"):
+        read("missing.sse")
+    with pytest.raises(ScriptError, match=r"script 1: 'raw_sse_file' '\.\./secret' is not under"):
+        parse_scripts([{}, {"raw_sse_file": "../secret"}], files_dir=files)
 
 
 def test_http_error_type_defaults_by_status():
@@ -99,7 +122,7 @@ def test_http_error_type_defaults_by_status():
         ({"delta_size": 1, "deltas": 2}, "either 'delta_size' or 'deltas'"),
         ({"ciphertext": "weird"}, "'ciphertext' must be one of normal, differ, completed_only"),
         ({"usage": {"tokens": 1}}, "unknown usage key(s) 'tokens'"),
-        ({"raw_sse_file": "/nonexistent/x.sse"}, "'raw_sse_file' '/nonexistent/x.sse' cannot be read"),
+        ({"raw_sse_file": "/nonexistent/x.sse"}, "'raw_sse_file': this fake reads no files"),
         ({"toxics": {"slow": 1}}, "unknown toxics key(s) 'slow'"),
         ({"toxics": {"latency_ms": -1}}, "'toxics.latency_ms' must be a number >= 0"),
         ({"toxics": {"latency_after_events": -1}}, "'toxics.latency_after_events' must be an integer >= 0"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import sqlite3
 import stat
 from pathlib import Path
@@ -23,7 +24,13 @@ from relay.core.disk_policy import MIN_RESERVE_BYTES
 from relay.core.records import MarkerKind
 from relay.errors import SnapshotRefused, StoreBlocked, StoreCorrupt, StoreLatched, StoreLocked
 from relay.model_alias import ModelAlias
-from relay.storage.backup import SnapshotKind, destination_siblings, make_snapshot
+from relay.storage.backup import (
+    ReplaceResult,
+    SnapshotKind,
+    destination_siblings,
+    make_snapshot,
+    replace_with_snapshot,
+)
 from relay.storage.disk_guard import blocked_path, guard_path
 from relay.storage.recovery import COVERAGE_GAP_KEY
 from relay.storage.replay_store import ReasoningStore
@@ -136,7 +143,9 @@ def test_an_unfinished_copy_blocks_the_destination_and_says_what_to_do(
 ) -> None:
     dest = tmp_path / "one.sqlite"
     blocked_path(dest).write_bytes(b"")
-    with pytest.raises(SnapshotRefused, match=r"did not finish; delete .*\.partial-\*"):
+    with pytest.raises(
+        SnapshotRefused, match=r"did not finish, so it may be incomplete; delete .*\.partial-\*"
+    ):
         backup(source, dest)
     # A relay refuses the store while .blocked is there, whether or not the file is.
     for enabled in (True, False):
@@ -239,3 +248,117 @@ def test_a_destination_that_appears_meanwhile_is_left_alone(
         backup(source, dest)
     assert dest.read_bytes() == b"someone's"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["live", "one.sqlite"]  # no .blocked
+
+
+# --- restore --replace ---------------------------------------------------------------
+
+
+def kept_stores(live: Path) -> list[Path]:
+    """The stores a replacing restore moved aside beside ``live`` (not their sidecars)."""
+    return [p for p in live.parent.iterdir() if re.search(r"\.replaced-[0-9TZ]+$", p.name)]
+
+
+def replace(backup_file: Path, live: Path, **kwargs: Any) -> ReplaceResult:
+    return replace_with_snapshot(
+        backup_file, live, clock=ManualClock(wall=1_700_000_000.0), **kwargs
+    )
+
+
+@pytest.fixture
+def backup_file(source: Path, tmp_path: Path) -> Path:
+    path = tmp_path / "backups" / "monday.sqlite"
+    backup(source, path)
+    return path
+
+
+def test_replace_keeps_the_live_store_and_publishes_the_copy(
+    source: Path, backup_file: Path
+) -> None:
+    before = {table: rows(source, table) for table in ROWS}
+    old_secret = meta(source)["secret"]
+    guard_path(source).write_text('{"what": "fence", "code": "SQLITE_FULL", "at": 1}')
+    old_files = sorted(p.name for p in source.parent.iterdir())  # its .reserve too
+    result = replace(backup_file, source)
+    kept = result.kept
+    assert kept is not None and kept.parent == source.parent
+    assert kept.name == "cache.sqlite.replaced-20231114T221320Z"
+    assert {table: rows(kept, table) for table in ROWS} == before  # every row kept
+    assert meta(kept)["secret"] == old_secret
+    assert guard_path(kept).exists() and not guard_path(source).exists()  # its latch with it
+    assert result.snapshot is not None and result.snapshot.path == source
+    restored = meta(source)
+    assert restored["snapshot"] == "restore" and restored[COVERAGE_GAP_KEY] == 1
+    assert restored["secret"] not in (old_secret, meta(backup_file)["secret"])
+    assert not blocked_path(source).exists()
+    assert sorted(p.name for p in source.parent.iterdir()) == sorted(
+        ["cache.sqlite", *(name.replace("cache.sqlite", kept.name) for name in old_files)]
+    )
+    assert not verify_store(source).damaged and not verify_store(kept).damaged
+    again = replace(backup_file, source)  # a second time: another kept name, nothing lost
+    assert again.kept is not None and again.kept != kept and again.kept.exists()
+
+
+def test_replace_refuses_while_a_relay_owns_the_live_store(source: Path, backup_file: Path) -> None:
+    before = files(source.parent)
+    with (
+        ReasoningStore.open(source, clock=ManualClock()),
+        pytest.raises(StoreLocked, match=f"a relay owns {source}; stop it first"),
+    ):
+        replace(backup_file, source)
+    assert files(source.parent) == before, "nothing moved, nothing written"
+    assert not blocked_path(source).exists(), "nothing moved: nothing blocks the store"
+
+
+def test_replace_without_a_live_store_is_a_restore(backup_file: Path, tmp_path: Path) -> None:
+    live = tmp_path / "new" / "cache.sqlite"
+    result = replace(backup_file, live)
+    assert result.kept is None and meta(live)["snapshot"] == "restore"
+
+
+def test_replace_refuses_the_live_store_as_its_source(source: Path) -> None:
+    with pytest.raises(SnapshotRefused, match="is the live store itself"):
+        replace(source, source)
+    assert not blocked_path(source).exists()
+
+
+def test_a_replace_that_failed_after_the_move_blocks_and_finishes_when_run_again(
+    source: Path, backup_file: Path
+) -> None:
+    before = rows(source, "observations")
+
+    def fail(done: int, total: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space"):
+        replace(backup_file, source, progress=fail)
+    assert not source.exists() and blocked_path(source).exists()
+    [kept] = kept_stores(source)
+    assert rows(kept, "observations") == before
+    # No relay opens the live path meanwhile (it would create an empty store there), and
+    # the message never says to delete anything.
+    config = Config(reasoning_cache_enabled=True, reasoning_cache_path=source)
+    with pytest.raises(StoreBlocked) as refused:
+        ReplayCache.open(config, ManualClock(), upstream_url="https://x/v1/responses",
+                         upstream_credential="k", relay_token="t", new_id=str)  # fmt: skip
+    message = str(refused.value)
+    assert "restore --replace" in message and str(kept) in message and "delete" not in message
+    with pytest.raises(SnapshotRefused, match="run the same `relay cache restore --replace"):
+        backup(backup_file, source)  # nor a plain copy into it
+    result = replace(backup_file, source)  # run again: picks up where it stopped
+    assert result.kept == kept and meta(source)["snapshot"] == "restore"
+    assert not blocked_path(source).exists()
+    assert rows(kept, "observations") == before
+
+
+def test_the_restore_command_replaces(
+    source: Path, backup_file: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    monkeypatch.setenv("REASONING_CACHE_PATH", str(source))
+    assert main(["cache", "restore", str(backup_file)]) == 1  # the live store exists
+    assert "--replace" in capsys.readouterr().err
+    assert main(["cache", "restore", "--replace", str(backup_file)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"restore written: {source} (")
+    [kept] = kept_stores(source)
+    assert out[1].startswith(f"the store it replaced is kept as {kept} ")

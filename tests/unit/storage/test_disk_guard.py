@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import os
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from relay import portable
 from relay.clock import ManualClock
 from relay.core.disk_policy import MIN_RESERVE_BYTES, wal_policy
 from relay.errors import StoreLatched
@@ -28,6 +33,115 @@ def test_the_reserve_is_physically_allocated(tmp_path: Path) -> None:
     assert guard.release_reserve()
     assert not guard.reserve.exists() and not guard.reserve_held
     assert not guard.release_reserve(), "nothing left to release"
+
+
+def test_the_reserve_says_how_it_was_made(tmp_path: Path) -> None:
+    guard = DiskGuard(tmp_path / "cache.sqlite", 256 * 1024)
+    assert guard.ensure_reserve()
+    if portable.FORCE_FALLBACKS:  # RELAY_TEST_FORCE_PORTABLE_FALLBACKS=1 (nox -s tests)
+        assert guard.allocated_by == "zeros"
+    elif hasattr(os, "posix_fallocate"):
+        assert guard.allocated_by == "posix_fallocate"
+
+
+def test_without_posix_fallocate_the_reserve_is_still_physical(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delattr(os, "posix_fallocate", raising=False)  # as on macOS
+    guard = DiskGuard(tmp_path / "cache.sqlite", 3 * portable.ZERO_CHUNK + 4096)
+    assert guard.ensure_reserve()
+    assert guard.allocated_by in ("f_preallocate", "zeros")
+    assert guard.reserve.stat().st_size == guard.reserve_bytes
+    assert allocated(guard.reserve) >= guard.reserve_bytes, "a sparse reserve frees nothing"
+    assert guard.reserve_held
+    assert guard.release_reserve() and not guard.reserve.exists()
+
+
+class FakeFcntl:
+    """``fcntl.fcntl`` for ``F_PREALLOCATE`` as macOS takes it, on any platform: records
+    each ``fstore_t`` and fails the calls listed in ``fail`` (by flags)."""
+
+    def __init__(self, fail: dict[int, int]) -> None:
+        self.fail = fail
+        self.calls: list[tuple[int, int, int, int, int]] = []
+
+    def __call__(self, fd: int, cmd: int, arg: Any = 0) -> Any:
+        assert cmd == portable.F_PREALLOCATE
+        fields = portable.FSTORE.unpack(arg)
+        self.calls.append(fields)
+        if fields[0] in self.fail:
+            raise OSError(self.fail[fields[0]], os.strerror(self.fail[fields[0]]))
+        return arg  # allocates nothing: the check after it must catch that
+
+
+CONTIG_ALL = portable.F_ALLOCATECONTIG | portable.F_ALLOCATEALL
+
+
+@pytest.mark.parametrize(
+    ("fail", "flags_tried"),
+    [
+        ({}, [CONTIG_ALL]),
+        ({CONTIG_ALL: errno.ENOSPC}, [CONTIG_ALL, portable.F_ALLOCATEALL]),  # fragmented
+        ({CONTIG_ALL: errno.ENOSPC, portable.F_ALLOCATEALL: errno.ENOTSUP}, [
+            CONTIG_ALL, portable.F_ALLOCATEALL
+        ]),  # not supported by this volume
+    ],
+)  # fmt: skip
+def test_f_preallocate_is_asked_as_macos_takes_it_and_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail: dict[int, int], flags_tried: list[int]
+) -> None:
+    monkeypatch.setattr(portable, "FORCE_FALLBACKS", False)
+    monkeypatch.delattr(os, "posix_fallocate", raising=False)
+    monkeypatch.setattr(portable, "has_f_preallocate", lambda: True)
+    fake = FakeFcntl(fail)
+    monkeypatch.setattr(fcntl, "fcntl", fake)
+    guard = DiskGuard(tmp_path / "cache.sqlite", 256 * 1024)
+    assert guard.ensure_reserve()
+    assert [call[0] for call in fake.calls] == flags_tried
+    # From the physical end of the file, the whole length, nothing allocated yet.
+    assert all(call[1:] == (portable.F_PEOFPOSMODE, 0, 256 * 1024, 0) for call in fake.calls)
+    # The fake allocated nothing, so the file was written with zeros instead.
+    assert guard.allocated_by == "zeros" and guard.reserve_held
+
+
+def test_f_preallocate_on_a_full_volume_leaves_no_reserve(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(portable, "FORCE_FALLBACKS", False)
+    monkeypatch.delattr(os, "posix_fallocate", raising=False)
+    monkeypatch.setattr(portable, "has_f_preallocate", lambda: True)
+    monkeypatch.setattr(
+        fcntl, "fcntl", FakeFcntl({CONTIG_ALL: errno.ENOSPC, portable.F_ALLOCATEALL: errno.ENOSPC})
+    )
+    guard = DiskGuard(tmp_path / "cache.sqlite", 256 * 1024)
+    assert not guard.ensure_reserve()
+    assert not guard.reserve.exists()
+
+
+def test_a_volume_that_keeps_no_blocks_for_zeros_is_not_written_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+
+    def sparse(fd: int, length: int) -> str:  # as on a volume that compresses zeros
+        calls.append(length)
+        os.ftruncate(fd, length)
+        return "zeros"
+
+    monkeypatch.setattr("relay.storage.disk_guard.preallocate", sparse)
+    guard = DiskGuard(tmp_path / "cache.sqlite", 256 * 1024)
+    assert not guard.ensure_reserve() and not guard.reserve.exists()
+    assert not guard.ensure_reserve()
+    assert calls == [256 * 1024]
+
+
+def test_forced_fallbacks_write_zeros_even_where_posix_fallocate_exists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(portable, "FORCE_FALLBACKS", True)
+    guard = DiskGuard(tmp_path / "cache.sqlite", 256 * 1024)
+    assert guard.ensure_reserve()
+    assert guard.allocated_by == "zeros" and guard.reserve_held
 
 
 def test_a_sparse_or_short_reserve_is_allocated_again(tmp_path: Path) -> None:

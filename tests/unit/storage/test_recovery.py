@@ -11,6 +11,7 @@ from relay.storage.recovery import (
     fence,
     open_disabled,
     open_enabled,
+    record_gap,
     recover_intents,
 )
 from relay.storage.replay_store import ReasoningStore
@@ -54,6 +55,11 @@ def test_enabled_open_consumes_a_gap_once(store: ReasoningStore) -> None:
     assert generation(store, a) == 1  # a continuously enabled restart rotates nothing
     intent(store, a, "i1", h(1), 1)
     assert open_disabled(store, 2.0) == 1
+    assert store.meta(COVERAGE_GAP_KEY) is None  # a disabled open alone is no gap
+    assert open_enabled(store, 2.5).gap_consumed is False
+    assert generation(store, a) == 1
+    assert store.poisoned_starts(a, [h(1)]) == {h(1)}  # but it did recover
+    record_gap(store)
     assert store.meta(COVERAGE_GAP_KEY) is not None
     report = open_enabled(store, 3.0)
     assert (report.gap_consumed, report.generations_advanced) == (True, 1)
