@@ -167,7 +167,7 @@ def test_the_quickstart_runs_as_written(tmp_path: Path) -> None:
     if shutil.which("curl") is None:
         pytest.skip("curl is not installed: the quickstart's request uses it")
     steps = quickstart()
-    assert list(steps) == ["start", "request", "python"]
+    assert list(steps) == ["start", "request", "python", "after-restart"]
     reader = Reader(tmp_path)
 
     with running(steps["start"], reader) as log:
@@ -183,3 +183,10 @@ def test_the_quickstart_runs_as_written(tmp_path: Path) -> None:
     last = [line for line in log if " cache_plan " in line][-1]
     assert field_names(shown) == field_names(last)  # the README's log line, as logged
     assert " replayed=1 " in shown
+
+    # Ctrl-C, the same command again: the curl conversation continues with its reasoning.
+    with running(steps["start"], reader) as log:
+        after = answer_content(reader.shell(steps["after-restart"]))
+    assert after == documented_content("Still there?")
+    assert after.endswith("continuity: replayed=1 intact=1 misplaced=0")
+    assert replayed(log) == [1]
