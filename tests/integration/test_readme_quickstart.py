@@ -1,13 +1,15 @@
 """The README's quickstart, run exactly as written against a real ``relay serve``.
 
 The quickstart's code blocks open with a ``# quickstart: <step>`` comment; this test finds
-them by it and runs them in a fresh directory, as a reader would: the start command through
-the installed ``relay`` script, with the default data directory (``./data``), then the
-``curl`` request and the Python snippet in that directory. The one liberty taken: the
-README's address (``127.0.0.1:8787``) becomes the port the relay actually bound
-(``RELAY_PORT=0``), so the test never collides with a relay already running. What the
-README says the reader will see -- the answers, the printed output, the ``cache_plan``
-log line -- is read from the README too, and compared.
+them by it and runs them in a fresh directory, as a reader would: the start command with
+the default data directory (``./data``), then the ``curl`` request and the Python snippet in
+that directory, then the same start command again and the request that continues the
+first conversation after the restart. The liberties taken: the README's address
+(``127.0.0.1:8787``) becomes the port the relay actually bound (``RELAY_PORT=0``), so the
+test never collides with a relay already running, and ``relay serve`` runs as ``python -m
+relay serve``, the same entry point. What the README says the reader will see -- the
+answers, the printed output, the ``cache_plan`` log line -- is read from the README too,
+and compared.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -126,20 +129,20 @@ def answer_content(raw: str) -> str:
 
 @contextmanager
 def running(start: str, reader: Reader) -> Iterator[list[str]]:
-    """The start block's command, run as the reader would: through the installed ``relay``
-    script, in the reader's directory, with the default data directory. Yields the relay's
-    log lines once the block ends (the reader pressed Ctrl-C)."""
+    """The start block's command, run as the reader would, in the reader's directory with
+    the default data directory. Yields the relay's log lines once the block ends (the reader
+    pressed Ctrl-C). ``relay serve`` runs as ``python -m relay serve``: the installed
+    ``relay`` script is the same ``relay.cli:main`` (checked here; the launchd test in
+    test_service_recipes.py runs the script itself)."""
     assignments, words = start_command(start)
     assert words == ["relay", "serve"]
+    (script,) = entry_points(group="console_scripts", name=words[0])
+    assert script.value == "relay.cli:main"
     assert "OPENAI_API_KEY" not in assignments  # the offline quickstart
     env = relay_env(reader.home, **assignments)
     del env["RELAY_DATA_DIR"]  # the README relies on the default, ./data
-    scripts = Path(sys.executable).parent  # where this installation's `relay` script is
-    env["PATH"] = os.pathsep.join([str(scripts), env.get("PATH", "")])
-    relay = shutil.which(words[0], path=env["PATH"])
-    assert relay is not None, "the relay script is not installed"
     log: list[str] = []
-    with serving(env, LABEL, argv=[relay, *words[1:]], cwd=reader.home) as proc:
+    with serving(env, LABEL, cwd=reader.home) as proc:
         assert proc.stdout is not None and proc.stderr is not None
         reader.origin = ""
         for line in proc.stdout:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -25,20 +25,21 @@ def relay_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 def serving(
     env: dict[str, str],
     label: str,
-    *,
-    argv: Sequence[str] = (sys.executable, "-m", "relay", "serve"),
+    *args: str,
     cwd: Path | None = None,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> Iterator[subprocess.Popen[str]]:
-    """``relay serve`` (or another spelling of it, ``argv``) as a real process; killed (and
-    reaped) however the test ends. What the test did not read itself goes to the log scan
-    under ``label``."""
+    """``relay serve [args]`` as a real process; killed (and reaped) however the test ends.
+    What the test did not read itself goes to the log scan under ``label``. ``preexec_fn``
+    runs in the child before the relay starts (e.g. to lower a resource limit)."""
     with subprocess.Popen(
-        list(argv),
+        [sys.executable, "-m", "relay", "serve", *args],
         env=env,
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=preexec_fn,  # noqa: PLW1509 - a test's resource limit, set before exec
     ) as proc:
         try:
             yield proc
@@ -47,3 +48,25 @@ def serving(
             proc.wait()
             rest = [p.read() for p in (proc.stdout, proc.stderr) if p is not None and not p.closed]
             observe_process(label, "".join(rest), env)
+
+
+def banner(proc: subprocess.Popen[str]) -> list[str]:
+    """The startup banner's lines (without their newlines): up to the admin socket's line,
+    which ``relay_env``'s relays print last (no metrics port, no LOG_BODIES)."""
+    assert proc.stdout is not None
+    lines: list[str] = []
+    while not lines or not lines[-1].startswith("admin socket:"):
+        line = proc.stdout.readline()
+        assert line, f"relay serve ended its output after {lines}"
+        lines.append(line.rstrip("\n"))
+    return lines
+
+
+def run_relay(
+    *args: str, env: dict[str, str], cwd: Path | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``relay <args>`` to completion (a one-shot command, or a ``serve`` that fails)."""
+    return subprocess.run(
+        [sys.executable, "-m", "relay", *args],
+        env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
