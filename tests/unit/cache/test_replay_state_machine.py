@@ -957,7 +957,7 @@ class ReplayMachine(RuleBasedStateMachine):
         self.relay.cache.close()
         with pytest.raises(StoreLatched, match=r"\.guard exists"):
             self.relay._open()
-        guard.unlink()  # the operator's last step (README: disk pressure)
+        guard.unlink()  # the operator's last step (docs/replay-cache.md: disk pressure)
         self.relay.cache = self.relay._open()
         self.model.start_barrier(self.clock.wall(), self.clock.monotonic())  # a new start
         assert self.relay.store.stats() == before, "the latch changed the store"
