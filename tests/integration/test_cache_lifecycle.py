@@ -169,7 +169,8 @@ def test_over_capacity_requests_are_served_uncached_and_poisoned(tmp_path: Path)
 
 
 def test_a_second_relay_on_the_same_store_is_refused(cached: Stack) -> None:  # noqa: F811
-    second = RelayServer(cached.config)
+    # Without an admin socket: the default one would refuse it first (test_serve_settings).
+    second = RelayServer(dataclasses.replace(cached.config, admin_socket=None))
     with pytest.raises(StoreLocked, match="another relay process"):
         cached.loop.run(second.start())
     assert continuity(ask(cached, [{"role": "user", "content": "still"}], stream=True)) == (0, 0, 0)

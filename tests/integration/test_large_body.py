@@ -98,7 +98,7 @@ def test_healthz_is_answered_during_a_large_upload(
         assert proc.stdout is not None
         banner = [proc.stdout.readline() for _ in range(3)]
         port = int(banner[0].split("http://127.0.0.1:")[1].split("/")[0])
-        token = Path(banner[2].split("stored in ")[1].split(" (")[0]).read_text().strip()
+        token = (tmp_path / "data" / "relay-token").read_text().strip()
         probe = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         idle = statistics.median(healthz(probe) for _ in range(40))
         answer: list[tuple[int, bytes]] = []
