@@ -55,8 +55,8 @@ output form comes from exactly one input form:
 
 Underivable (each with its code, :data:`REASON_TEXT`): an ``input`` that is neither a
 string nor a list, ``instructions`` that are not a string, an item that is not an object,
-an item of another type (``reasoning`` – the client replays reasoning itself and a
-replayed block would duplicate it; ``item_reference`` – the model reads content the
+an item of another type (``reasoning``: the client replays reasoning itself and a
+replayed block would duplicate it; ``item_reference``: the model reads content the
 request does not carry; the built-in tools' calls), a message with another role, a
 ``"text"`` part or a non-object part, a call or output with a non-string field or an
 unknown one, a ``status`` outside the API's three values.

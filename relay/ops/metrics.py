@@ -61,11 +61,13 @@ class RelayMetrics:
         )
         self.errors = ErrorTally()
         self.replay_history = CounterHistory()  # dispatched/accepted, for the last hour
+        self.fence_history = CounterHistory()  # fences by reason, for the last hour
         self.started_monotonic = 0.0
         self.started_wall = 0.0
 
     def started(self, monotonic: float, wall: float) -> None:
         self.started_monotonic, self.started_wall = monotonic, wall
+        self.fence_history.record(monotonic, {})  # none at start: the window's baseline
 
     def request_finished(self, path: str, status: int, code: str | None, wall: float) -> str:
         """Count one finished request; its outcome label is returned."""

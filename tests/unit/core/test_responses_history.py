@@ -306,8 +306,8 @@ def _as_the_model_reads_it(input_value: Any, instructions: Any) -> Any:
     if isinstance(input_value, str):
         input_value = [{"role": "user", "content": input_value}]
     out = []
-    for item in input_value:
-        item = {k: v for k, v in item.items() if k != "status"}
+    for sent in input_value:
+        item = {k: v for k, v in sent.items() if k != "status"}
         if item.get("type") == "message":
             del item["type"]
         if item.get("role") == "assistant" and isinstance(item["content"], list):
