@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from relay.ops.status import status_document
@@ -25,14 +26,7 @@ def cached(tmp_path: Path) -> Iterator[Stack]:
 
 
 def fences(stack: Stack) -> dict[str, float]:
-    assert stack.relay.runtime is not None
-    text = stack.relay.runtime.metrics.render().decode()
-    return {
-        sample.labels["reason"]: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == "relay_fences_total"
-    }
+    return metric(stack, "relay_fences_total", "reason")
 
 
 def status_table(stack: Stack) -> str:
@@ -62,7 +56,9 @@ def test_a_screenshot_in_one_chat_leaves_replay_on_in_every_chat(
     # The chat with the screenshot replays too, turn after turn.
     again = user_item("and now?", screenshot_part(detail="high"))
     assert shot.turn(cached, again, stream=stream).continuity == (1, 1, 0)
-    assert shot.turn(cached, user_item("thanks"), stream=stream).continuity == (2, 2, 0)
+    last = shot.turn(cached, user_item("thanks"), stream=stream)
+    assert last.continuity == (2, 2, 0)
+    assert last.usage is not None and last.usage["total_tokens"] > 0  # include_usage honoured
     assert fences(cached) == {}
     assert "fenced" not in status_table(cached)
     sent = cached.fake.requests[-1].body
@@ -91,3 +87,37 @@ def test_an_underivable_history_fences_and_says_why(
     assert line.split(None, 1)[1].startswith("replay fenced once in the last ") and line.endswith(
         ": input item type 'web_search_call'"
     )
+
+
+def metric(stack: Stack, name: str, label: str) -> dict[str, float]:
+    assert stack.relay.runtime is not None
+    text = stack.relay.runtime.metrics.render().decode()
+    return {
+        sample.labels[label]: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    }
+
+
+def test_previous_response_id_is_refused_with_advice_and_counted(cached: Stack) -> None:
+    chat = Conversation()
+    chat.items.append(user_item("hi"))
+    body = {**chat.body(stream=True), "previous_response_id": "resp_123"}
+    answer = requests.post(
+        f"{cached.base_url}/chat/completions", json=body, headers=cached.headers(), timeout=10
+    )
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert error["param"] == "previous_response_id"
+    assert "send the whole conversation in 'input'" in error["message"]
+    assert not cached.fake.requests  # refused before anything went upstream
+    # a Chat parameter the relay refuses, and one a client made up: bounded labels
+    for extra in ({"seed": 7}, {"made_up_param_x": 1}):
+        chat_body = {"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}], **extra}
+        refused = requests.post(f"{cached.base_url}/chat/completions", json=chat_body,
+                                headers=cached.headers(), timeout=10)  # fmt: skip
+        assert refused.status_code == 400
+    assert metric(cached, "relay_refused_params_total", "param") == {
+        "previous_response_id": 1.0, "seed": 1.0, "other": 1.0,
+    }  # fmt: skip
