@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -114,7 +115,9 @@ def test_previous_response_id_is_refused_with_advice_and_counted(cached: Stack) 
     assert not cached.fake.requests  # refused before anything went upstream
     # a Chat parameter the relay refuses, and one a client made up: bounded labels
     for extra in ({"seed": 7}, {"made_up_param_x": 1}):
-        chat_body = {"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}], **extra}
+        chat_body: dict[str, Any] = {
+            "model": "gpt-5", "messages": [{"role": "user", "content": "hi"}], **extra
+        }  # fmt: skip
         refused = requests.post(f"{cached.base_url}/chat/completions", json=chat_body,
                                 headers=cached.headers(), timeout=10)  # fmt: skip
         assert refused.status_code == 400

@@ -89,8 +89,8 @@ def post(stack: Stack, body: dict[str, Any]) -> Answer:
     if not body.get("stream"):
         choice = answer.json()["choices"][0]
         message = choice["message"]
-        calls = message.get("tool_calls") or []
-        return Answer(message.get("content") or "", calls, choice["finish_reason"],
+        return Answer(message.get("content") or "", message.get("tool_calls") or [],
+                      choice["finish_reason"],
                       answer.json().get("usage"))  # fmt: skip
     text, finish, usage = [], None, None
     calls: dict[int, dict[str, Any]] = {}

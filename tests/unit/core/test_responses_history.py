@@ -258,20 +258,20 @@ def test_responses_input_spans_cover_each_visible_message() -> None:
 # --- injectivity: distinct inputs give distinct identities, or none ----------------------
 
 _TEXTS = ("", "a", "b")
-_PARTS = (
+_PARTS: tuple[dict[str, Any], ...] = (
     *({"type": "input_text", "text": t} for t in _TEXTS),
     {"type": "input_text", "text": "a", "x": 1},
     IMAGE_URL, {**IMAGE_URL, "detail": "auto"}, IMAGE_DATA, IMAGE_FILE, FILE_PART,
     {"type": "text", "text": "a"},
 )  # fmt: skip
-_OUTPUT_PARTS = (
+_OUTPUT_PARTS: tuple[dict[str, Any], ...] = (
     *({"type": "output_text", "text": t} for t in _TEXTS),
     {"type": "output_text", "text": "a", "annotations": []},
     {"type": "output_text", "text": "a", "logprobs": []},
     {"type": "output_text", "text": "a", "annotations": [{"type": "url_citation"}]},
     {"type": "refusal", "refusal": "a"},
 )  # fmt: skip
-_EXTRAS = ({}, {"type": "message"}, {"status": "completed"}, {"id": "m1"},
+_EXTRAS: tuple[dict[str, Any], ...] = ({}, {"type": "message"}, {"status": "completed"}, {"id": "m1"},
            {"type": "message", "status": "incomplete"})  # fmt: skip
 
 
