@@ -27,6 +27,7 @@ SCREENSHOT = "data:image/png;base64," + base64.b64encode(
 ).decode("ascii")
 
 # What Cursor 2.5+ sends beside model/input/instructions/tools (stream set per turn).
+# Shared with the live checks and the integration tests: one statement of the shape.
 CURSOR_FIELDS: dict[str, Any] = {
     "store": False,
     "include": ["reasoning.encrypted_content"],
@@ -37,6 +38,21 @@ CURSOR_FIELDS: dict[str, Any] = {
     "text": {"verbosity": "low"},
     "stream_options": {"include_usage": True},
 }
+
+
+def user_item(text: str, *parts: dict[str, Any]) -> dict[str, Any]:
+    """A user turn as Cursor writes it: its text, then any image parts."""
+    return {"role": "user", "content": [{"type": "input_text", "text": text}, *parts]}
+
+
+def assistant_item(text: str) -> dict[str, Any]:
+    """An answer echoed back as Cursor writes it."""
+    part = {"type": "output_text", "text": text, "annotations": []}
+    return {"type": "message", "role": "assistant", "content": [part]}
+
+
+def screenshot_part(url: str = SCREENSHOT, detail: str = "auto") -> dict[str, Any]:
+    return {"type": "input_image", "image_url": url, "detail": detail}
 
 
 def flat_tools() -> list[dict[str, Any]]:
@@ -54,8 +70,7 @@ def cursor_input(messages: list[dict[str, Any]]) -> tuple[str | None, list[dict[
             instructions = str(message["content"])
         elif role == "assistant":
             if message.get("content"):
-                part = {"type": "output_text", "text": message["content"], "annotations": []}
-                items.append({"type": "message", "role": "assistant", "content": [part]})
+                items.append(assistant_item(message["content"]))
             for call in message.get("tool_calls") or []:
                 function = call["function"]
                 name, arguments = function["name"], function["arguments"]
@@ -78,8 +93,7 @@ def _input_parts(content: Any) -> list[dict[str, Any]]:
             parts.append({"type": "input_text", "text": part["text"]})
         else:
             image = part["image_url"]
-            parts.append({"type": "input_image", "image_url": image["url"],
-                          "detail": image.get("detail", "auto")})  # fmt: skip
+            parts.append(screenshot_part(image["url"], image.get("detail", "auto")))
     return parts
 
 

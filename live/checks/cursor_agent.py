@@ -23,34 +23,22 @@ from live.fake_replies import say
 from live.images import picture
 from live.processes import RelayProcess
 from live.verdict import Verdict, expect, passed
+from scenarios.cursor_steps import CURSOR_FIELDS, assistant_item, screenshot_part, user_item
 
 INSTRUCTIONS = "You are a coding agent working in the user's editor. Answer tersely."
 
 
 def cursor_fields(ctx: CheckContext) -> dict[str, Any]:
-    """Cursor's field set beside ``model``/``input``/``instructions``/``tools``, with
-    values every GPT-5-family model accepts (``in-memory`` retention is the default)."""
+    """Cursor's field set, with values every GPT-5-family model accepts (``in-memory``
+    retention is the default; low effort and the run's output cap keep it cheap)."""
     return {
+        **CURSOR_FIELDS,
         "stream": True,
-        "stream_options": {"include_usage": True},
-        "store": False,
-        "include": ["reasoning.encrypted_content"],
-        "truncation": "auto",
         "prompt_cache_key": f"live-{ctx.name}",
         "prompt_cache_retention": "in-memory",
         "reasoning": {"effort": "low", "summary": "auto"},
-        "text": {"verbosity": "low"},
         "max_output_tokens": ctx.settings.max_completion_tokens,
     }
-
-
-def user_item(text: str, *parts: dict[str, Any]) -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "input_text", "text": text}, *parts]}
-
-
-def assistant_item(text: str) -> dict[str, Any]:
-    part = {"type": "output_text", "text": text, "annotations": []}
-    return {"type": "message", "role": "assistant", "content": [part]}
 
 
 @dataclass
@@ -92,7 +80,7 @@ def cursor_screenshot_replay(ctx: CheckContext) -> Verdict:
     shot = CursorChat(ctx, relay, "screenshot")
     other.send(user_item("Reply with exactly the word: one"), script=say("one"))
     square = picture("red", "image/png")
-    image = {"type": "input_image", "image_url": square.data_url, "detail": "low"}
+    image = screenshot_part(square.data_url, "low")
     question = (
         "What colour is the square in this screenshot? Answer with exactly one word from "
         "this list: red, green, blue."

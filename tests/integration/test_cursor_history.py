@@ -14,7 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from relay.ops.status import status_document
 from relay.ops.status_view import render
-from tests.support.cursor_shape import Conversation, screenshot_part, user_item
+from scenarios.cursor_steps import screenshot_part, user_item
+from tests.support.cursor_shape import Conversation
 from tests.support.stack import Stack, running_stack
 
 CACHE_ON = {"REASONING_CACHE_ENABLED": "1"}

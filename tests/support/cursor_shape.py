@@ -2,14 +2,13 @@
 ``/chat/completions``, answered in Chat Completions form (streamed or JSON).
 
 The body carries Cursor's field set (``store``, ``include``, ``truncation``, the prompt
-cache fields, ``reasoning``, ``text``, ``stream_options``); the conversation is kept as
-Cursor keeps it: the answer echoed back as an assistant ``output_text`` item, screenshots
-as ``input_image`` parts.
+cache fields, ``reasoning``, ``text``, ``stream_options``; the shape itself is
+``scenarios.cursor_steps``); the conversation is kept as Cursor keeps it: the answer
+echoed back as an assistant ``output_text`` item, screenshots as ``input_image`` parts.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 from dataclasses import dataclass, field
@@ -17,19 +16,10 @@ from typing import Any
 
 import requests
 
+from scenarios.cursor_steps import CURSOR_FIELDS, assistant_item
 from tests.support.stack import Stack
 
 CONTINUITY = re.compile(r"continuity: replayed=(\d+) intact=(\d+) misplaced=(\d+)")
-# A real (tiny) PNG as a data URL: a screenshot as Cursor attaches it.
-SCREENSHOT = (
-    "data:image/png;base64,"
-    + base64.b64encode(
-        bytes.fromhex(
-            "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"
-            "0000000d49444154789c63f8cfc0f01f0005000201e2215bc60000000049454e44ae426082"
-        )
-    ).decode()
-)
 READ_TOOL = {
     "type": "function", "name": "read_file", "description": "Read a file",
     "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
@@ -39,30 +29,7 @@ READ_TOOL = {
 
 def cursor_fields(*, stream: bool) -> dict[str, Any]:
     """Everything Cursor sends beside ``model``/``input``/``instructions``/``tools``."""
-    return {
-        "stream": stream,
-        "store": False,
-        "include": ["reasoning.encrypted_content"],
-        "truncation": "auto",
-        "prompt_cache_retention": "24h",
-        "prompt_cache_key": "cursor-conversation-1",
-        "reasoning": {"effort": "medium", "summary": "auto"},
-        "text": {"verbosity": "low"},
-        "stream_options": {"include_usage": True},
-    }
-
-
-def screenshot_part(url: str = SCREENSHOT, detail: str = "auto") -> dict[str, Any]:
-    return {"type": "input_image", "image_url": url, "detail": detail}
-
-
-def user_item(text: str, *images: dict[str, Any]) -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "input_text", "text": text}, *images]}
-
-
-def assistant_item(text: str) -> dict[str, Any]:
-    part = {"type": "output_text", "text": text, "annotations": []}
-    return {"type": "message", "role": "assistant", "content": [part]}
+    return {"stream": stream, **CURSOR_FIELDS}
 
 
 @dataclass
