@@ -308,4 +308,6 @@ def _visible_history(
     if request.shape == "chat":
         assert request.message_spans is not None
         return body["messages"], request.message_spans
-    return visible_history_from_responses_input(body.get("input"), body.get("instructions"))
+    return visible_history_from_responses_input(
+        body.get("input"), body.get("instructions"), body.get("tools")
+    )

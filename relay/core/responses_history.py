@@ -25,9 +25,26 @@ Exact, and why:
   message as its text item followed by its calls, so this grouping inverts it.
 - ``function_call_output`` with a string ``output`` → ``{"role": "tool", "tool_call_id",
   "content"}``.
+- Custom tool calls: a ``custom_tool_call`` item (``call_id``, ``name``, ``input`` strings
+  only) → a tool call ``{"id", "type": "custom", "custom": {"name", "input"}}``, grouped
+  like a function call; so is a ``function_call`` item whose ``name`` is a tool declared
+  ``custom`` in the request's ``tools`` (``input`` = its ``arguments``). A
+  ``custom_tool_call_output`` with a string ``output`` → the same tool message as a
+  ``function_call_output``.
+
+  Why this stays injective: the translation (``relay.translate.responses_input``) sends
+  both call spellings as the one upstream item ``{"type": "custom_tool_call", call_id,
+  name, input}``, and a function call to a name not declared custom as a
+  ``function_call``; ``tools`` is part of the scope, so within one scope the envelope's
+  call type says exactly which item went upstream. An output goes upstream as the kind
+  of the call it answers (an output answering no call is refused), and that call, with
+  its type, is earlier in the same history: the tool message plus the history before it
+  determine the output item. Two histories with equal envelopes therefore send equal
+  model input.
 - ``"type": "message"`` may be present or absent on message items (the API's default).
 
-Underivable: any image or file part; reasoning, item-reference or any other item type; a
+Underivable: any image or file part; a custom call item with ``id``/``status`` or any
+other extra field; reasoning, item-reference or any other item type; a
 refusal part; assistant content that is a string, empty, split into several parts or has
 non-empty annotations; system/developer string content (it would collide with
 ``instructions``); message items carrying ``id``/``status`` or any other extra field;
@@ -39,9 +56,14 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from relay.translate.responses_input import custom_tool_names
+
 _MESSAGE_KEYS: Final = frozenset({"type", "role", "content"})
 _CALL_KEYS: Final = frozenset({"type", "call_id", "name", "arguments"})
 _OUTPUT_KEYS: Final = frozenset({"type", "call_id", "output"})
+_CUSTOM_CALL_KEYS: Final = frozenset({"type", "call_id", "name", "input"})
+_CALL_ITEMS: Final = ("function_call", "custom_tool_call")
+_OUTPUT_ITEMS: Final = ("function_call_output", "custom_tool_call_output")
 
 
 class _Underivable(Exception):
@@ -49,26 +71,27 @@ class _Underivable(Exception):
 
 
 def visible_messages_from_responses_input(
-    input_value: Any, instructions: Any
+    input_value: Any, instructions: Any, tools: Any = None
 ) -> list[dict[str, Any]] | None:
     """The Chat envelopes a Responses-shaped body stands for, or ``None`` (underivable)."""
-    history = visible_history_from_responses_input(input_value, instructions)
+    history = visible_history_from_responses_input(input_value, instructions, tools)
     return None if history is None else history[0]
 
 
 def visible_history_from_responses_input(
-    input_value: Any, instructions: Any
+    input_value: Any, instructions: Any, tools: Any = None
 ) -> tuple[list[dict[str, Any]], tuple[tuple[int, int] | None, ...]] | None:
     """The envelopes plus, for each, the ``[start, end)`` range of ``input`` items it
-    stands for (``None`` for ``instructions``), or ``None`` (underivable)."""
+    stands for (``None`` for ``instructions``), or ``None`` (underivable). ``tools`` is the
+    request's ``tools`` (its custom tools name the custom calls)."""
     try:
-        return _map(input_value, instructions)
+        return _map(input_value, instructions, custom_tool_names(tools))
     except _Underivable:
         return None
 
 
 def _map(
-    input_value: Any, instructions: Any
+    input_value: Any, instructions: Any, custom_names: frozenset[str]
 ) -> tuple[list[dict[str, Any]], tuple[tuple[int, int] | None, ...]]:
     messages: list[dict[str, Any]] = []
     spans: list[tuple[int, int] | None] = []
@@ -86,18 +109,18 @@ def _map(
         if not isinstance(item, dict):
             raise _Underivable
         kind = item.get("type", "message")
-        if kind == "function_call":
+        if kind in _CALL_ITEMS:
             if open_assistant is None:
                 open_assistant = {"role": "assistant", "content": "", "tool_calls": []}
                 messages.append(open_assistant)
                 spans.append((index, index))
-            open_assistant["tool_calls"].append(_tool_call(item))
+            open_assistant["tool_calls"].append(_tool_call(item, custom_names))
             span = spans[-1]
             assert span is not None  # the open assistant's own span
             spans[-1] = (span[0], index + 1)
             continue
         open_assistant = None
-        if kind == "function_call_output":
+        if kind in _OUTPUT_ITEMS:
             messages.append(_tool_message(item))
         elif kind == "message":
             message = _message(item)
@@ -162,10 +185,19 @@ def _output_text(content: Any) -> str:
     return text
 
 
-def _tool_call(item: dict[str, Any]) -> dict[str, Any]:
-    _only_keys(item, _CALL_KEYS)
-    function = {"name": _string(item.get("name")), "arguments": _string(item.get("arguments"))}
-    return {"id": _string(item.get("call_id")), "type": "function", "function": function}
+def _tool_call(item: dict[str, Any], custom_names: frozenset[str]) -> dict[str, Any]:
+    call_id, name = _string(item.get("call_id")), _string(item.get("name"))
+    if item["type"] == "custom_tool_call":
+        _only_keys(item, _CUSTOM_CALL_KEYS)
+        text = _string(item.get("input"))
+    else:
+        _only_keys(item, _CALL_KEYS)
+        text = _string(item.get("arguments"))
+        if name not in custom_names:
+            function = {"name": name, "arguments": text}
+            return {"id": call_id, "type": "function", "function": function}
+    # One envelope for both spellings: the translation sends both as this custom call.
+    return {"id": call_id, "type": "custom", "custom": {"name": name, "input": text}}
 
 
 def _tool_message(item: dict[str, Any]) -> dict[str, Any]:
