@@ -296,17 +296,22 @@ def test_streamed_custom_call_in_the_custom_form() -> None:
     ]  # fmt: skip
 
 
+def tool_deltas(chunks: list[Chunk]) -> list[dict[str, Any]]:
+    """Each chunk's (only) tool-call delta, as plain JSON."""
+    return [dict(d["tool_calls"][0]) for d, _ in deltas(chunks) if d.get("tool_calls")]
+
+
 @pytest.mark.parametrize("form", ["function", "custom"])
 def test_done_and_terminal_catch_up_on_input_the_deltas_left_out(form: CustomCallForm) -> None:
     key = "function" if form == "function" else "custom"
     piece = "arguments" if form == "function" else "input"
     # Only the first piece streamed: the .done event sends the rest.
     chunks = feed(converter(form), custom_stream([PATCH[:5]], done=PATCH))
-    sent = [d["tool_calls"][0][key][piece] for d, _ in deltas(chunks) if d.get("tool_calls")]
+    sent = [call[key][piece] for call in tool_deltas(chunks)]
     assert "".join(sent) == PATCH and sent[-1] == PATCH[5:]
     # Only the terminal response holds the call: announced, then its whole input.
     chunks = feed(converter(form), [created(), completed(ctc("call_p", "ApplyPatch", PATCH))])
-    calls = [d["tool_calls"][0] for d, _ in deltas(chunks) if d.get("tool_calls")]
+    calls = tool_deltas(chunks)
     assert calls[0]["id"] == "call_p" and calls[1][key] == {piece: PATCH}
     assert deltas(chunks)[-1] == ({}, "tool_calls")
 
