@@ -30,7 +30,10 @@ from tests.unit.core.test_capture import REQUEST, decide, fake_events, relay
 from tests.unit.core.test_planner import NOW, SCOPE, Builder, positions, reasons
 
 PATCH = '*** Begin Patch\n+caf\u00e9 "q" \\ \t{"a": 1}\n*** End Patch\n'
-TOOLS = [*REQUEST["tools"], {"type": "custom", "name": "ApplyPatch", "format": {"type": "text"}}]
+TOOLS: list[Any] = [
+    *REQUEST["tools"],  # type: ignore[misc]  # a list: REQUEST is a dict of mixed values
+    {"type": "custom", "name": "ApplyPatch", "format": {"type": "text"}},
+]
 SCRIPT = {
     "output": [
         {"type": "reasoning", "summary": ["patch"]},
@@ -164,7 +167,7 @@ OUTPUT_KINDS = ("function_call_output", "custom_tool_call_output")
 
 
 @st.composite
-def histories(draw: st.DrawFn) -> tuple[list[Any], list[Any]]:
+def histories(draw: st.DrawFn) -> tuple[list[Any], list[list[Any]]]:
     """A Responses-shaped history, a respelling of it (each call and output in a random
     one of its two spellings), and the tools both are sent with."""
     customs = draw(st.sets(st.sampled_from(["P", "R"])))
@@ -194,7 +197,7 @@ def histories(draw: st.DrawFn) -> tuple[list[Any], list[Any]]:
                      "output": text} for _ in range(2))  # fmt: skip
         items.append(a)
         respelled.append(b)
-    return tools, [items, respelled]  # type: ignore[return-value]
+    return tools, [items, respelled]
 
 
 def upstream_input(items: list[Any], tools: list[Any]) -> list[Any] | None:
