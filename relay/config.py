@@ -19,6 +19,7 @@ from relay.core.resources import BudgetTooSmall, CacheBudget
 from relay.errors import ConfigError
 from relay.model_alias import ModelAlias
 from relay.providers import BUILTIN, Provider, check_base_url, parse_providers
+from relay.translate.events import CUSTOM_CALL_FORMS, CustomCallForm
 from relay.tunnel_command import TunnelCommand, parse_tunnel_command
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
@@ -54,6 +55,9 @@ class Config:
     reasoning_cache_reserve_bytes: int = DEFAULT_RESERVE_BYTES  # physical reserve (design §6)
     reasoning_summaries_as_content: bool = False
     replay_rejection_resend: bool = True  # RELAY_REPLAY_REJECTION_RESEND
+    # RELAY_CUSTOM_TOOL_CALLS: how a custom tool call reaches a Responses-shaped (Cursor)
+    # client: "function" (arguments = the raw input; what Cursor bridges send) or "custom"
+    custom_tool_calls: CustomCallForm = "function"
     max_request_bytes: int = 64 * 1024 * 1024
     max_response_bytes: int = 64 * 1024 * 1024
     max_sse_event_bytes: int = 8 * 1024 * 1024
@@ -245,6 +249,9 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
     if log_format not in ("text", "json"):
         raise ConfigError(f"RELAY_LOG_FORMAT={log_format!r}: expected text or json")
     providers = parse_provider_config(env)
+    custom_calls = env.get("RELAY_CUSTOM_TOOL_CALLS", "").strip().lower() or "function"
+    if custom_calls not in CUSTOM_CALL_FORMS:
+        raise ConfigError(f"RELAY_CUSTOM_TOOL_CALLS={custom_calls!r}: expected function or custom")
     config = Config(
         host=host,
         port=_int(env, "RELAY_PORT", 8787, minimum=0),
@@ -288,6 +295,7 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
         ),
         reasoning_summaries_as_content=_bool(env, "RELAY_REASONING_SUMMARIES", False),
         replay_rejection_resend=_bool(env, "RELAY_REPLAY_REJECTION_RESEND", True),
+        custom_tool_calls="custom" if custom_calls == "custom" else "function",
         max_request_bytes=_int(env, "RELAY_MAX_REQUEST_BYTES", 64 * 1024 * 1024, minimum=1024),
         max_response_bytes=_int(env, "RELAY_MAX_RESPONSE_BYTES", 64 * 1024 * 1024, minimum=1024),
         max_sse_event_bytes=_int(env, "RELAY_MAX_SSE_EVENT_BYTES", 8 * 1024 * 1024, minimum=1024),

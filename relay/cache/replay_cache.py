@@ -329,4 +329,4 @@ def _visible_history(
     if request.shape == "chat":
         assert request.message_spans is not None
         return body["messages"], request.message_spans
-    return derive_responses_history(body.get("input"), body.get("instructions"))
+    return derive_responses_history(body.get("input"), body.get("instructions"), body.get("tools"))

@@ -46,12 +46,24 @@ output form comes from exactly one input form:
    one, so it never replays, but it never fences either.
 6. ``function_call_output`` → ``{"role": "tool", "tool_call_id", "content"}`` with the
    string ``output`` as sent, or its parts mapped as in 3; an ``id`` is kept as in 5.
+   ``custom_tool_call_output`` maps exactly like ``function_call_output``: the relay
+   sends an output upstream as the kind of the call it answers (an output answering no
+   call is refused), and that call, with its kind, is earlier in the same history.
 7. Any other message item of a known role (assistant content as a string, empty, split,
    with a refusal or annotations; a system string; an ``id`` or any other field) →
    ``{"role": <role>, "item": <the item as sent, less type and status>}`` (plus
    ``tool_calls`` for an assistant). Only this form has an ``item`` key, and it keeps
    everything that was sent. It never matches a prediction (so replay stops at it) but
    it is an exact identity, so the request is observed and fences nothing.
+8. Custom tool calls: a ``custom_tool_call`` item (``call_id``, ``name``, ``input``
+   strings) → a tool call ``{"id", "type": "custom", "custom": {"name", "input"}}``,
+   grouped like a function call; so is a ``function_call`` item whose ``name`` is a tool
+   declared ``custom`` in the request's ``tools`` (``input`` = its ``arguments``). The
+   translation (``relay.translate.responses_input``) sends both spellings upstream as the
+   one item ``{"type": "custom_tool_call", call_id, name, input}`` (the function spelling
+   without its ``id``, so that ``id`` is left out here too), and ``tools`` is scope, so
+   within one scope the call's type says exactly which item went upstream. A
+   ``custom_tool_call`` keeps its ``id`` as in 5 (it goes upstream with it).
 
 Underivable (each with its code, :data:`REASON_TEXT`): an ``input`` that is neither a
 string nor a list, ``instructions`` that are not a string, an item that is not an object,
@@ -67,15 +79,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-# Item types of the Responses API's input (openai-python ``ResponseInputItemParam``): the
-# item-type reason codes are drawn from this list, so a client cannot mint a label.
+from relay.translate.responses_input import custom_tool_names
+
+# Item types of the Responses API's input (openai-python ``ResponseInputItemParam``) that
+# have no mapping: the item-type reason codes are drawn from this list, so a client cannot
+# mint a label.
 KNOWN_ITEM_TYPES: Final = (
     "reasoning", "item_reference", "file_search_call", "computer_call",
     "computer_call_output", "web_search_call", "image_generation_call",
     "code_interpreter_call", "local_shell_call", "local_shell_call_output", "shell_call",
     "shell_call_output", "apply_patch_call", "apply_patch_call_output", "mcp_list_tools",
-    "mcp_approval_request", "mcp_approval_response", "mcp_call", "custom_tool_call",
-    "custom_tool_call_output", "compaction",
+    "mcp_approval_request", "mcp_approval_response", "mcp_call", "compaction",
 )  # fmt: skip
 
 # Reason code -> what it means, for the log, the metric's help and ``relay status``.
@@ -95,7 +109,10 @@ REASON_TEXT: Final[dict[str, str]] = {
 _ROLES: Final = ("user", "system", "developer", "assistant")
 _STATUSES: Final = ("in_progress", "completed", "incomplete")
 _CALL_FIELDS: Final = frozenset({"type", "call_id", "name", "arguments", "status", "id"})
+_CUSTOM_CALL_FIELDS: Final = frozenset({"type", "call_id", "name", "input", "status", "id"})
 _OUTPUT_FIELDS: Final = frozenset({"type", "call_id", "output", "status", "id"})
+_CALL_ITEMS: Final = ("function_call", "custom_tool_call")
+_OUTPUT_ITEMS: Final = ("function_call_output", "custom_tool_call_output")
 _TEXT_PART_KEYS: Final = frozenset({"type", "text"})
 _OUTPUT_TEXT_KEYS: Final = frozenset({"type", "text", "annotations", "logprobs"})
 
@@ -122,30 +139,30 @@ class _Refused(Exception):
 
 
 def derive_responses_history(
-    input_value: Any, instructions: Any
+    input_value: Any, instructions: Any, tools: Any = None
 ) -> tuple[list[dict[str, Any]], Spans] | Underivable:
     """The envelopes plus, for each, the ``[start, end)`` range of ``input`` items it
     stands for (``None`` for ``instructions`` and a string ``input``), or why there are
-    none."""
+    none. ``tools`` is the request's ``tools`` (its custom tools name the custom calls)."""
     try:
-        return _map(input_value, instructions)
+        return _map(input_value, instructions, custom_tool_names(tools))
     except _Refused as refused:
         return refused.reason
 
 
 def visible_history_from_responses_input(
-    input_value: Any, instructions: Any
+    input_value: Any, instructions: Any, tools: Any = None
 ) -> tuple[list[dict[str, Any]], Spans] | None:
     """:func:`derive_responses_history` without the reason (``None``: underivable)."""
-    derived = derive_responses_history(input_value, instructions)
+    derived = derive_responses_history(input_value, instructions, tools)
     return None if isinstance(derived, Underivable) else derived
 
 
 def visible_messages_from_responses_input(
-    input_value: Any, instructions: Any
+    input_value: Any, instructions: Any, tools: Any = None
 ) -> list[dict[str, Any]] | None:
     """The Chat envelopes a Responses-shaped body stands for, or ``None`` (underivable)."""
-    history = visible_history_from_responses_input(input_value, instructions)
+    history = visible_history_from_responses_input(input_value, instructions, tools)
     return None if history is None else history[0]
 
 
@@ -154,7 +171,9 @@ def item_type_code(kind: Any) -> str:
     return f"item_type_{kind}" if kind in KNOWN_ITEM_TYPES else "item_type_unknown"
 
 
-def _map(input_value: Any, instructions: Any) -> tuple[list[dict[str, Any]], Spans]:
+def _map(
+    input_value: Any, instructions: Any, custom_names: frozenset[str]
+) -> tuple[list[dict[str, Any]], Spans]:
     messages: list[dict[str, Any]] = []
     spans: list[tuple[int, int] | None] = []
     if instructions is not None:
@@ -175,18 +194,18 @@ def _map(input_value: Any, instructions: Any) -> tuple[list[dict[str, Any]], Spa
             raise _Refused("item_not_object", where)
         _check_status(item, where)
         kind = item.get("type", "message")
-        if kind == "function_call":
+        if kind in _CALL_ITEMS:
             if open_assistant is None:
                 open_assistant = {"role": "assistant", "content": "", "tool_calls": []}
                 messages.append(open_assistant)
                 spans.append((index, index))
-            open_assistant["tool_calls"].append(_tool_call(item, where))
+            open_assistant["tool_calls"].append(_tool_call(item, where, custom_names))
             span = spans[-1]
             assert span is not None  # the open assistant's own span
             spans[-1] = (span[0], index + 1)
             continue
         open_assistant = None
-        if kind == "function_call_output":
+        if kind in _OUTPUT_ITEMS:
             messages.append(_tool_message(item, where))
         elif kind == "message":
             message = _message(item, where)
@@ -270,14 +289,21 @@ def _extra(item: dict[str, Any], fields: frozenset[str], where: str) -> dict[str
     return {"item": {"id": _string(item["id"], where)}}
 
 
-def _tool_call(item: dict[str, Any], where: str) -> dict[str, Any]:
-    extra = _extra(item, _CALL_FIELDS, where)
-    function = {
-        "name": _string(item.get("name"), where),
-        "arguments": _string(item.get("arguments"), where),
-    }
-    call_id = _string(item.get("call_id"), where)
-    return {"id": call_id, "type": "function", "function": function, **extra}
+def _tool_call(item: dict[str, Any], where: str, custom_names: frozenset[str]) -> dict[str, Any]:
+    call_id, name = _string(item.get("call_id"), where), _string(item.get("name"), where)
+    if item["type"] == "custom_tool_call":
+        extra = _extra(item, _CUSTOM_CALL_FIELDS, where)
+        text = _string(item.get("input"), where)
+    else:
+        extra = _extra(item, _CALL_FIELDS, where)
+        text = _string(item.get("arguments"), where)
+        if name not in custom_names:
+            function = {"name": name, "arguments": text}
+            return {"id": call_id, "type": "function", "function": function, **extra}
+        extra = {}  # the translation sends this spelling upstream without its id
+    # One envelope for both spellings: the translation sends both as this custom call.
+    custom = {"name": name, "input": text}
+    return {"id": call_id, "type": "custom", "custom": custom, **extra}
 
 
 def _tool_message(item: dict[str, Any], where: str) -> dict[str, Any]:

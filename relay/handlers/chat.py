@@ -30,7 +30,10 @@ class ChatCompletionsHandler(RelayingHandler):
             await relay_chat_provider(self, body, target, provider)
             return
         request = translate_request(
-            body, target, reasoning_summaries=config.reasoning_summaries_as_content
+            body,
+            target,
+            reasoning_summaries=config.reasoning_summaries_as_content,
+            custom_tool_calls=config.custom_tool_calls,
         )
         session = runtime.cache.begin(
             request, body, self.request_id, upstream=runtime.cache_identity(provider)

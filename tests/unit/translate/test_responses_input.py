@@ -65,6 +65,7 @@ def test_cursor_codex_body() -> None:
         client_model="gpt-5-codex",
         caller="u1",
         shape="responses",
+        custom_tool_calls="function",
     )
     assert result.upstream_body["input"] is not body["input"]  # later stages may edit it
 
