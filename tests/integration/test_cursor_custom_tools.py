@@ -4,7 +4,8 @@ Cursor's Responses-shaped bodies (raw HTTP, streamed and JSON) with its ApplyPat
 tool; the official SDK with Chat Completions custom tools; and a 22-step Cursor agent
 session mixing ApplyPatch, a function tool and user turns, where the fake's continuity
 probe must find every earlier block replayed, intact, at every step, whichever way the
-client echoes the custom calls back. The session's table is printed when the module ends.
+client echoes the custom calls back, across a relay restart halfway. The session's table is
+printed when the module ends.
 """
 
 from __future__ import annotations
@@ -187,6 +188,7 @@ KINDS = (
     "patch", "read", "patch", "text", "patch", "patch", "read", "text", "read", "patch", "text",
     "patch", "read", "patch", "patch", "text", "patch", "read", "text", "patch", "patch", "text",
 )  # fmt: skip
+RESTART_AT = 11
 TABLES: dict[str, list[tuple[int, str, str, int, int]]] = {}
 
 
@@ -198,8 +200,9 @@ def print_tables(request: pytest.FixtureRequest) -> Iterator[None]:
     lines = [""]
     for name, rows in TABLES.items():
         lines.append(f"agent session, echo as {name}:")
-        lines.append("  step | request ends with  | model answers | blocks replayed (intact)")
-        lines += [f"  {step:>4} | {before:<18} | {kind:<13} | {replayed} ({intact})"
+        lines.append("  step | request ends with                  | model answers | blocks replayed "
+                     "(intact)")  # fmt: skip
+        lines += [f"  {step:>4} | {before:<34} | {kind:<13} | {replayed} ({intact})"
                   for step, before, kind, replayed, intact in rows]  # fmt: skip
     capture = request.config.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled():
@@ -227,6 +230,9 @@ def test_a_cursor_agent_session_replays_every_earlier_block_at_every_step(
     with running_stack(tmp_path / "data", env) as stack:
         stack.script(*(script(step, kind) for step, kind in enumerate(KINDS)))
         for step, kind in enumerate(KINDS):
+            if step == RESTART_AT:
+                stack.restart_relay()  # the cache is on disk: replay goes on
+                before += ", relay restarted"
             answer: Turn = turn(stack, cursor_body(items, stream=step % 2 == 0))
             report = probes(stack)[-1]
             said = {"patch": "ApplyPatch", "read": "read_file", "text": "text"}[kind]
