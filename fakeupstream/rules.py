@@ -269,6 +269,7 @@ def _check_parameters(body: Mapping[str, Any]) -> None:
         for position, value in enumerate(include):
             if value not in INCLUDABLE:
                 raise _invalid_value(f"include[{position}]", value, INCLUDABLE)
+    _check_options(body)
     tools = body.get("tools")
     if tools is not None and not isinstance(tools, list):
         raise _type_error("tools", "an array", tools)
@@ -307,6 +308,46 @@ def _check_custom_tool_choice(choice: Any, tools: Sequence[Any]) -> None:
         # The text OpenAI answers for a function tool_choice naming no declared function,
         # with the tool type in its place (not observed for custom tools: inferred).
         raise _bad("Tool choice 'custom' not found in 'tools' parameter.", "tool_choice")
+
+
+# The nested options Cursor sends and their values, as OpenAI's API reference lists them.
+# stream_options has include_obfuscation only: OpenAI answers a Chat-style include_usage
+# with "Unknown parameter: 'stream_options.include_usage'." (reported by Cursor users
+# whose gateway forwarded it).
+OPTION_VALUES: dict[str, dict[str, tuple[str, ...] | None]] = {
+    "stream_options": {"include_obfuscation": None},
+    "reasoning": {
+        "effort": ("none", "minimal", "low", "medium", "high", "xhigh"),
+        "summary": ("auto", "concise", "detailed"),
+        "generate_summary": ("auto", "concise", "detailed"),
+        "context": ("auto", "all_turns", "current_turn"),  # GPT-5.6 and later
+    },
+    "text": {"format": None, "verbosity": ("low", "medium", "high")},
+}
+TOP_LEVEL_VALUES = {
+    "truncation": ("auto", "disabled"),
+    "prompt_cache_retention": ("in-memory", "24h"),
+}
+
+
+def _check_options(body: Mapping[str, Any]) -> None:
+    for name, allowed in TOP_LEVEL_VALUES.items():
+        value = body.get(name)
+        if value is not None and value not in allowed:
+            raise _invalid_value(name, value, allowed)
+    for name, keys in OPTION_VALUES.items():
+        options = body.get(name)
+        if options is None:
+            continue
+        if not isinstance(options, dict):
+            raise _type_error(name, "an object", options)
+        for key, value in options.items():
+            if key not in keys:
+                raise _bad(f"Unknown parameter: '{name}.{key}'.", f"{name}.{key}",
+                           "unknown_parameter")  # fmt: skip
+            values = keys[key]
+            if values is not None and value is not None and value not in values:
+                raise _invalid_value(f"{name}.{key}", value, values)
 
 
 def _check_item(index: int, item: Any) -> None:

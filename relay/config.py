@@ -25,6 +25,7 @@ from relay.tunnel_command import TunnelCommand, parse_tunnel_command
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 REASONING_SUMMARIES = ("auto", "concise", "detailed", "none")
+REASONING_CONTEXTS = ("auto", "all_turns", "current_turn")
 SAMPLING_POLICIES = ("auto", "forward", "drop")
 
 
@@ -167,7 +168,8 @@ def parse_model_aliases(
     raw: str | None, providers: Mapping[str, Provider] | None = None
 ) -> dict[str, ModelAlias]:
     """``{"alias": "upstream-model"}`` or ``{"alias": {"model": ..., "reasoning_effort": ...,
-    "provider": ...}}``; ``provider`` names one of ``providers`` (default: the built-in)."""
+    "reasoning_summary": ..., "reasoning_context": ..., "sampling": ..., "provider": ...}}``;
+    ``provider`` names one of ``providers`` (default: the built-in)."""
     name = "RELAY_MODEL_ALIASES"
     providers = providers or {}
     if raw is None or raw.strip() == "":
@@ -176,7 +178,8 @@ def parse_model_aliases(
     if not isinstance(data, dict):
         raise ConfigError(f"{name}: expected a JSON object mapping alias names to models")
     aliases: dict[str, ModelAlias] = {}
-    allowed = {"model", "reasoning_effort", "reasoning_summary", "sampling", "provider"}
+    allowed = {"model", "reasoning_effort", "reasoning_summary", "reasoning_context",
+               "sampling", "provider"}  # fmt: skip
     for alias, spec in data.items():
         where = f"{name}[{alias!r}]"
         if isinstance(spec, str):
@@ -191,19 +194,22 @@ def parse_model_aliases(
             raise ConfigError(f"{where}.model: expected a non-empty upstream model name")
         effort = _choice(spec, "reasoning_effort", REASONING_EFFORTS, where)
         summary = _choice(spec, "reasoning_summary", REASONING_SUMMARIES, where)
+        context = _choice(spec, "reasoning_context", REASONING_CONTEXTS, where)
         sampling = _choice(spec, "sampling", SAMPLING_POLICIES, where) or "auto"
         provider = spec.get("provider", BUILTIN)
         if not isinstance(provider, str) or (provider != BUILTIN and provider not in providers):
             known = ", ".join(sorted([BUILTIN, *providers]))
             raise ConfigError(f"{where}.provider={provider!r}: expected one of {known}")
-        if summary is not None and provider in providers and providers[provider].kind == "chat":
-            raise ConfigError(
-                f"{where}.reasoning_summary: applies to Responses upstreams only; "
-                f"{provider!r} is a Chat Completions provider"
-            )
+        for key, value in (("reasoning_summary", summary), ("reasoning_context", context)):
+            if value is not None and provider in providers and providers[provider].kind == "chat":
+                raise ConfigError(
+                    f"{where}.{key}: applies to Responses upstreams only; "
+                    f"{provider!r} is a Chat Completions provider"
+                )
         aliases[alias] = ModelAlias(
-            alias, model.strip(), effort, summary, sampling, provider=provider
-        )
+            alias, model.strip(), effort, summary, sampling, provider=provider,
+            reasoning_context=context,
+        )  # fmt: skip
     return aliases
 
 

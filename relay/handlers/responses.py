@@ -10,6 +10,7 @@ unique. If the fence cannot be written the call is refused with 503, never forwa
 
 from __future__ import annotations
 
+from relay.cache.replay_cache import DIRECT_RESPONSES
 from relay.errors import InvalidRequest
 from relay.handlers.relaying import RelayingHandler
 from relay.handlers.shell import PipelineShell
@@ -40,7 +41,11 @@ class ResponsesHandler(RelayingHandler):
         if caller is not None and not isinstance(caller, str):
             raise InvalidRequest("'user' must be a string", param="user")
         runtime.cache.fence(
-            target.model, caller, self.request_id, upstream=runtime.cache_identity(provider)
+            target.model,
+            caller,
+            self.request_id,
+            reason=DIRECT_RESPONSES,
+            upstream=runtime.cache_identity(provider),
         )
         pipeline = ResponsesPassthrough(
             {**body, "model": target.model}, request_id=self.request_id, stream=bool(stream)

@@ -107,6 +107,8 @@ PASSTHROUGH: dict[str, tuple[Callable[[Any], bool], str]] = {
     "prompt_cache_key": (lambda v: isinstance(v, str), "a string"),
     "prompt_cache_retention": (lambda v: isinstance(v, str), "a string"),
     "service_tier": (lambda v: isinstance(v, str), "a string"),
+    # a Responses field, accepted on the Chat path too (clients that speak both send it)
+    "truncation": (lambda v: isinstance(v, str), "a string ('auto' or 'disabled')"),
     "metadata": (
         lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()),
         "an object with string values",
@@ -153,12 +155,14 @@ def translate_chat(
     if text:
         out["text"] = text
     effort = optional_str(body, "reasoning_effort")
-    summary = None
+    summary = context = None
     reasoning = body.get("reasoning")
     if reasoning is not None:
-        cursor_effort, summary = parse_reasoning_object(reasoning, "reasoning")
+        cursor_effort, summary, context = parse_reasoning_object(reasoning, "reasoning")
         effort = effort if effort is not None else cursor_effort
-    settings = reasoning_settings(effort, summary, target, reasoning_summaries=reasoning_summaries)
+    settings = reasoning_settings(
+        effort, summary, target, context=context, reasoning_summaries=reasoning_summaries
+    )
     if settings:
         out["reasoning"] = settings
     max_output = _max_output_tokens(body)
@@ -204,13 +208,20 @@ def stream_flags(body: Mapping[str, Any]) -> tuple[bool, bool]:
 
 
 def reasoning_settings(
-    effort: str | None, summary: str | None, target: ModelAlias, *, reasoning_summaries: bool
+    effort: str | None,
+    summary: str | None,
+    target: ModelAlias,
+    *,
+    context: str | None = None,
+    reasoning_summaries: bool,
 ) -> dict[str, str] | None:
     """The upstream ``reasoning`` object: client values, else alias defaults (see docstring)."""
     if effort is None:
         effort = target.reasoning_effort
     if summary is None:
         summary = target.reasoning_summary
+    if context is None:
+        context = target.reasoning_context
     if summary is None and reasoning_summaries and is_reasoning_model(target.model):
         summary = "auto"
     settings: dict[str, str] = {}
@@ -218,6 +229,8 @@ def reasoning_settings(
         settings["effort"] = effort
     if summary is not None and summary != "none":
         settings["summary"] = summary
+    if context is not None:
+        settings["context"] = context
     return settings or None
 
 
@@ -228,19 +241,24 @@ def optional_str(body: Mapping[str, Any], key: str, where: str | None = None) ->
     return value
 
 
-def parse_reasoning_object(reasoning: Any, where: str) -> tuple[str | None, str | None]:
-    """(effort, summary) from a ``reasoning`` object; other keys are refused, not dropped."""
+def parse_reasoning_object(reasoning: Any, where: str) -> tuple[str | None, str | None, str | None]:
+    """(effort, summary, context) from a ``reasoning`` object; other keys are refused, not
+    dropped. ``context`` (GPT-5.6 and later) passes through; the upstream judges its value."""
     if not isinstance(reasoning, dict):
-        raise InvalidRequest(f"'{where}' must be an object with 'effort'/'summary'", param=where)
+        raise InvalidRequest(
+            f"'{where}' must be an object with 'effort'/'summary'/'context'", param=where
+        )
     for key in reasoning:
-        if key not in ("effort", "summary"):
+        if key not in ("effort", "summary", "context"):
             raise UnsupportedParameter(
-                f"'{where}.{key}' is not supported; 'reasoning' accepts 'effort' and 'summary'",
+                f"'{where}.{key}' is not supported; 'reasoning' accepts 'effort', 'summary' "
+                "and 'context'",
                 param=f"{where}.{key}",
             )
     effort = optional_str(reasoning, "effort", f"{where}.effort")
     summary = optional_str(reasoning, "summary", f"{where}.summary")
-    return effort, summary
+    context = optional_str(reasoning, "context", f"{where}.context")
+    return effort, summary, context
 
 
 # --- top-level parameters ----------------------------------------------------------

@@ -41,10 +41,14 @@ from relay.translate.sampling import sampling_params
 
 # Responses fields that cannot work through a stateless relay that always streams upstream,
 # with what the client should do instead. A null (or false, for background) is accepted.
+# Each refusal is counted by parameter (relay_refused_params_total), so an owner sees it.
 REFUSED: dict[str, str] = {
     "previous_response_id": (
-        "the relay is stateless and answers through Chat Completions; send the whole "
-        "conversation in 'input' instead of 'previous_response_id'"
+        "the relay keeps no responses (with its replay cache on it sends store:false), so "
+        "it cannot resolve a previous response; send the whole conversation in 'input' and "
+        "leave 'previous_response_id' out (a client that chains responses by id, Cursor "
+        "included, must have that turned off for this endpoint). Replay of the model's "
+        "reasoning needs no response id: the relay restores it from the conversation"
     ),
     "conversation": "the relay is stateless; send the whole conversation in 'input'",
     "background": "background responses cannot be relayed; remove 'background'",
@@ -73,10 +77,12 @@ def translate_responses_shape(
     if instructions is not None:
         out["instructions"] = instructions
     out["input"] = _checked_input(body.get("input"))
-    effort = summary = None
+    effort = summary = context = None
     if body.get("reasoning") is not None:
-        effort, summary = parse_reasoning_object(body["reasoning"], "reasoning")
-    settings = reasoning_settings(effort, summary, target, reasoning_summaries=reasoning_summaries)
+        effort, summary, context = parse_reasoning_object(body["reasoning"], "reasoning")
+    settings = reasoning_settings(
+        effort, summary, target, context=context, reasoning_summaries=reasoning_summaries
+    )
     if settings:
         out["reasoning"] = settings
     out.update(sampling_params(body, target.model, target.sampling))

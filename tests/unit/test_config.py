@@ -49,6 +49,11 @@ def test_base_url_follows_sdk_convention() -> None:
             "reasoning_effort='huge': expected one of",
         ),
         (
+            {"RELAY_MODEL_ALIASES": '{"a": {"model": "m", "reasoning_context": "all"}}'},
+            "RELAY_MODEL_ALIASES['a'].reasoning_context='all': expected one of auto, "
+            "all_turns, current_turn",
+        ),
+        (
             {"RELAY_MODEL_ALIASES": "/nonexistent/aliases.json"},
             "cannot read /nonexistent/aliases.json",
         ),

@@ -154,11 +154,20 @@ def test_a_function_call_is_custom_only_when_its_tool_is_declared_custom() -> No
     assert messages[1]["tool_calls"][0]["type"] == "function"
 
 
-@pytest.mark.parametrize("extra", [{"id": "ctc_1"}, {"status": "completed"}])
-def test_a_custom_call_with_more_than_its_fields_is_underivable(extra: Any) -> None:
-    assert (
-        visible_messages_from_responses_input([USER, {**AS_CUSTOM, **extra}], None, TOOLS) is None
-    )
+def test_a_custom_calls_id_keeps_it_apart_its_status_carries_nothing() -> None:
+    """As for every item (relay.core.responses_history): ``status`` is not model input; a
+    ``custom_tool_call``'s ``id`` goes upstream with it, so it stays in the identity; the
+    function spelling goes upstream without its ``id``, so there it is left out."""
+
+    def mapped(call: dict[str, Any]) -> Any:
+        return visible_messages_from_responses_input([USER, call], None, TOOLS)
+
+    plain = mapped(AS_CUSTOM)
+    assert mapped({**AS_CUSTOM, "status": "completed"}) == plain
+    assert mapped({**AS_FUNCTION, "id": "fc_1", "status": "completed"}) == plain
+    with_id = mapped({**AS_CUSTOM, "id": "ctc_1"})
+    assert with_id is not None and with_id != plain
+    assert mapped({**AS_CUSTOM, "parsed": {}}) is None  # an unknown field
 
 
 # Small alphabets, so that different histories often meet in one identity.

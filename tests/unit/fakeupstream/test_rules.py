@@ -165,6 +165,44 @@ def test_parameter_errors(payload, message, param, code):
     assert (error.status, error.message, error.param, error.code) == (400, message, param, code)
 
 
+CURSOR_FIELDS = {
+    "store": False, "include": ["reasoning.encrypted_content"], "truncation": "auto",
+    "prompt_cache_retention": "24h", "prompt_cache_key": "k",
+    "reasoning": {"effort": "medium", "summary": "auto", "context": "all_turns"},
+    "text": {"verbosity": "low"}, "stream_options": {"include_obfuscation": False},
+}  # fmt: skip
+
+
+def test_todays_cursor_fields_are_accepted_as_openai_accepts_them():
+    run({"model": "gpt-5", "input": "hi", **CURSOR_FIELDS})
+
+
+@pytest.mark.parametrize(
+    ("extra", "message", "param", "code"),
+    [
+        ({"stream_options": {"include_usage": True}},
+         "Unknown parameter: 'stream_options.include_usage'.", "stream_options.include_usage",
+         "unknown_parameter"),
+        ({"truncation": "on"}, "Invalid value: 'on'. Supported values are: 'auto' and 'disabled'.",
+         "truncation", "invalid_value"),
+        ({"prompt_cache_retention": "1h"},
+         "Invalid value: '1h'. Supported values are: 'in-memory' and '24h'.",
+         "prompt_cache_retention", "invalid_value"),
+        ({"reasoning": {"context": "everything"}},
+         "Invalid value: 'everything'. Supported values are: 'auto', 'all_turns', and "
+         "'current_turn'.", "reasoning.context", "invalid_value"),
+        ({"reasoning": {"depth": 3}}, "Unknown parameter: 'reasoning.depth'.",
+         "reasoning.depth", "unknown_parameter"),
+        ({"text": {"verbosity": "chatty"}},
+         "Invalid value: 'chatty'. Supported values are: 'low', 'medium', and 'high'.",
+         "text.verbosity", "invalid_value"),
+    ],
+)  # fmt: skip
+def test_option_errors(extra, message, param, code):
+    error = reject({"model": "gpt-5", "input": "hi", **extra})
+    assert (error.status, error.message, error.param, error.code) == (400, message, param, code)
+
+
 @pytest.mark.parametrize(
     ("model", "name", "value", "shown"),
     [

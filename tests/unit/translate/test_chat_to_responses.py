@@ -95,6 +95,7 @@ def test_user_becomes_caller_and_is_forwarded_as_user() -> None:
         ("store", False),
         ("include", ["reasoning.encrypted_content"]),
         ("parallel_tool_calls", False),
+        ("truncation", "auto"),
     ],
 )
 def test_passthrough_parameters(key: str, value: Any) -> None:
@@ -112,6 +113,7 @@ def test_passthrough_parameters(key: str, value: Any) -> None:
         ("include", [1]),
         ("user", 7),
         ("parallel_tool_calls", 1),
+        ("truncation", True),
     ],
 )
 def test_passthrough_parameters_are_type_checked(key: str, value: Any) -> None:

@@ -1,0 +1,84 @@
+"""Today's Cursor (Responses-shaped bodies on ``/chat/completions``, GPT-5-family models):
+a session with screenshots and tool calls keeps replaying, relay restarts included.
+
+Input indices are those of the Chat scenarios (``replay.py``): ``instructions`` are not
+an item, a user turn is one item and a replayed text answer two, so block ``j`` of a
+plain chat sits at index ``3 * j + 1``.
+"""
+
+from __future__ import annotations
+
+from scenarios.dsl import (
+    SCREENSHOT,
+    AwaitRelayEvent,
+    ClientGot,
+    Contains,
+    Ctx,
+    CursorTurn,
+    Holds,
+    Placeholder,
+    RelayReported,
+    ReplayOf,
+    RestartRelay,
+    Scenario,
+    UpstreamReceived,
+)
+from scenarios.library import scenario
+from scenarios.library.replay import CACHE, chain, intact
+from scenarios.seed import Seed
+
+
+def screenshot_sent(turn: str, count: int) -> Holds:
+    """The turn's upstream input carries ``count`` screenshots, exactly as the client sent
+    them (the relay never rewrites an image part)."""
+
+    def check(ctx: Ctx) -> bool:
+        items = ctx.upstream_of(ctx.turn(turn))[-1]["body"]["input"]
+        parts = [p for i in items if isinstance(i.get("content"), list) for p in i["content"]]
+        images = [p for p in parts if p.get("type") == "input_image"]
+        return (
+            images == [{"type": "input_image", "image_url": SCREENSHOT, "detail": "auto"}] * count
+        )
+
+    return Holds(f"{turn} sends {count} screenshot(s) upstream as sent", check)
+
+
+@scenario()
+def cursor_session_across_restarts(seed: Seed) -> Scenario:
+    """A Cursor agent session: a screenshot, a tool call and its result, a second
+    screenshot, user turns, two relay restarts (graceful, then kill -9 once the last
+    answer was confirmed). Every turn replays every earlier block in place (the fake
+    finds them intact), the screenshots reach the upstream as sent, and nothing fences."""
+    s = Scenario("cursor_session_across_restarts", relay=CACHE)
+    call_id = Placeholder("call_id")
+    s >> CursorTurn("what is wrong on this screen?", screenshot=SCREENSHOT, name="shot")
+    s << ClientGot(outcome="success", text=Contains("continuity: replayed=0"))
+    s << UpstreamReceived(replayed=[], continuity=intact(0))
+    s >> CursorTurn("please CALL_TOOL to read the file", name="call",
+                    stream=seed.choice("call_stream", ["sse", "json"]) == "sse")  # fmt: skip
+    s << ClientGot(finish_reason="tool_calls", tool_call_id=call_id)
+    s << UpstreamReceived(replayed=chain("shot"), continuity=intact(1))
+    s >> RestartRelay()  # graceful: SIGTERM
+    s >> CursorTurn(tool_results=["file body"], name="result")
+    s << ClientGot(outcome="success")
+    # user, [rs, msg], user, [rs, call], output: the call's block sits at 4
+    s << UpstreamReceived(replayed=[ReplayOf("shot", at=1), ReplayOf("call", at=4)],
+                          continuity=intact(2))  # fmt: skip
+    # Confirmed (chat_done follows the intent's resolution), so a kill -9 loses nothing.
+    s >> AwaitRelayEvent("chat_done")
+    s >> RestartRelay(kill=True)
+    s >> CursorTurn("another screenshot", screenshot=SCREENSHOT, name="shot2")
+    s << UpstreamReceived(
+        replayed=[ReplayOf("shot", at=1), ReplayOf("call", at=4), ReplayOf("result", at=7)],
+        continuity=intact(3),
+    )
+    s << screenshot_sent("shot2", 2)
+    s >> CursorTurn("thanks", name="after", stream=False)
+    s << ClientGot(outcome="success", text=Contains("continuity: replayed=4 intact=4"))
+    s << UpstreamReceived(
+        replayed=[ReplayOf("shot", at=1), ReplayOf("call", at=4), ReplayOf("result", at=7),
+                  ReplayOf("shot2", at=10)],
+        continuity=intact(4),
+    )  # fmt: skip
+    s << RelayReported("cache_fenced", count=0)
+    return s
