@@ -55,15 +55,35 @@ def screenshot_part(url: str = SCREENSHOT, detail: str = "auto") -> dict[str, An
     return {"type": "input_image", "image_url": url, "detail": detail}
 
 
+# Cursor's file-editing tool: a custom tool with a Lark grammar (its patch format, cut).
+APPLY_PATCH: dict[str, Any] = {
+    "type": "custom",
+    "name": "ApplyPatch",
+    "description": "Edit files with a patch",
+    "format": {
+        "type": "grammar",
+        "syntax": "lark",
+        "definition": 'start: "*** Begin Patch" LF hunk+ "*** End Patch" LF?\n...',
+    },
+}
+
+
 def flat_tools() -> list[dict[str, Any]]:
-    """The scenario tools as Responses (flat) function tools."""
-    return [{"type": "function", **tool["function"], "strict": False} for tool in TOOLS]
+    """The scenario tools as Responses (flat) function tools, and ApplyPatch."""
+    functions = [{"type": "function", **tool["function"], "strict": False} for tool in TOOLS]
+    return [*functions, APPLY_PATCH]
 
 
-def cursor_input(messages: list[dict[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
-    """(instructions, input items) for a Chat-form conversation, as Cursor writes them."""
+def cursor_input(
+    messages: list[dict[str, Any]], *, custom_echo: bool = False
+) -> tuple[str | None, list[dict[str, Any]]]:
+    """(instructions, input items) for a Chat-form conversation, as Cursor writes them.
+    A call of ApplyPatch reached the client as a function-type call; how Cursor hands it
+    back is not documented: as that ``function_call`` (and a ``function_call_output``),
+    or with ``custom_echo`` as a ``custom_tool_call`` (and a ``custom_tool_call_output``)."""
     instructions = None
     items: list[dict[str, Any]] = []
+    custom_ids: set[str] = set()
     for message in messages:
         role = message["role"]
         if role in ("system", "developer") and not items:
@@ -74,11 +94,17 @@ def cursor_input(messages: list[dict[str, Any]]) -> tuple[str | None, list[dict[
             for call in message.get("tool_calls") or []:
                 function = call["function"]
                 name, arguments = function["name"], function["arguments"]
+                if custom_echo and name == APPLY_PATCH["name"]:
+                    custom_ids.add(call["id"])
+                    items.append({"type": "custom_tool_call", "call_id": call["id"],
+                                  "name": name, "input": arguments})  # fmt: skip
+                    continue
                 items.append({"type": "function_call", "call_id": call["id"], "name": name,
                               "arguments": arguments})  # fmt: skip
         elif role == "tool":
-            output = {"type": "function_call_output", "call_id": message["tool_call_id"]}
-            items.append({**output, "output": message["content"]})
+            call_id = message["tool_call_id"]
+            kind = "custom_tool_call_output" if call_id in custom_ids else "function_call_output"
+            items.append({"type": kind, "call_id": call_id, "output": message["content"]})
         else:
             items.append({"role": role, "content": _input_parts(message["content"])})
     return instructions, items
@@ -102,8 +128,9 @@ class CursorTurn(Action):
     """A turn as today's Cursor sends it. ``text`` is the user's message (``None``: the
     history as it stands), ``screenshot`` a data URL attached to it as an image part,
     ``tool_results`` answers every call of the last answer first (one result each, in
-    call order); ``tools`` offers the scenario's function tool (Cursor sends its tools on
-    every turn: they are scope, so a conversation keeps one setting)."""
+    call order); ``tools`` offers the scenario's function tool and ApplyPatch (Cursor
+    sends its tools on every turn: they are scope, so a conversation keeps one setting);
+    ``custom_echo`` hands ApplyPatch calls back as custom calls (see :func:`cursor_input`)."""
 
     text: str | None = None
     conv: str = "main"
@@ -112,6 +139,7 @@ class CursorTurn(Action):
     screenshot: str | None = None
     tool_results: list[str] = field(default_factory=list)
     tools: bool = True
+    custom_echo: bool = False
 
     def run(self, ctx: Ctx) -> None:
         history = ctx.history_of(self.conv)
@@ -131,7 +159,7 @@ class CursorTurn(Action):
                 content.append({"type": "image_url", "image_url": url})
             history.append({"role": "user", "content": content})
         model = ctx.models[self.conv] = ctx.models.get(self.conv, DEFAULT_MODEL)
-        instructions, items = cursor_input(resolve(list(history)))
+        instructions, items = cursor_input(resolve(list(history)), custom_echo=self.custom_echo)
         body: dict[str, Any] = {"model": model, "input": items, "stream": self.stream,
                                 **CURSOR_FIELDS}  # fmt: skip
         if instructions is not None:

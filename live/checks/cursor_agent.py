@@ -19,10 +19,10 @@ from live.checks import check
 from live.client import ChatClient, Turn
 from live.context import CheckContext, expect_intact
 from live.conversation import expect_word, word
-from live.fake_replies import say
+from live.fake_replies import custom_call, say
 from live.images import picture
 from live.processes import RelayProcess
-from live.verdict import Verdict, expect, passed
+from live.verdict import CheckFailed, Verdict, expect, passed
 from scenarios.cursor_steps import CURSOR_FIELDS, assistant_item, screenshot_part, user_item
 
 INSTRUCTIONS = "You are a coding agent working in the user's editor. Answer tersely."
@@ -110,3 +110,81 @@ def cursor_screenshot_replay(ctx: CheckContext) -> Verdict:
         f"answered {word(first.text)}; replayed {counts[0]} block(s) in the other "
         f"conversation and {counts[1]}, {counts[2]} in the screenshot one"
     )
+
+
+# Cursor's file-editing tool: a custom tool whose input is a patch in a Lark grammar (a
+# small subset of Cursor's: one file added, so any model can follow it).
+PATCH_GRAMMAR = r"""
+start: "*** Begin Patch" LF "*** Add File: " PATH LF LINE+ "*** End Patch" LF?
+PATH: /[A-Za-z0-9_.\/-]+/
+LINE: "+" /[^\n]*/ LF
+LF: "\n"
+"""
+APPLY_PATCH = {
+    "type": "custom",
+    "name": "ApplyPatch",
+    "description": "Edit files. The input is a patch: '*** Begin Patch', '*** Add File: "
+    "<path>', the file's lines each starting with '+', then '*** End Patch'.",
+    "format": {"type": "grammar", "syntax": "lark", "definition": PATCH_GRAMMAR},
+}
+READ_FILE = {
+    "type": "function", "name": "read_file", "description": "Read a file",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
+                   "required": ["path"]},
+    "strict": False,
+}  # fmt: skip
+PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hello\n*** End Patch\n"
+
+
+def _echo_call(call: dict[str, Any], echo: str) -> dict[str, Any]:
+    """The call as Cursor hands it back (undocumented, so both ways are checked)."""
+    function = call["function"]
+    if echo == "custom_tool_call":
+        return {"type": "custom_tool_call", "call_id": call["id"], "name": function["name"],
+                "input": function["arguments"]}  # fmt: skip
+    return {"type": "function_call", "call_id": call["id"], "name": function["name"],
+            "arguments": function["arguments"]}  # fmt: skip
+
+
+@check("cursor_apply_patch_loop", "a Cursor agent loop with the ApplyPatch grammar tool replays")
+def cursor_apply_patch_loop(ctx: CheckContext) -> Verdict:
+    relay = ctx.relay()
+    notes = []
+    for echo in ("function_call", "custom_tool_call"):
+        chat = CursorChat(ctx, relay, f"patch-{echo}", tools=[READ_FILE, APPLY_PATCH])
+        ask = user_item(
+            "Create the file hello.txt containing the single line: hello. Call the "
+            "ApplyPatch tool now; do not answer in text."
+        )
+        first = chat.send(ask, script=custom_call("ApplyPatch", PATCH))
+        calls = [c for c in first.tool_calls if c["function"]["name"] == "ApplyPatch"]
+        if first.finish_reason != "tool_calls" or not calls:
+            raise CheckFailed(f"{echo}: the model made no ApplyPatch call ({first.describe()})")
+        patch = calls[0]["function"]["arguments"]
+        expect(patch.startswith("*** Begin Patch"), f"{echo}: the patch was respelled: {patch!r}")
+        output = "custom_tool_call_output" if echo == "custom_tool_call" else "function_call_output"
+        results = [_echo_call(call, echo) for call in first.tool_calls]
+        results += [{"type": output if call in calls else "function_call_output",
+                     "call_id": call["id"], "output": "Done."} for call in first.tool_calls]  # fmt: skip
+        second = chat.send(
+            *results,
+            user_item("The patch was applied. Reply with exactly the word: applied"),
+            script=say("applied"),
+        )
+        expect_word(second, "applied")
+        counts = [ctx.expect_replay(relay, second, at_least=1)]
+        third = chat.send(
+            user_item("Reply with exactly the word: finished"), script=say("finished")
+        )
+        expect_word(third, "finished")
+        counts.append(ctx.expect_replay(relay, third, at_least=2))
+        if ctx.offline:
+            calls_made = ctx.calls()
+            sent = calls_made[-2].get("body") or {}
+            kinds = [item.get("type") for item in sent.get("input", [])]
+            expect("custom_tool_call" in kinds and "custom_tool_call_output" in kinds,
+                   f"{echo}: the upstream got {kinds}, not the custom call and its output")  # fmt: skip
+            expect_intact(calls_made[-2], f"{echo}-2")
+            expect_intact(calls_made[-1], f"{echo}-3", at_least=2)
+        notes.append(f"{echo} echo replayed {counts[0]} then {counts[1]}")
+    return passed("; ".join(notes))

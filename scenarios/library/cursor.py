@@ -28,6 +28,25 @@ from scenarios.library.replay import CACHE, chain, intact
 from scenarios.seed import Seed
 
 
+def chain3(*turns: str) -> list[ReplayOf]:
+    """Blocks of this session, in place: each turn before a block adds three items (a
+    user turn or a tool result, then the block's reasoning and answer or call), so block
+    ``j`` sits at ``3 * j + 1``."""
+    return chain(*turns)
+
+
+def custom_call_sent(turn: str) -> Holds:
+    """The upstream got the ApplyPatch call and its result as a custom call and a custom
+    output (the relay sends a custom call's items in their own kind)."""
+
+    def check(ctx: Ctx) -> bool:
+        items = ctx.upstream_of(ctx.turn(turn))[-1]["body"]["input"]
+        kinds = [i.get("type") for i in items]
+        return "custom_tool_call" in kinds and kinds[-1] == "custom_tool_call_output"
+
+    return Holds(f"{turn} sends the ApplyPatch call and result as custom items", check)
+
+
 def screenshot_sent(turn: str, count: int) -> Holds:
     """The turn's upstream input carries ``count`` screenshots, exactly as the client sent
     them (the relay never rewrites an image part)."""
@@ -45,10 +64,11 @@ def screenshot_sent(turn: str, count: int) -> Holds:
 
 @scenario()
 def cursor_session_across_restarts(seed: Seed) -> Scenario:
-    """A Cursor agent session: a screenshot, a tool call and its result, a second
-    screenshot, user turns, two relay restarts (graceful, then kill -9 once the last
-    answer was confirmed). Every turn replays every earlier block in place (the fake
-    finds them intact), the screenshots reach the upstream as sent, and nothing fences."""
+    """A Cursor agent session: a screenshot, a function call and its result, an ApplyPatch
+    (custom grammar tool) call handed back as a custom call, a second screenshot, user
+    turns, two relay restarts (graceful, then kill -9 once the last answer was
+    confirmed). Every turn replays every earlier block in place (the fake finds them
+    intact), the screenshots reach the upstream as sent, and nothing fences."""
     s = Scenario("cursor_session_across_restarts", relay=CACHE)
     call_id = Placeholder("call_id")
     s >> CursorTurn("what is wrong on this screen?", screenshot=SCREENSHOT, name="shot")
@@ -61,24 +81,29 @@ def cursor_session_across_restarts(seed: Seed) -> Scenario:
     s >> RestartRelay()  # graceful: SIGTERM
     s >> CursorTurn(tool_results=["file body"], name="result")
     s << ClientGot(outcome="success")
-    # user, [rs, msg], user, [rs, call], output: the call's block sits at 4
-    s << UpstreamReceived(replayed=[ReplayOf("shot", at=1), ReplayOf("call", at=4)],
-                          continuity=intact(2))  # fmt: skip
+    s << UpstreamReceived(replayed=chain3("shot", "call"), continuity=intact(2))
+    # Cursor's file edit: a call of the ApplyPatch grammar tool, handed back as a custom call.
+    s >> CursorTurn("please CALL_CUSTOM to fix it", name="patch")
+    s << ClientGot(finish_reason="tool_calls")
+    s << UpstreamReceived(replayed=chain3("shot", "call", "result"), continuity=intact(3))
+    s >> CursorTurn(tool_results=["Done."], custom_echo=True, name="patched")
+    s << ClientGot(outcome="success")
+    s << UpstreamReceived(replayed=chain3("shot", "call", "result", "patch"),
+                          continuity=intact(4))  # fmt: skip
+    s << custom_call_sent("patched")
     # Confirmed (chat_done follows the intent's resolution), so a kill -9 loses nothing.
     s >> AwaitRelayEvent("chat_done")
     s >> RestartRelay(kill=True)
-    s >> CursorTurn("another screenshot", screenshot=SCREENSHOT, name="shot2")
+    s >> CursorTurn("another screenshot", screenshot=SCREENSHOT, name="shot2", custom_echo=True)
     s << UpstreamReceived(
-        replayed=[ReplayOf("shot", at=1), ReplayOf("call", at=4), ReplayOf("result", at=7)],
-        continuity=intact(3),
+        replayed=chain3("shot", "call", "result", "patch", "patched"), continuity=intact(5)
     )
     s << screenshot_sent("shot2", 2)
-    s >> CursorTurn("thanks", name="after", stream=False)
-    s << ClientGot(outcome="success", text=Contains("continuity: replayed=4 intact=4"))
+    s >> CursorTurn("thanks", name="after", stream=False, custom_echo=True)
+    s << ClientGot(outcome="success", text=Contains("continuity: replayed=6 intact=6"))
     s << UpstreamReceived(
-        replayed=[ReplayOf("shot", at=1), ReplayOf("call", at=4), ReplayOf("result", at=7),
-                  ReplayOf("shot2", at=10)],
-        continuity=intact(4),
-    )  # fmt: skip
+        replayed=chain3("shot", "call", "result", "patch", "patched", "shot2"),
+        continuity=intact(6),
+    )
     s << RelayReported("cache_fenced", count=0)
     return s

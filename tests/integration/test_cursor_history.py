@@ -3,6 +3,7 @@ histories carry screenshots, and a history the relay still cannot derive says so
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from relay.ops.status import status_document
 from relay.ops.status_view import render
 from scenarios.cursor_steps import screenshot_part, user_item
-from tests.support.cursor_shape import Conversation
+from tests.support.cursor_client import post
+from tests.support.cursor_shape import Conversation, continuity
 from tests.support.stack import Stack, running_stack
 
 CACHE_ON = {"REASONING_CACHE_ENABLED": "1"}
@@ -49,24 +51,28 @@ def test_a_screenshot_in_one_chat_leaves_replay_on_in_every_chat(
     """The measured bug: a screenshot made its chat underivable, which fenced the
     credential, so a second chat's third turn replayed 0 blocks instead of 2."""
     second = Conversation()
-    assert second.turn(cached, user_item("list the files"), stream=stream).continuity == (0, 0, 0)
-    assert second.turn(cached, user_item("open the first"), stream=stream).continuity == (1, 1, 0)
+    assert continuity(second.turn(cached, user_item("list the files"), stream=stream)) == (0, 0, 0)
+    assert continuity(second.turn(cached, user_item("open the first"), stream=stream)) == (1, 1, 0)
     shot = Conversation()
     look = user_item("what is wrong on this screen?", screenshot_part())
-    assert shot.turn(cached, look, stream=stream).continuity == (0, 0, 0)
-    assert second.turn(cached, user_item("and the next"), stream=stream).continuity == (2, 2, 0)
+    assert continuity(shot.turn(cached, look, stream=stream)) == (0, 0, 0)
+    assert continuity(second.turn(cached, user_item("and the next"), stream=stream)) == (2, 2, 0)
     # The chat with the screenshot replays too, turn after turn.
     again = user_item("and now?", screenshot_part(detail="high"))
-    assert shot.turn(cached, again, stream=stream).continuity == (1, 1, 0)
-    last = shot.turn(cached, user_item("thanks"), stream=stream)
-    assert last.continuity == (2, 2, 0)
-    assert last.usage is not None and last.usage["total_tokens"] > 0  # include_usage honoured
+    assert continuity(shot.turn(cached, again, stream=stream)) == (1, 1, 0)
+    assert continuity(shot.turn(cached, user_item("thanks"), stream=stream)) == (2, 2, 0)
     assert fences(cached) == {}
     assert "fenced" not in status_table(cached)
     sent = cached.fake.requests[-1].body
     kinds = [item.get("type", "message") for item in sent["input"]]
     assert kinds.count("reasoning") == 2
     assert "stream_options" not in sent  # consumed: the Responses API rejects include_usage
+    if stream:  # ... and yet the client gets the usage chunk it asked for
+        shot.items.append(user_item("one more"))
+        with post(cached, shot.body(stream=True)) as raw:
+            chunks = [json.loads(line[6:]) for line in raw.iter_lines()
+                      if line.startswith(b"data: {")]  # fmt: skip
+        assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["total_tokens"] > 0
 
 
 def test_an_underivable_history_fences_and_says_why(
@@ -80,7 +86,7 @@ def test_an_underivable_history_fences_and_says_why(
     chat.items.insert(1, search)
     with caplog.at_level(logging.INFO, logger="relay"):
         answer = chat.turn(cached, user_item("go on"))
-    assert answer.continuity == (0, 0, 0)
+    assert continuity(answer) == (0, 0, 0)
     fenced = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cache_fenced")]
     assert len(fenced) == 1
     assert "reason=item_type_web_search_call" in fenced[0] and "where=input[1]" in fenced[0]
@@ -105,10 +111,7 @@ def metric(stack: Stack, name: str, label: str) -> dict[str, float]:
 def test_previous_response_id_is_refused_with_advice_and_counted(cached: Stack) -> None:
     chat = Conversation()
     chat.items.append(user_item("hi"))
-    body = {**chat.body(stream=True), "previous_response_id": "resp_123"}
-    answer = requests.post(
-        f"{cached.base_url}/chat/completions", json=body, headers=cached.headers(), timeout=10
-    )
+    answer = post(cached, {**chat.body(stream=True), "previous_response_id": "resp_123"})
     assert answer.status_code == 400
     error = answer.json()["error"]
     assert error["param"] == "previous_response_id"
