@@ -30,12 +30,6 @@ def call(*calls: tuple[str, dict[str, Any]]) -> Script:
     return {"output": items}
 
 
-def patch(name: str, text: str) -> Script:
-    """A reasoning item, then a call of the custom (freeform) tool ``name`` with ``text``."""
-    call = {"type": "custom_tool_call", "name": name, "input": text}
-    return {"output": [_reasoning("a patch"), call]}
-
-
 def slow(text: str, *, deltas: int, latency_ms: int) -> Script:
     """``text`` in ``deltas`` pieces, ``latency_ms`` apart after the first few events: a
     stream that stays open long enough to be held or cancelled."""

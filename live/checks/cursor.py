@@ -1,5 +1,4 @@
-"""Cursor's real request shape, a Responses-shaped body on the Chat path, and Cursor's
-agent loop with its custom grammar tool (ApplyPatch).
+"""Cursor's real request shape, and a Responses-shaped body on the Chat path.
 
 The recorded body (``live/fixtures/cursor_request.json``, see the README there) keeps its
 shape: ``temperature: 0``, a ``user`` value, eleven tools, ``tool_choice: "auto"``,
@@ -16,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from live.checks import check
-from live.context import CheckContext, expect_intact
+from live.context import CheckContext
 from live.conversation import expect_word
-from live.fake_replies import patch, say
+from live.fake_replies import say
 from live.verdict import Verdict, expect, passed
 from scenarios.httpjson import request_json
 
@@ -120,76 +119,3 @@ def responses_shape_on_chat(ctx: CheckContext) -> Verdict:
     shapes = [f.get("shape") for e, f in relay.events_for(turn.request_id) if e == "chat_request"]
     expect(shapes == ["responses"], f"the relay took it as shape {shapes}")
     return passed("answered as a chat.completion (strictly validated), shape=responses")
-
-
-# Cursor's file-editing tool: a custom tool whose input a lark grammar constrains.
-PATCH_GRAMMAR = r"""
-start: begin add_file line+ end
-begin: "*** Begin Patch\n"
-add_file: "*** Add File: " FILENAME "\n"
-line: "+" TEXT "\n"
-end: "*** End Patch"
-FILENAME: /[A-Za-z0-9._-]+/
-TEXT: /[^\n]*/
-"""
-APPLY_PATCH = {
-    "type": "custom",
-    "name": "ApplyPatch",
-    "description": "Create a file with a patch in the grammar's format.",
-    "format": {"type": "grammar", "syntax": "lark", "definition": PATCH_GRAMMAR},
-}
-PATCH_TEXT = "*** Begin Patch\n*** Add File: notes.txt\n+hello\n*** End Patch"
-
-
-@check("cursor_custom_tool_loop", "Cursor's agent loop with a custom grammar tool (ApplyPatch)")
-def cursor_custom_tool_loop(ctx: CheckContext) -> Verdict:
-    """The custom call reaches the client as a function-type call with the raw patch as
-    its arguments; echoed back as a ``function_call`` and then as a ``custom_tool_call``
-    (both ways Cursor may send it), the relay sends it upstream as a custom call and the
-    upstream accepts the replayed blocks."""
-    relay = ctx.relay()
-    chat = ctx.client(relay)
-
-    def body(items: list[dict[str, Any]], *, stream: bool) -> dict[str, Any]:
-        return {
-            "model": ctx.model, "instructions": "You are a coding agent. Use ApplyPatch to edit.",
-            "input": items, "tools": [APPLY_PATCH], "tool_choice": "auto", "store": False,
-            "include": ["reasoning.encrypted_content"], "reasoning": {"effort": "low"},
-            "max_output_tokens": ctx.settings.max_completion_tokens, "stream": stream,
-        }  # fmt: skip
-
-    ask = "Create notes.txt containing the single line hello. Call ApplyPatch, nothing else."
-    items: list[dict[str, Any]] = [
-        {"role": "user", "content": [{"type": "input_text", "text": ask}]}
-    ]
-    asked = chat.post("patch", body(items, stream=True), script=patch("ApplyPatch", PATCH_TEXT))
-    expect(asked.finish_reason == "tool_calls", f"patch: finish={asked.finish_reason}")
-    expect(len(asked.tool_calls) == 1, f"patch: {len(asked.tool_calls)} calls")
-    call = asked.tool_calls[0]
-    text = call["function"]["arguments"]
-    expect(call["function"]["name"] == "ApplyPatch", f"patch: called {call['function']['name']}")
-    expect(text.startswith("*** Begin Patch"), f"patch: the input is not a patch: {text[:60]!r}")
-    echoed = {"type": "function_call", "call_id": call["id"], "name": "ApplyPatch",
-              "arguments": text}  # fmt: skip
-    items += [echoed, {"type": "function_call_output", "call_id": call["id"], "output": "Done"}]
-    items.append({"role": "user", "content": "Reply with exactly the word: pong"})
-    first = chat.post("result", body(items, stream=False), script=say("pong"))
-    expect_word(first, "pong")
-    replayed = ctx.expect_replay(relay, first)
-    # The same call echoed as a custom call: the same history, so the same replay.
-    items[1] = {"type": "custom_tool_call", "call_id": call["id"], "name": "ApplyPatch",
-                "input": text}  # fmt: skip
-    items[2] = {"type": "custom_tool_call_output", "call_id": call["id"], "output": "Done"}
-    items += [{"type": "message", "role": "assistant",
-               "content": [{"type": "output_text", "text": first.text}]},
-              {"role": "user", "content": "Reply with exactly the word: again"}]  # fmt: skip
-    second = chat.post("custom echo", body(items, stream=True), script=say("again"))
-    expect_word(second, "again")
-    both = ctx.expect_replay(relay, second, at_least=2)
-    if ctx.offline:
-        calls = ctx.calls()
-        sent = [item.get("type") for item in calls[1]["body"]["input"]]
-        expect("custom_tool_call" in sent, f"the call went upstream as {sent}")
-        expect_intact(calls[1], "result")
-        expect_intact(calls[2], "custom echo", at_least=2)
-    return passed(f"ApplyPatch relayed raw; replayed {replayed} then {both} block(s)")

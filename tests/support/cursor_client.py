@@ -1,5 +1,5 @@
 """Cursor's agent loop with its custom tool: Responses-shaped bodies posted to
-``/chat/completions`` (Cursor's field set: ``tests.support.cursor_shape``), Chat
+``/chat/completions`` (Cursor's field set: ``scenarios.cursor_steps``), Chat
 Completions answers read back (streamed chunks or JSON) the way a Chat client accumulates
 them, tool calls in either form, and the turn echoed into the next body's ``input``.
 
@@ -18,8 +18,7 @@ from typing import Any, Literal
 
 import requests
 
-from scenarios.cursor_steps import assistant_item
-from tests.support.cursor_shape import READ_TOOL, cursor_fields
+from scenarios.cursor_steps import CURSOR_FIELDS, assistant_item
 from tests.support.stack import Stack
 
 Echo = Literal["function_call", "custom_tool_call"]
@@ -29,6 +28,11 @@ PATCH_GRAMMAR = {
     "syntax": "lark",
     "definition": 'start: begin_patch hunk+ end_patch\nbegin_patch: "*** Begin Patch" LF\n...',
 }
+READ_TOOL = {
+    "type": "function", "name": "read_file", "description": "Read a file",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+    "strict": False,
+}  # fmt: skip
 CURSOR_TOOLS: list[dict[str, Any]] = [
     READ_TOOL,
     {"type": "custom", "name": "ApplyPatch", "description": "Edit files with a patch",
@@ -45,7 +49,8 @@ def cursor_body(items: list[dict[str, Any]], *, stream: bool) -> dict[str, Any]:
         "input": items,
         "tools": CURSOR_TOOLS,
         "tool_choice": "auto",
-        **cursor_fields(stream=stream),
+        "stream": stream,
+        **CURSOR_FIELDS,
     }
 
 
