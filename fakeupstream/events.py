@@ -205,12 +205,8 @@ def _shown(item: _Planned) -> dict[str, Any] | None:
             "arguments": spec.arguments,
         }
     if isinstance(spec, CustomToolCall):
-        return {
-            "type": "custom_tool_call",
-            "call_id": item.call_id,
-            "name": spec.name,
-            "input": spec.input,
-        }
+        return {"type": "custom_tool_call", "call_id": item.call_id, "name": spec.name,
+                "input": spec.input}  # fmt: skip
     if isinstance(spec, Refusal):
         content = [{"type": "refusal", "refusal": spec.text}]
         return {"type": "message", "role": "assistant", "content": content}

@@ -376,19 +376,7 @@ def _translate_tools(tools: Any) -> list[dict[str, Any]]:
                 "and custom tools only",
                 param=f"{where}.type",
             )
-        fn = tool.get("function")
-        if not isinstance(fn, dict):
-            raise InvalidRequest(f"'{where}.function' must be an object", param=f"{where}.function")
-        name = fn.get("name")
-        if not isinstance(name, str) or not name:
-            raise InvalidRequest(
-                f"'{where}.function.name' must be a non-empty string",
-                param=f"{where}.function.name",
-            )
-        flat: dict[str, Any] = {"type": "function", "name": name}
-        description = optional_str(fn, "description", f"{where}.function.description")
-        if description is not None:
-            flat["description"] = description
+        fn, flat = _tool_head(tool, "function", where)
         parameters = fn.get("parameters")
         if parameters is not None and not isinstance(parameters, dict):
             raise InvalidRequest(
@@ -409,20 +397,22 @@ def _translate_tools(tools: Any) -> list[dict[str, Any]]:
 GRAMMAR_SYNTAXES = ("lark", "regex")
 
 
-def _custom_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
-    """A Chat custom tool as a Responses one (the grammar object flattened into format)."""
-    spec = tool.get("custom")
-    if not isinstance(spec, dict):
-        raise InvalidRequest(f"'{where}.custom' must be an object", param=f"{where}.custom")
-    name = spec.get("name")
-    if not isinstance(name, str) or not name:
-        raise InvalidRequest(
-            f"'{where}.custom.name' must be a non-empty string", param=f"{where}.custom.name"
-        )
-    flat: dict[str, Any] = {"type": "custom", "name": name}
-    description = optional_str(spec, "description", f"{where}.custom.description")
+def _tool_head(
+    tool: dict[str, Any], kind: str, where: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A tool's ``function``/``custom`` object and the flat Responses tool begun from it
+    (type, name, description)."""
+    spec = _named(tool, kind, where)
+    flat: dict[str, Any] = {"type": kind, "name": spec["name"]}
+    description = optional_str(spec, "description", f"{where}.{kind}.description")
     if description is not None:
         flat["description"] = description
+    return spec, flat
+
+
+def _custom_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
+    """A Chat custom tool as a Responses one (the grammar object flattened into format)."""
+    spec, flat = _tool_head(tool, "custom", where)
     fmt = spec.get("format")
     at = f"{where}.custom.format"
     if fmt is None:
@@ -672,14 +662,8 @@ def _tool_call_item(call: Any, where: str) -> dict[str, Any]:
         raise InvalidRequest(f"'{where}.id' must be a non-empty string", param=f"{where}.id")
     if kind == "custom":
         return _custom_call(call, call_id, where)
-    fn = call.get("function")
-    if not isinstance(fn, dict):
-        raise InvalidRequest(f"'{where}.function' must be an object", param=f"{where}.function")
-    name = fn.get("name")
-    if not isinstance(name, str) or not name:
-        raise InvalidRequest(
-            f"'{where}.function.name' must be a non-empty string", param=f"{where}.function.name"
-        )
+    fn = _named(call, "function", where)
+    name = fn["name"]
     arguments = fn.get("arguments")
     if not isinstance(arguments, str):  # the content is opaque; only the type is checked
         raise InvalidRequest(
@@ -688,15 +672,22 @@ def _tool_call_item(call: Any, where: str) -> dict[str, Any]:
     return {"type": "function_call", "call_id": call_id, "name": name, "arguments": arguments}
 
 
-def _custom_call(call: dict[str, Any], call_id: str, where: str) -> dict[str, Any]:
-    custom = call.get("custom")
-    if not isinstance(custom, dict):
-        raise InvalidRequest(f"'{where}.custom' must be an object", param=f"{where}.custom")
-    name, text = custom.get("name"), custom.get("input")
+def _named(holder: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    """The ``function`` or ``custom`` object of a tool or call, with a non-empty ``name``."""
+    named = holder.get(key)
+    if not isinstance(named, dict):
+        raise InvalidRequest(f"'{where}.{key}' must be an object", param=f"{where}.{key}")
+    name = named.get("name")
     if not isinstance(name, str) or not name:
         raise InvalidRequest(
-            f"'{where}.custom.name' must be a non-empty string", param=f"{where}.custom.name"
+            f"'{where}.{key}.name' must be a non-empty string", param=f"{where}.{key}.name"
         )
+    return named
+
+
+def _custom_call(call: dict[str, Any], call_id: str, where: str) -> dict[str, Any]:
+    custom = _named(call, "custom", where)
+    name, text = custom["name"], custom.get("input")
     if not isinstance(text, str):  # freeform text: forwarded exactly as sent
         raise InvalidRequest(
             f"'{where}.custom.input' must be a string", param=f"{where}.custom.input"

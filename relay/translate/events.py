@@ -86,10 +86,6 @@ class FunctionCallArgumentsDone(_ItemPart):
     arguments: str
 
 
-class CustomToolCallInputDelta(_ItemPart):
-    delta: str
-
-
 class CustomToolCallInputDone(_ItemPart):
     input: str
 
@@ -230,9 +226,13 @@ _ARGUMENTS_DELTA: _Fields = (("output_index", int), ("delta", str))
 _ARGUMENTS_DONE: _Fields = (("output_index", int), ("arguments", str))
 
 
-def read_arguments_delta(data: RawEvent) -> FunctionCallArgumentsDelta:
+def read_arguments_delta(
+    data: RawEvent, event_type: str = "response.function_call_arguments.delta"
+) -> FunctionCallArgumentsDelta:
+    """Also ``response.custom_tool_call_input.delta``: a custom call's input piece, the
+    same fields."""
     if type(data.get("output_index")) is not int or type(data.get("delta")) is not str:
-        _check(data, "response.function_call_arguments.delta", _ARGUMENTS_DELTA)
+        _check(data, event_type, _ARGUMENTS_DELTA)
     return data  # type: ignore[return-value]
 
 
@@ -242,14 +242,7 @@ def read_arguments_done(data: RawEvent) -> FunctionCallArgumentsDone:
     return data  # type: ignore[return-value]
 
 
-_INPUT_DELTA: _Fields = (("output_index", int), ("delta", str))
 _INPUT_DONE: _Fields = (("output_index", int), ("input", str))
-
-
-def read_input_delta(data: RawEvent) -> CustomToolCallInputDelta:
-    if type(data.get("output_index")) is not int or type(data.get("delta")) is not str:
-        _check(data, "response.custom_tool_call_input.delta", _INPUT_DELTA)
-    return data  # type: ignore[return-value]
 
 
 def read_input_done(data: RawEvent) -> CustomToolCallInputDone:

@@ -278,24 +278,18 @@ class ChatStreamConverter:
         return output_index
 
     def _arguments_delta(self, event_type: str, data: RawEvent) -> list[Chunk]:
+        """A function call's arguments piece, or a custom call's input piece."""
         output_index = self._announced_call(event_type, data)
-        event = events.read_arguments_delta(data)
+        event = events.read_arguments_delta(data, event_type)
         return self._send_text(("arguments", output_index, 0), event["delta"])
 
     def _arguments_done(self, event_type: str, data: RawEvent) -> list[Chunk]:
         output_index = self._announced_call(event_type, data)
-        event = events.read_arguments_done(data)
-        return self._catch_up(("arguments", output_index, 0), event["arguments"])
-
-    def _input_delta(self, event_type: str, data: RawEvent) -> list[Chunk]:
-        output_index = self._announced_call(event_type, data)
-        event = events.read_input_delta(data)
-        return self._send_text(("arguments", output_index, 0), event["delta"])
-
-    def _input_done(self, event_type: str, data: RawEvent) -> list[Chunk]:
-        output_index = self._announced_call(event_type, data)
-        event = events.read_input_done(data)
-        return self._catch_up(("arguments", output_index, 0), event["input"])
+        if event_type == "response.custom_tool_call_input.done":
+            full = events.read_input_done(data)["input"]
+        else:
+            full = events.read_arguments_done(data)["arguments"]
+        return self._catch_up(("arguments", output_index, 0), full)
 
     def _terminal(self, event_type: str, data: RawEvent) -> list[Chunk]:
         response = events.read_response_event(data, event_type)["response"]
@@ -346,8 +340,8 @@ class ChatStreamConverter:
         "response.output_item.done": _item_done,
         "response.function_call_arguments.delta": _arguments_delta,
         "response.function_call_arguments.done": _arguments_done,
-        "response.custom_tool_call_input.delta": _input_delta,
-        "response.custom_tool_call_input.done": _input_done,
+        "response.custom_tool_call_input.delta": _arguments_delta,
+        "response.custom_tool_call_input.done": _arguments_done,
         "response.completed": _terminal,
         "response.incomplete": _terminal,
         "response.failed": _failed,

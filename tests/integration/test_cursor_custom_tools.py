@@ -2,9 +2,10 @@
 
 Cursor's Responses-shaped bodies (raw HTTP, streamed and JSON) with its ApplyPatch grammar
 tool; the official SDK with Chat Completions custom tools; and a 22-step Cursor agent
-session mixing ApplyPatch, a function tool and user turns, where the fake's continuity
+session mixing ApplyPatch, a function tool, user turns and a screenshot, where the fake's continuity
 probe must find every earlier block replayed, intact, at every step, whichever way the
-client echoes the custom calls back. The session's table is printed when the module ends.
+client echoes the custom calls back, across a relay restart halfway. The session's table is
+printed when the module ends.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from openai.types.chat.chat_completion_message_custom_tool_call import (
     ChatCompletionMessageCustomToolCall,
 )
 
+from scenarios.cursor_steps import screenshot_part, user_item
 from tests.support.cursor_client import (
     Echo,
     Turn,
@@ -187,6 +189,8 @@ KINDS = (
     "patch", "read", "patch", "text", "patch", "patch", "read", "text", "read", "patch", "text",
     "patch", "read", "patch", "patch", "text", "patch", "read", "text", "patch", "patch", "text",
 )  # fmt: skip
+RESTART_AT = 11
+SCREENSHOT_AFTER = 7  # the user turn after this step carries an input_image
 TABLES: dict[str, list[tuple[int, str, str, int, int]]] = {}
 
 
@@ -198,8 +202,9 @@ def print_tables(request: pytest.FixtureRequest) -> Iterator[None]:
     lines = [""]
     for name, rows in TABLES.items():
         lines.append(f"agent session, echo as {name}:")
-        lines.append("  step | request ends with  | model answers | blocks replayed (intact)")
-        lines += [f"  {step:>4} | {before:<18} | {kind:<13} | {replayed} ({intact})"
+        lines.append("  step | request ends with                  | model answers | blocks replayed "
+                     "(intact)")  # fmt: skip
+        lines += [f"  {step:>4} | {before:<34} | {kind:<13} | {replayed} ({intact})"
                   for step, before, kind, replayed, intact in rows]  # fmt: skip
     capture = request.config.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled():
@@ -219,14 +224,16 @@ def test_a_cursor_agent_session_replays_every_earlier_block_at_every_step(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, echo: Echo, form: str
 ) -> None:
     caplog.set_level(logging.INFO, logger="relay")
-    items: list[dict[str, Any]] = [{"role": "user", "content": [
-        {"type": "input_text", "text": "Refactor the module."}]}]  # fmt: skip
+    items: list[dict[str, Any]] = [user_item("Refactor the module.")]
     rows: list[tuple[int, str, str, int, int]] = []
     before = "user turn"
     env = {**CACHE_ON, "RELAY_CUSTOM_TOOL_CALLS": form}
     with running_stack(tmp_path / "data", env) as stack:
         stack.script(*(script(step, kind) for step, kind in enumerate(KINDS)))
         for step, kind in enumerate(KINDS):
+            if step == RESTART_AT:
+                stack.restart_relay()  # the cache is on disk: replay goes on
+                before += ", relay restarted"
             answer: Turn = turn(stack, cursor_body(items, stream=step % 2 == 0))
             report = probes(stack)[-1]
             said = {"patch": "ApplyPatch", "read": "read_file", "text": "text"}[kind]
@@ -236,8 +243,12 @@ def test_a_cursor_agent_session_replays_every_earlier_block_at_every_step(
             items += echo_items(answer, echo)
             if kind == "text":
                 assert not answer.calls and answer.finish_reason == "stop"
-                items.append({"role": "user", "content": f"Good. Go on ({step})."})
-                before = "user turn"
+                if step == SCREENSHOT_AFTER:  # Cursor attaches a screenshot to the turn
+                    items.append(user_item(f"Go on ({step}); the screen:", screenshot_part()))
+                    before = "user turn + screenshot"
+                else:
+                    items.append(user_item(f"Good. Go on ({step})."))
+                    before = "user turn"
             else:
                 (call,) = answer.calls
                 assert call.text == (patch(step) if kind == "patch" else
@@ -251,4 +262,6 @@ def test_a_cursor_agent_session_replays_every_earlier_block_at_every_step(
     patches = KINDS[:-1].count("patch")  # the last request carries every earlier step
     assert kinds.count("custom_tool_call") == kinds.count("custom_tool_call_output") == patches
     assert "function_call" in kinds and kinds.count("reasoning") == len(KINDS) - 1
+    parts = [p for item in sent if isinstance(item.get("content"), list) for p in item["content"]]
+    assert screenshot_part() in parts  # the screenshot went up as sent
     assert plan_unmatched(caplog) == [0] * len(KINDS)

@@ -1,6 +1,7 @@
-"""Cursor's side of a conversation: Responses-shaped bodies posted to ``/chat/completions``,
-Chat Completions answers read back (streamed chunks or JSON) the way a Chat client
-accumulates them, and the turn echoed into the next body's ``input``.
+"""Cursor's agent loop with its custom tool: Responses-shaped bodies posted to
+``/chat/completions`` (Cursor's field set: ``scenarios.cursor_steps``), Chat
+Completions answers read back (streamed chunks or JSON) the way a Chat client accumulates
+them, tool calls in either form, and the turn echoed into the next body's ``input``.
 
 Cursor declares ApplyPatch as a custom grammar tool; a custom call may reach it as a
 function-type Chat call (the relay's default) or in the Chat API's custom form, and how it
@@ -17,6 +18,7 @@ from typing import Any, Literal
 
 import requests
 
+from scenarios.cursor_steps import CURSOR_FIELDS, assistant_item
 from tests.support.stack import Stack
 
 Echo = Literal["function_call", "custom_tool_call"]
@@ -26,10 +28,13 @@ PATCH_GRAMMAR = {
     "syntax": "lark",
     "definition": 'start: begin_patch hunk+ end_patch\nbegin_patch: "*** Begin Patch" LF\n...',
 }
+READ_TOOL = {
+    "type": "function", "name": "read_file", "description": "Read a file",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+    "strict": False,
+}  # fmt: skip
 CURSOR_TOOLS: list[dict[str, Any]] = [
-    {"type": "function", "name": "read_file", "description": "Read a file",
-     "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
-     "strict": False},
+    READ_TOOL,
     {"type": "custom", "name": "ApplyPatch", "description": "Edit files with a patch",
      "format": PATCH_GRAMMAR},
 ]  # fmt: skip
@@ -44,11 +49,8 @@ def cursor_body(items: list[dict[str, Any]], *, stream: bool) -> dict[str, Any]:
         "input": items,
         "tools": CURSOR_TOOLS,
         "tool_choice": "auto",
-        "store": False,
-        "include": ["reasoning.encrypted_content"],
-        "reasoning": {"effort": "medium", "summary": "auto"},
         "stream": stream,
-        **({"stream_options": {"include_usage": True}} if stream else {}),
+        **CURSOR_FIELDS,
     }
 
 
@@ -128,8 +130,7 @@ def echo_items(answer: Turn, echo: Echo) -> list[dict[str, Any]]:
     """The turn as Cursor puts it into the next ``input``: its text, then its calls."""
     items: list[dict[str, Any]] = []
     if answer.text:
-        part = {"type": "output_text", "text": answer.text}
-        items.append({"type": "message", "role": "assistant", "content": [part]})
+        items.append(assistant_item(answer.text))
     for call in answer.calls:
         if call.name in CUSTOM_TOOLS and echo == "custom_tool_call":
             items.append({"type": "custom_tool_call", "call_id": call.id, "name": call.name,

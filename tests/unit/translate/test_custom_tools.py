@@ -270,28 +270,22 @@ def custom_stream(
     ]  # fmt: skip
 
 
-def test_streamed_custom_call_in_the_function_form() -> None:
-    chunks = feed(converter("function"), custom_stream([PATCH[:9], PATCH[9:]]))
-    for chunk in chunks:
-        ChatCompletionChunk.model_validate(chunk, strict=True)
+@pytest.mark.parametrize(
+    ("form", "key", "piece"), [("function", "function", "arguments"), ("custom", "custom", "input")]
+)
+def test_a_streamed_custom_call_is_announced_then_its_input_follows(
+    form: CustomCallForm, key: str, piece: str
+) -> None:
+    chunks = feed(converter(form), custom_stream([PATCH[:9], PATCH[9:]]))
+    if form == "function":  # the SDK's chunk type models the function form only
+        for chunk in chunks:
+            ChatCompletionChunk.model_validate(chunk, strict=True)
     assert deltas(chunks) == [
         ROLE,
-        ({"tool_calls": [{"index": 0, "id": "call_p", "type": "function",
-                          "function": {"name": "ApplyPatch", "arguments": ""}}]}, None),
-        ({"tool_calls": [{"index": 0, "function": {"arguments": PATCH[:9]}}]}, None),
-        ({"tool_calls": [{"index": 0, "function": {"arguments": PATCH[9:]}}]}, None),
-        ({}, "tool_calls"),
-    ]  # fmt: skip
-
-
-def test_streamed_custom_call_in_the_custom_form() -> None:
-    chunks = feed(converter("custom"), custom_stream([PATCH[:9], PATCH[9:]]))
-    assert deltas(chunks) == [
-        ROLE,
-        ({"tool_calls": [{"index": 0, "id": "call_p", "type": "custom",
-                          "custom": {"name": "ApplyPatch", "input": ""}}]}, None),
-        ({"tool_calls": [{"index": 0, "custom": {"input": PATCH[:9]}}]}, None),
-        ({"tool_calls": [{"index": 0, "custom": {"input": PATCH[9:]}}]}, None),
+        ({"tool_calls": [{"index": 0, "id": "call_p", "type": form,
+                          key: {"name": "ApplyPatch", piece: ""}}]}, None),
+        ({"tool_calls": [{"index": 0, key: {piece: PATCH[:9]}}]}, None),
+        ({"tool_calls": [{"index": 0, key: {piece: PATCH[9:]}}]}, None),
         ({}, "tool_calls"),
     ]  # fmt: skip
 
