@@ -18,7 +18,6 @@ from scenarios.dsl import (
     Holds,
     Placeholder,
     RelayReported,
-    ReplayOf,
     RestartRelay,
     Scenario,
     UpstreamReceived,
@@ -28,11 +27,11 @@ from scenarios.library.replay import CACHE, chain, intact
 from scenarios.seed import Seed
 
 
-def chain3(*turns: str) -> list[ReplayOf]:
-    """Blocks of this session, in place: each turn before a block adds three items (a
-    user turn or a tool result, then the block's reasoning and answer or call), so block
-    ``j`` sits at ``3 * j + 1``."""
-    return chain(*turns)
+def replays(*turns: str) -> UpstreamReceived:
+    """The turn replayed exactly these turns' blocks, in place, and the fake found them
+    intact: each turn before a block adds three items (a user turn or a tool result, then
+    the block's reasoning and its answer or call), so block ``j`` sits at ``3 * j + 1``."""
+    return UpstreamReceived(replayed=chain(*turns), continuity=intact(len(turns)))
 
 
 def custom_call_sent(turn: str) -> Holds:
@@ -70,40 +69,31 @@ def cursor_session_across_restarts(seed: Seed) -> Scenario:
     confirmed). Every turn replays every earlier block in place (the fake finds them
     intact), the screenshots reach the upstream as sent, and nothing fences."""
     s = Scenario("cursor_session_across_restarts", relay=CACHE)
-    call_id = Placeholder("call_id")
+    stream = seed.choice("call_stream", ["sse", "json"]) == "sse"
     s >> CursorTurn("what is wrong on this screen?", screenshot=SCREENSHOT, name="shot")
     s << ClientGot(outcome="success", text=Contains("continuity: replayed=0"))
-    s << UpstreamReceived(replayed=[], continuity=intact(0))
-    s >> CursorTurn("please CALL_TOOL to read the file", name="call",
-                    stream=seed.choice("call_stream", ["sse", "json"]) == "sse")  # fmt: skip
-    s << ClientGot(finish_reason="tool_calls", tool_call_id=call_id)
-    s << UpstreamReceived(replayed=chain("shot"), continuity=intact(1))
+    s << replays()
+    s >> CursorTurn("please CALL_TOOL to read the file", name="call", stream=stream)
+    s << ClientGot(finish_reason="tool_calls", tool_call_id=Placeholder("call_id"))
+    s << replays("shot")
     s >> RestartRelay()  # graceful: SIGTERM
     s >> CursorTurn(tool_results=["file body"], name="result")
-    s << ClientGot(outcome="success")
-    s << UpstreamReceived(replayed=chain3("shot", "call"), continuity=intact(2))
+    s << replays("shot", "call")
     # Cursor's file edit: a call of the ApplyPatch grammar tool, handed back as a custom call.
     s >> CursorTurn("please CALL_CUSTOM to fix it", name="patch")
     s << ClientGot(finish_reason="tool_calls")
-    s << UpstreamReceived(replayed=chain3("shot", "call", "result"), continuity=intact(3))
+    s << replays("shot", "call", "result")
     s >> CursorTurn(tool_results=["Done."], custom_echo=True, name="patched")
-    s << ClientGot(outcome="success")
-    s << UpstreamReceived(replayed=chain3("shot", "call", "result", "patch"),
-                          continuity=intact(4))  # fmt: skip
+    s << replays("shot", "call", "result", "patch")
     s << custom_call_sent("patched")
     # Confirmed (chat_done follows the intent's resolution), so a kill -9 loses nothing.
     s >> AwaitRelayEvent("chat_done")
     s >> RestartRelay(kill=True)
     s >> CursorTurn("another screenshot", screenshot=SCREENSHOT, name="shot2", custom_echo=True)
-    s << UpstreamReceived(
-        replayed=chain3("shot", "call", "result", "patch", "patched"), continuity=intact(5)
-    )
+    s << replays("shot", "call", "result", "patch", "patched")
     s << screenshot_sent("shot2", 2)
     s >> CursorTurn("thanks", name="after", stream=False, custom_echo=True)
     s << ClientGot(outcome="success", text=Contains("continuity: replayed=6 intact=6"))
-    s << UpstreamReceived(
-        replayed=chain3("shot", "call", "result", "patch", "patched", "shot2"),
-        continuity=intact(6),
-    )
+    s << replays("shot", "call", "result", "patch", "patched", "shot2")
     s << RelayReported("cache_fenced", count=0)
     return s
