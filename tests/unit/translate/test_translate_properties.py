@@ -81,7 +81,7 @@ def answering_earlier_calls(messages: list[dict[str, Any]]) -> list[dict[str, An
     """A tool message answers a call an earlier assistant message made (Chat refuses
     others): each one takes such a call's id, or is left out when there is none yet."""
     made: list[str] = []
-    kept = []
+    kept: list[dict[str, Any]] = []
     for message in messages:
         if message["role"] == "assistant":
             made += [call["id"] for call in message.get("tool_calls") or []]
