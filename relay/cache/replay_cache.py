@@ -221,8 +221,9 @@ class ReplayCache:
         self.metrics.fences[reason] += 1
         # An underivable history is worth a warning: it stops replay for the credential.
         level = logging.INFO if reason == DIRECT_RESPONSES else logging.WARNING
+        at = {} if where is None else {"where": where}
         log.event("cache_fenced", level, request_id=request_id, scopes=fenced, reason=reason,
-                  why=FENCE_REASON_TEXT.get(reason, reason), where=where)  # fmt: skip
+                  why=FENCE_REASON_TEXT.get(reason, reason), **at)  # fmt: skip
 
     def begin(
         self,

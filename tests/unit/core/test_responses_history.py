@@ -22,6 +22,8 @@ from relay.core.responses_history import (
     visible_history_from_responses_input,
     visible_messages_from_responses_input,
 )
+from relay.errors import InvalidRequest
+from relay.translate.responses_input import custom_tool_names, resolve_tool_calls
 from tests.unit.core.test_identity import make_scope
 
 FUNCTION_CALL = {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"}
@@ -293,18 +295,36 @@ def _universe() -> list[dict[str, Any]]:
                               **extra})  # fmt: skip
             for output in (*_TEXTS, *([p] for p in _PARTS)):
                 items.append({**OUTPUT, "call_id": call_id, "output": output, **extra})
+        # ApplyPatch (declared custom): both spellings of a call, and both output kinds
+        for extra in ({}, {"status": "completed"}, {"id": "ctc_1"}):
+            for text in _TEXTS:
+                items.append({"type": "custom_tool_call", "call_id": call_id,
+                              "name": "ApplyPatch", "input": text, **extra})  # fmt: skip
+                items.append({**FUNCTION_CALL, "call_id": call_id, "name": "ApplyPatch",
+                              "arguments": text, **extra})  # fmt: skip
+            items.append({"type": "custom_tool_call_output", "call_id": call_id,
+                          "output": "a", **extra})  # fmt: skip
     items.append({"type": "reasoning", "id": "rs_1", "summary": []})
     return items
 
 
 UNIVERSE = _universe()
+# The tools every judged body is sent with (tools are scope: one setting for all).
+JUDGED_TOOLS = [{"type": "function", "name": "read", "parameters": {}},
+                {"type": "custom", "name": "ApplyPatch"}]  # fmt: skip
 
 
 def _as_the_model_reads_it(input_value: Any, instructions: Any) -> Any:
-    """The input up to the declared equivalences only: a string input is its user message;
-    ``type: "message"``, ``status`` and empty ``annotations``/``logprobs`` carry nothing."""
+    """What goes upstream (the relay's own rewriting of custom calls and their outputs),
+    up to the declared equivalences only: a string input is its user message;
+    ``type: "message"``, ``status`` and empty ``annotations``/``logprobs`` carry nothing.
+    ``None``: the relay refuses the body (nothing goes upstream)."""
     if isinstance(input_value, str):
         input_value = [{"role": "user", "content": input_value}]
+    try:
+        input_value = resolve_tool_calls(list(input_value), custom_tool_names(JUDGED_TOOLS))
+    except InvalidRequest:
+        return None
     out = []
     for sent in input_value:
         item = {k: v for k, v in sent.items() if k != "status"}
@@ -329,12 +349,14 @@ class _Judge:
         self.seen: dict[str, Any] = {}
 
     def check(self, input_value: Any, instructions: Any) -> None:
-        derived = derive_responses_history(input_value, instructions)
+        derived = derive_responses_history(input_value, instructions, JUDGED_TOOLS)
         if isinstance(derived, Underivable):
             assert derived.code in REASON_TEXT
             return
-        digest = history_digests(self.scope, derived[0]).boundaries[-1]
         reads = _as_the_model_reads_it(input_value, instructions)
+        if reads is None:
+            return  # refused before anything is cached
+        digest = history_digests(self.scope, derived[0]).boundaries[-1]
         assert self.seen.setdefault(digest, reads) == reads, (input_value, instructions)
 
 
