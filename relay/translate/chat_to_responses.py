@@ -20,8 +20,8 @@ Decisions (the issue left these open):
   ``{"type": "custom", "custom": {"name"}}`` becomes ``{"type": "custom", "name"}``. An
   assistant tool call of ``type: "custom"`` becomes a ``custom_tool_call`` item (its
   ``input`` as sent) and the ``tool`` message answering it a ``custom_tool_call_output``:
-  an output always answers a call of its own kind upstream (a tool message answering no
-  earlier call stays a ``function_call_output``, for the upstream to judge).
+  an output always answers a call of its own kind upstream. A tool message answering no
+  earlier call is refused (400, naming the message) before anything is sent.
 - Function tools get ``strict: false`` when the client did not say: Chat defaults to
   non-strict, the Responses API to strict, and strict mode rejects most client schemas.
   A tool without ``parameters`` gets an empty object schema (Chat: "no parameters").
@@ -712,7 +712,11 @@ def _tool_output(
         )
     optional_str(message, "name", f"{where}.name")  # Cursor sends it; Responses has no slot
     output = _text_content(message.get("content"), where, allow_null=False)
-    # A result for no earlier call stays a function call's, as it always went: no custom
-    # call can be meant, and the upstream names the pairing error itself.
-    kind = call_kinds.get(call_id, "function_call")
+    kind = call_kinds.get(call_id)
+    if kind is None:  # the upstream would refuse it too, but could not say which message
+        raise InvalidRequest(
+            f"'{where}' answers tool call '{call_id}', which no earlier assistant message "
+            "made; send the assistant message with that call before its result",
+            param=f"{where}.tool_call_id",
+        )
     return {"type": OUTPUT_TYPES[kind], "call_id": call_id, "output": output}

@@ -124,6 +124,19 @@ def test_malformed_custom_calls_name_the_path(call: Any, param: str) -> None:
     assert info.value.param == param
 
 
+def test_a_tool_message_answering_no_earlier_call_is_refused_naming_it() -> None:
+    call = {"id": "call_1", "type": "custom", "custom": {"name": "P", "input": ""}}
+    body = chat_body(
+        {"role": "user", "content": "hi"},
+        {"role": "tool", "tool_call_id": "call_1", "content": "early"},  # before its call
+        {"role": "assistant", "tool_calls": [call]},
+    )
+    with pytest.raises(InvalidRequest) as info:
+        upstream(body)
+    assert info.value.param == "messages[1].tool_call_id"
+    assert "answers tool call 'call_1', which no earlier assistant message made" in str(info.value)
+
+
 def test_the_chat_shape_always_answers_in_the_custom_form() -> None:
     body = chat_body({"role": "user", "content": "hi"})
     for form in ("function", "custom"):
