@@ -20,6 +20,7 @@ from relay.core.resources import BudgetTooSmall, CacheBudget
 from relay.errors import ConfigError
 from relay.model_alias import ModelAlias
 from relay.providers import BUILTIN, Provider, check_base_url, parse_providers
+from relay.translate.events import CUSTOM_CALL_FORMS, CustomCallForm
 from relay.tunnel_command import TunnelCommand, parse_tunnel_command
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
@@ -30,6 +31,7 @@ RESERVED_FDS = 128
 MAX_CONNECTIONS_CEILING = 1024  # the default never exceeds it, however high the fd limit
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 REASONING_SUMMARIES = ("auto", "concise", "detailed", "none")
+REASONING_CONTEXTS = ("auto", "all_turns", "current_turn")
 SAMPLING_POLICIES = ("auto", "forward", "drop")
 
 
@@ -59,6 +61,9 @@ class Config:
     reasoning_cache_reserve_bytes: int = DEFAULT_RESERVE_BYTES  # physical reserve (design §6)
     reasoning_summaries_as_content: bool = False
     replay_rejection_resend: bool = True  # RELAY_REPLAY_REJECTION_RESEND
+    # RELAY_CUSTOM_TOOL_CALLS: how a custom tool call reaches a Responses-shaped (Cursor)
+    # client: "function" (arguments = the raw input; what Cursor bridges send) or "custom"
+    custom_tool_calls: CustomCallForm = "function"
     max_request_bytes: int = 64 * 1024 * 1024
     max_response_bytes: int = 64 * 1024 * 1024
     max_sse_event_bytes: int = 8 * 1024 * 1024
@@ -240,7 +245,8 @@ def parse_model_aliases(
     raw: str | None, providers: Mapping[str, Provider] | None = None
 ) -> dict[str, ModelAlias]:
     """``{"alias": "upstream-model"}`` or ``{"alias": {"model": ..., "reasoning_effort": ...,
-    "provider": ...}}``; ``provider`` names one of ``providers`` (default: the built-in)."""
+    "reasoning_summary": ..., "reasoning_context": ..., "sampling": ..., "provider": ...}}``;
+    ``provider`` names one of ``providers`` (default: the built-in)."""
     name = "RELAY_MODEL_ALIASES"
     providers = providers or {}
     if raw is None or raw.strip() == "":
@@ -249,7 +255,8 @@ def parse_model_aliases(
     if not isinstance(data, dict):
         raise ConfigError(f"{name}: expected a JSON object mapping alias names to models")
     aliases: dict[str, ModelAlias] = {}
-    allowed = {"model", "reasoning_effort", "reasoning_summary", "sampling", "provider"}
+    allowed = {"model", "reasoning_effort", "reasoning_summary", "reasoning_context",
+               "sampling", "provider"}  # fmt: skip
     for alias, spec in data.items():
         where = f"{name}[{alias!r}]"
         if isinstance(spec, str):
@@ -264,19 +271,22 @@ def parse_model_aliases(
             raise ConfigError(f"{where}.model: expected a non-empty upstream model name")
         effort = _choice(spec, "reasoning_effort", REASONING_EFFORTS, where)
         summary = _choice(spec, "reasoning_summary", REASONING_SUMMARIES, where)
+        context = _choice(spec, "reasoning_context", REASONING_CONTEXTS, where)
         sampling = _choice(spec, "sampling", SAMPLING_POLICIES, where) or "auto"
         provider = spec.get("provider", BUILTIN)
         if not isinstance(provider, str) or (provider != BUILTIN and provider not in providers):
             known = ", ".join(sorted([BUILTIN, *providers]))
             raise ConfigError(f"{where}.provider={provider!r}: expected one of {known}")
-        if summary is not None and provider in providers and providers[provider].kind == "chat":
-            raise ConfigError(
-                f"{where}.reasoning_summary: applies to Responses upstreams only; "
-                f"{provider!r} is a Chat Completions provider"
-            )
+        for key, value in (("reasoning_summary", summary), ("reasoning_context", context)):
+            if value is not None and provider in providers and providers[provider].kind == "chat":
+                raise ConfigError(
+                    f"{where}.{key}: applies to Responses upstreams only; "
+                    f"{provider!r} is a Chat Completions provider"
+                )
         aliases[alias] = ModelAlias(
-            alias, model.strip(), effort, summary, sampling, provider=provider
-        )
+            alias, model.strip(), effort, summary, sampling, provider=provider,
+            reasoning_context=context,
+        )  # fmt: skip
     return aliases
 
 
@@ -320,6 +330,9 @@ def load_config(env: Mapping[str, str] | None = None, *, fd_limit: int | None = 
         raise ConfigError(f"RELAY_LOG_FORMAT={log_format!r}: expected text or json")
     providers = parse_provider_config(env)
     data_dir = data_dir_of(env)
+    custom_calls = env.get("RELAY_CUSTOM_TOOL_CALLS", "").strip().lower() or "function"
+    if custom_calls not in CUSTOM_CALL_FORMS:
+        raise ConfigError(f"RELAY_CUSTOM_TOOL_CALLS={custom_calls!r}: expected function or custom")
     config = Config(
         host=host,
         port=_int(env, "RELAY_PORT", 8787, minimum=0),
@@ -363,6 +376,7 @@ def load_config(env: Mapping[str, str] | None = None, *, fd_limit: int | None = 
         ),
         reasoning_summaries_as_content=_bool(env, "RELAY_REASONING_SUMMARIES", False),
         replay_rejection_resend=_bool(env, "RELAY_REPLAY_REJECTION_RESEND", True),
+        custom_tool_calls="custom" if custom_calls == "custom" else "function",
         max_request_bytes=_int(env, "RELAY_MAX_REQUEST_BYTES", 64 * 1024 * 1024, minimum=1024),
         max_response_bytes=_int(env, "RELAY_MAX_RESPONSE_BYTES", 64 * 1024 * 1024, minimum=1024),
         max_sse_event_bytes=_int(env, "RELAY_MAX_SSE_EVENT_BYTES", 8 * 1024 * 1024, minimum=1024),

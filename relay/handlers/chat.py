@@ -44,6 +44,7 @@ class ChatCompletionsHandler(RelayingHandler):
             body,
             target,
             reasoning_summaries=config.reasoning_summaries_as_content,
+            custom_tool_calls=config.custom_tool_calls,
         )
         skipped: list[str] = []
         session = runtime.cache.begin(

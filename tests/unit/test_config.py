@@ -54,6 +54,11 @@ def test_base_url_follows_sdk_convention() -> None:
             "reasoning_effort='huge': expected one of",
         ),
         (
+            {"RELAY_MODEL_ALIASES": '{"a": {"model": "m", "reasoning_context": "all"}}'},
+            "RELAY_MODEL_ALIASES['a'].reasoning_context='all': expected one of auto, "
+            "all_turns, current_turn",
+        ),
+        (
             {"RELAY_MODEL_ALIASES": "/nonexistent/aliases.json"},
             "cannot read /nonexistent/aliases.json",
         ),
@@ -61,6 +66,10 @@ def test_base_url_follows_sdk_convention() -> None:
         ({"RELAY_LOG_FORMAT": "yaml"}, "RELAY_LOG_FORMAT='yaml': expected text or json"),
         ({"LOG_BODIES": "maybe"}, "LOG_BODIES='maybe': expected 1 or 0"),
         ({"RELAY_REPLAY_REJECTION_RESEND": "2"}, "RELAY_REPLAY_REJECTION_RESEND='2': expected 1"),
+        (
+            {"RELAY_CUSTOM_TOOL_CALLS": "native"},
+            "RELAY_CUSTOM_TOOL_CALLS='native': expected function or custom",
+        ),
     ],
 )
 def test_invalid_values_name_the_variable(env: dict[str, str], needle: str) -> None:
@@ -87,6 +96,14 @@ def test_aliases_inline_and_from_file(tmp_path: Path) -> None:
             "fast": ModelAlias("fast", "gpt-5-mini"),
         }
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "form"), [(None, "function"), ("function", "function"), (" Custom ", "custom")]
+)
+def test_custom_tool_call_form(value: str | None, form: str) -> None:
+    env = {} if value is None else {"RELAY_CUSTOM_TOOL_CALLS": value}
+    assert load_config(env).custom_tool_calls == form
 
 
 def test_log_format_and_body_log_settings(tmp_path: Path) -> None:

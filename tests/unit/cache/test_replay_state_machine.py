@@ -157,6 +157,12 @@ def output_items(visible: Message, tag: int, *, reasoning: bool) -> list[Message
             "content": [{"type": "output_text", "text": visible["content"], "annotations": []}],
         })  # fmt: skip
     for call in visible.get("tool_calls") or []:
+        if call["type"] == "custom":  # a custom (grammar) tool: freeform input, no status
+            items.append({
+                "type": "custom_tool_call", "id": f"ctc_{tag}", "call_id": call["id"],
+                "input": call["custom"]["input"], "name": call["custom"]["name"],
+            })  # fmt: skip
+            continue
         items.append({
             "type": "function_call", "id": f"fc_{tag}", "call_id": call["id"],
             "name": call["function"]["name"], "arguments": call["function"]["arguments"],
@@ -188,10 +194,12 @@ def failed_events(items: Sequence[Message], snapshot: str) -> list[tuple[str, Me
 
 
 def sent_to_client(items: Sequence[Message]) -> ClientProjection:
-    """What the client was sent for a completed output (the JSON answer's projection)."""
+    """What the client was sent for a completed output (the JSON answer's projection; a
+    Chat-shaped client gets custom calls in the Chat API's custom form)."""
     completion = response_to_chat_completion(
         {"status": "completed", "output": list(items)},
         completion_id="chatcmpl-1", created=0, model="gpt-5", reasoning_summaries=False,
+        custom_tool_calls="custom",
     )  # fmt: skip
     return ClientProjection.from_completion(completion)
 
@@ -425,7 +433,7 @@ def check_plan(
 # Admissions are what the rest builds on: weighted up (sampled_from draws uniformly).
 outcomes = st.sampled_from(["admit", "admit", "admit", "noreason", "failed", "interrupted"])
 picks = st.integers(min_value=0, max_value=1000)
-shapes = st.sampled_from(["text", "tool", "text+tool"])
+shapes = st.sampled_from(["text", "tool", "text+tool", "custom", "text+custom"])
 
 
 class ReplayMachine(RuleBasedStateMachine):
@@ -479,17 +487,22 @@ class ReplayMachine(RuleBasedStateMachine):
         return found
 
     def new_visible(self, shape: str) -> tuple[Message, Message]:
-        """A new assistant message (``text``, ``tool`` call, or ``text+tool``) and the
-        message the client sends after it (its tool result, or a new question)."""
+        """A new assistant message (``text``, ``tool`` call, ``text+tool``, or a custom tool
+        call: ``custom``, ``text+custom``) and the message the client sends after it (its
+        tool result, or a new question)."""
         n = self.fresh()
         if shape == "text":
             return {"role": "assistant", "content": f"answer {n}"}, {
                 "role": "user",
                 "content": f"q{n}",
             }
-        call = {"id": f"call_{n}", "type": "function",
+        call: Message = {"id": f"call_{n}", "type": "function",
                 "function": {"name": "read", "arguments": f'{{"path":"f{n}.py"}}'}}  # fmt: skip
-        content = f"reading f{n}.py" if shape == "text+tool" else None
+        if shape.endswith("custom"):  # freeform input: a patch, not JSON
+            patch = f'*** Begin Patch\n*** Update File: f{n}.py\n+"x" \\ {n}\n*** End Patch'
+            call = {"id": f"call_{n}", "type": "custom",
+                    "custom": {"name": "ApplyPatch", "input": patch}}  # fmt: skip
+        content = f"reading f{n}.py" if shape.startswith("text+") else None
         return (
             {"role": "assistant", "content": content, "tool_calls": [call]},
             {"role": "tool", "tool_call_id": call["id"], "content": f"result {n}"},
@@ -714,6 +727,13 @@ class ReplayMachine(RuleBasedStateMachine):
         self.extend(growing[pick % len(growing)], "tool", outcome, hold)
 
     @precondition(lambda self: bool(self.growing()))
+    @rule(pick=picks, outcome=outcomes, hold=st.booleans())
+    def next_patch_turn(self, pick: int, outcome: str, hold: bool) -> None:
+        """The next assistant turn of a branch: a custom (ApplyPatch) call, its result next."""
+        growing = self.growing()
+        self.extend(growing[pick % len(growing)], "custom", outcome, hold)
+
+    @precondition(lambda self: bool(self.growing()))
     @rule(pick=picks, outcome=outcomes, shape=shapes,
           hold=st.booleans())  # fmt: skip
     def next_turn_of_a_long_branch(self, pick: int, outcome: str, shape: str, hold: bool) -> None:
@@ -823,8 +843,11 @@ class ReplayMachine(RuleBasedStateMachine):
         i = index % len(history)
         message = json.loads(history[i])
         n = self.fresh()
-        if message.get("tool_calls"):
-            message["tool_calls"][0]["function"]["arguments"] = f'{{"path":"edited{n}.py"}}'
+        calls = message.get("tool_calls")
+        if calls and calls[0]["type"] == "custom":
+            calls[0]["custom"]["input"] = f"*** Begin Patch\n+edited {n}\n*** End Patch"
+        elif calls:
+            calls[0]["function"]["arguments"] = f'{{"path":"edited{n}.py"}}'
         else:
             message["content"] = f"edited {n}"
         self.remember((*history[:i], canonical(message), *history[i + 1 :]))
