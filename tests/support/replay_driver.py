@@ -24,7 +24,7 @@ from relay.core.disk_policy import MIN_RESERVE_BYTES
 from relay.core.identity import HistoryDigests, Scope, history_digests
 from relay.core.planner import Plan, PlanLimits, plan_replay
 from relay.core.receipts import Reason
-from relay.errors import StoreFull
+from relay.errors import StoreFull, UpstreamHTTPError
 from relay.model_alias import ModelAlias
 from relay.storage.backup import SnapshotKind, make_snapshot
 from relay.storage.disk_guard import DiskGuard
@@ -39,6 +39,13 @@ TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {"type"
 MAX_CONCURRENT = 3  # REASONING_CACHE_MAX_CONCURRENT: one more request is bypassed
 
 Message = dict[str, Any]
+# The upstream's refusal of replayed reasoning (relay.core.rejection), quoting a ciphertext.
+REFUSED = UpstreamHTTPError(
+    400,
+    {"error": {"message": "The encrypted content gAAAAABpZ0x1... could not be verified.",
+               "type": "invalid_request_error", "param": None,
+               "code": "invalid_encrypted_content"}},
+)  # fmt: skip
 
 
 def canonical(message: Message) -> str:

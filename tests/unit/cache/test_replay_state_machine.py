@@ -69,12 +69,13 @@ from relay.core.identity import HistoryDigests
 from relay.core.planner import Plan, plan_replay
 from relay.core.receipts import Reason
 from relay.core.records import BlockRef, plan_chain
-from relay.errors import StoreLatched, UpstreamHTTPError
+from relay.errors import StoreLatched
 from relay.storage.disk_guard import guard_path
 from relay.storage.verify import verify_store
 from relay.translate.body_encoding import encode_body
 from tests.support.replay_driver import (
     MAX_CONCURRENT,
+    REFUSED,
     Message,
     Relay,
     answer,
@@ -851,14 +852,6 @@ TestReplayStateMachine = ReplayMachine.TestCase
 
 
 # --- examples: the trickiest transitions, step by step -------------------------------------
-
-
-REFUSED = UpstreamHTTPError(
-    400,
-    {"error": {"message": "The encrypted content gAAAAABpZ0x1... could not be verified.",
-               "type": "invalid_request_error", "param": None,
-               "code": "invalid_encrypted_content"}},
-)  # fmt: skip
 
 
 def session_plan_is_empty(session: CacheSession) -> bool:

@@ -23,6 +23,7 @@ from relay.core.rejection import RejectionKind
 from relay.errors import UpstreamHTTPError
 from relay.translate.body_encoding import encode_body
 from tests.support.replay_driver import (
+    REFUSED,
     Relay,
     answer,
     failed_events,
@@ -34,12 +35,6 @@ from tests.support.replay_driver import (
 from tests.support.replay_model import History
 
 CIPHERTEXT_PREFIX = "gAAAAB"
-REFUSED = UpstreamHTTPError(
-    400,
-    {"error": {"message": "The encrypted content gAAAAB000001ciphertext could not be verified.",
-               "type": "invalid_request_error", "param": None,
-               "code": "invalid_encrypted_content"}},
-)  # fmt: skip
 FIRST: History = (user("hi"),)
 FOLLOW: History = (user("hi"), said("one"), user("more"))
 
