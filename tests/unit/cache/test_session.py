@@ -34,7 +34,7 @@ from tests.support.replay_driver import (
 )
 from tests.support.replay_model import History
 
-CIPHERTEXT_PREFIX = "gAAAAB"
+QUOTED = "gAAAAABpZ0x1"  # the ciphertext prefix REFUSED quotes
 FIRST: History = (user("hi"),)
 FOLLOW: History = (user("hi"), said("one"), user("more"))
 
@@ -212,7 +212,9 @@ def test_a_refused_replay_is_retired_and_resent_once_without_it(
     assert refusal is not None
     assert refusal.kind is RejectionKind.INVALID_ENCRYPTED_CONTENT
     assert refusal.error.status == 400
-    assert CIPHERTEXT_PREFIX not in refusal.error.envelope()["error"]["message"]
+    assert QUOTED in REFUSED.envelope()["error"]["message"]
+    message = refusal.error.envelope()["error"]["message"]
+    assert QUOTED not in message and "<redacted>" in message
     assert refusal.error.envelope()["error"]["code"] == "invalid_encrypted_content"
     assert refusal.resend is not None and reasoning_items(refusal.resend) == []
     assert refusal.resend["store"] is False
@@ -240,7 +242,7 @@ def test_with_resending_off_the_refusal_reaches_the_client_and_poisons_nothing(
     session.dispatch()
     refusal = session.refused(REFUSED)
     assert refusal is not None and refusal.resend is None
-    assert CIPHERTEXT_PREFIX not in str(refusal.error)
+    assert QUOTED not in json.dumps(refusal.error.envelope()) and QUOTED not in str(refusal.error)
     assert intents(relay) == [] and relay.cache.capacity.sessions == 0
     session.abort("upstream_failed")  # already closed: no poison for a generation never made
     assert not poisoned(relay, FOLLOW)
