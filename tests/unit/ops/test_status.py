@@ -4,6 +4,7 @@ the last-hour window, the store sample's age, and a failing sample reported, not
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from relay.core.rejection import RejectionKind
 from relay.errors import StoreError
 from relay.ops.status import cache_state, status_document, tunnel_status
 from relay.ops.store_sample import TTL_S
+from relay.tunnel import Tunnel
 from tests.support.ops_runtime import OpsRuntime, ops_runtime
 
 
@@ -148,3 +150,22 @@ def test_a_failing_store_sample_is_reported_in_the_document(
         doc = document(ops)
         assert doc["ok"] is True
         assert doc["store"] == {"error": "the replay store failed: disk I/O error"}
+
+
+def test_the_tunnel_s_state_program_and_url(tmp_path: Path) -> None:
+    command = f"{sys.executable} -c pass {{port}}"
+    with ops_runtime(tmp_path, cache=False, RELAY_TUNNEL_CMD=command) as ops:
+        runtime = ops.runtime
+        configured = runtime.config.tunnel_command
+        assert configured is not None
+        program = Path(sys.executable).name  # the program's name only, never its directory
+        assert document(ops)["relay"]["tunnel"] == {"state": "starting", "url": None,
+                                                    "program": program}  # fmt: skip
+        tunnel = Tunnel(configured, clock=ops.clock, port=1, local_url="http://127.0.0.1:1",
+                        token_hint="", env={})  # fmt: skip
+        runtime.tunnel = tunnel
+        assert tunnel_status(runtime) == {"state": "starting", "url": None, "program": program}
+        tunnel.url = "https://relay-test.trycloudflare.com"
+        assert document(ops)["relay"]["tunnel"] == {
+            "state": "up", "url": "https://relay-test.trycloudflare.com", "program": program,
+        }  # fmt: skip
