@@ -40,6 +40,7 @@ TABLE: list[tuple[type[RelayError], int, str, str | None]] = [
     (errors.StoreLatched, 503, "server_error", "cache_unavailable"),
     (errors.StoreBlocked, 503, "server_error", "cache_unavailable"),
     (errors.ShuttingDown, 503, "server_error", "shutting_down"),
+    (errors.TooManyConnections, 503, "server_error", "too_many_connections"),
     (errors.UpstreamError, 502, "upstream_error", "bad_gateway"),
     (errors.UpstreamProtocolError, 502, "upstream_error", "upstream_protocol_error"),
     (errors.UpstreamFailed, 502, "upstream_error", "upstream_failed"),
