@@ -4,7 +4,8 @@ The quickstart's code blocks open with a ``# quickstart: <step>`` comment; this 
 them by it and runs them in a fresh directory, as a reader would: the start command with
 the default data directory (``./data``), then the ``curl`` request and the Python snippet in
 that directory, then the same start command again and the request that continues the
-first conversation after the restart. The liberties taken: the README's address
+first conversation after the restart, and that request again with the ``X-Relay-Replay``
+header shown. The liberties taken: the README's address
 (``127.0.0.1:8787``) becomes the port the relay actually bound (``RELAY_PORT=0``), so the
 test never collides with a relay already running, and ``relay serve`` runs as ``python -m
 relay serve``, the same entry point. What the README says the reader will see -- the
@@ -170,7 +171,7 @@ def test_the_quickstart_runs_as_written(tmp_path: Path) -> None:
     if shutil.which("curl") is None:
         pytest.skip("curl is not installed: the quickstart's request uses it")
     steps = quickstart()
-    assert list(steps) == ["start", "request", "python", "after-restart"]
+    assert list(steps) == ["start", "request", "python", "after-restart", "header"]
     reader = Reader(tmp_path)
 
     with running(steps["start"], reader) as log:
@@ -190,6 +191,9 @@ def test_the_quickstart_runs_as_written(tmp_path: Path) -> None:
     # Ctrl-C, the same command again: the curl conversation continues with its reasoning.
     with running(steps["start"], reader) as log:
         after = answer_content(reader.shell(steps["after-restart"]))
+        header = reader.shell(steps["header"]).replace("\r\n", "\n")  # HTTP's line ends
     assert after == documented_content("Still there?")
     assert after.endswith("continuity: replayed=1 intact=1 misplaced=0")
-    assert replayed(log) == [1]
+    assert header == output_after("header")
+    assert header == "X-Relay-Replay: replayed=1\n"
+    assert replayed(log) == [1, 1]  # the request, then the same one with -si

@@ -303,7 +303,10 @@ def test_the_agents_program_starts_the_relay_with_its_state_in_application_suppo
     (home / ".local" / "bin" / "relay").symlink_to(RELAY_SCRIPT)
     settings = home / ".config" / "reasoning-replay-relay" / "env"
     settings.parent.mkdir(parents=True)
-    settings.write_text("RELAY_PORT=0\nRELAY_LOG_LEVEL=info\n", encoding="utf-8")
+    # Read by the relay (--env-file), not by a shell: a comment and a quoted value.
+    settings.write_text(
+        "# the agent's settings\nRELAY_PORT=0\nRELAY_LOG_LEVEL='info'\n", encoding="utf-8"
+    )
     program = plistlib.loads(AGENT.read_bytes())["ProgramArguments"]
     exported = dict(re.findall(r'(\w+)="?([^"\s]*)"?', program[2].split("export ", 1)[1]))
     relay_settings(exported)  # every exported name is a relay setting
@@ -323,6 +326,7 @@ def test_the_agents_program_starts_the_relay_with_its_state_in_application_suppo
             assert proc.poll() is None, written()
             assert (state / "relay-token").is_file()
             assert "reasoning cache: on" in written()
+            assert ":8787/" not in written()  # RELAY_PORT=0 came from the env file
             assert (state / "run" / "admin.sock").is_socket()
             proc.send_signal(signal.SIGTERM)  # what launchctl bootout sends
             assert proc.wait(15) == 0
