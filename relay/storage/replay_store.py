@@ -50,7 +50,6 @@ from relay.core.records import (
 from relay.errors import StoreCorrupt, StoreError, StoreFull, StoreIOError, StoreLocked
 from relay.storage.aggregates import StoreAggregates, read_aggregates, source_bytes
 from relay.storage.cleanup import PayloadCleanup, has_retained_descendant
-from relay.storage.inspection_copy import copy_pages
 from relay.storage.schema import (
     TABLES,
     VACUUM_PENDING_KEY,
@@ -59,6 +58,7 @@ from relay.storage.schema import (
     migrate,
     placeholders,
 )
+from relay.storage.sqlite_copy import copy_pages
 from relay.storage.strict_store import StrictEntries
 
 SECRET_BYTES: Final = 32
@@ -237,7 +237,7 @@ class ReasoningStore:
             ) from None
         try:
             # check_same_thread off for one caller only: the inspection copy's worker thread,
-            # which steps the backup while the IOLoop waits (relay.storage.inspection_copy).
+            # which steps the backup while the IOLoop waits (relay.storage.sqlite_copy).
             conn = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
             raise store_error(exc, path, "open") from None
@@ -831,7 +831,7 @@ class ReasoningStore:
         stepped: Callable[[int, int], None],
     ) -> None:
         """The online backup into ``target`` (on a worker thread, in lockstep with the
-        IOLoop: relay.storage.inspection_copy)."""
+        IOLoop: relay.storage.sqlite_copy)."""
         if self._conn is None:
             raise StoreError(f"reasoning cache {self._path} is closed")
         copy_pages(self._conn, target, pages=pages, wait_turn=wait_turn, stepped=stepped)

@@ -299,9 +299,9 @@ def test_open_intents_and_their_pins_survive_and_are_recovered(tmp_path: Path) -
             KEYS[5].start_digest,
         )
         # Its plan is held by its pins, all kept; a3's ancestry row is gone.
-        conn = store._conn
-        assert conn is not None
-        pins = conn.execute("SELECT intent_id, ancestor_id FROM dependencies").fetchall()
+        live = store._conn
+        assert live is not None
+        pins = live.execute("SELECT intent_id, ancestor_id FROM dependencies").fetchall()
         assert sorted(pins) == [("open", 1), ("open", 2)]
         assert open_enabled(store, NOW).recovered_intents == 1
         assert store.poisoned_starts(1, [KEYS[5].start_digest]) == {KEYS[5].start_digest}

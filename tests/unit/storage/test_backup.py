@@ -134,6 +134,9 @@ def test_a_destination_or_any_sibling_is_never_touched(
     with pytest.raises(SnapshotRefused) as refused:
         backup(source, dest)
     assert str(there) in str(refused.value) and "\n" not in str(refused.value)
+    # The one SnapshotRefused of relay.errors, with a code, as the admin snapshot's.
+    assert refused.value.code == ("destination_blocked" if there.suffix == ".blocked"
+                                  else "destination_exists")  # fmt: skip
     assert there.read_bytes() == b"someone's"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["live", there.name])
 
