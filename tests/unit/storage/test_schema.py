@@ -3,12 +3,14 @@ and indexes, from files laid out exactly as v5 and v6 wrote them, then VACUUMs o
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
 
 from relay.clock import ManualClock
+from relay.core.disk_policy import MIN_RESERVE_BYTES
 from relay.storage import schema
 from relay.storage.replay_store import ReasoningStore
 from relay.storage.schema import (
@@ -19,6 +21,7 @@ from relay.storage.schema import (
 )
 from relay.storage.verify import verify_store
 from tests.support.store_builder import build_store, rewrite_at_version
+from tests.support.tmpfs import size_limited_tmpfs
 
 CURRENT_INTENT_COLUMNS = ["id", "scope_id", "phase", "position", "start_digest", "created_at"]
 DROPPED_INDEXES = {"dependencies_of_observation", "strict_entries_by_created"}
@@ -63,7 +66,7 @@ def old_store(tmp_path: Path, version: int) -> Path:
 def test_v7_drops_the_dead_schema_and_keeps_every_live_row(tmp_path: Path, version: int) -> None:
     path = old_store(tmp_path, version)
     before = sqlite3.connect(path)
-    assert {"dependencies_of_observation", "strict_entries_by_created"} <= names(before, "index")
+    assert names(before, "index") >= DROPPED_INDEXES
     kept = {
         table: columns(before, table)
         for table in ("scopes", "observations", "payloads", "markers", "meta", "strict_entries")
@@ -151,3 +154,35 @@ def test_no_strict_query_plan_needs_an_index_on_created_at(version: int) -> None
         (0.0,),
     ).fetchall()
     assert [row[3] for row in plan] == ["SCAN strict_entries"]
+
+
+def test_without_room_for_vacuum_the_store_opens_and_the_next_start_vacuums(
+    tmp_path: Path,
+) -> None:
+    """A real full disk (tmpfs): VACUUM fails with SQLITE_FULL after the migration
+    committed; the store is used as it is, the flag stays, and a start with room runs it."""
+    with size_limited_tmpfs(2 << 20) as volume:
+        path = volume.target / "cache.sqlite"
+        with ReasoningStore.open(path, clock=ManualClock(), reserve_bytes=MIN_RESERVE_BYTES):
+            pass
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("INSERT INTO meta (key, value) VALUES ('live', zeroblob(600000))")
+        conn.execute("INSERT INTO meta (key, value) VALUES ('gone', zeroblob(100000))")
+        conn.execute("DELETE FROM meta WHERE key = 'gone'")
+        conn.execute("INSERT INTO meta (key, value) VALUES (?, 1)", (VACUUM_PENDING_KEY,))
+        conn.close()
+        filler = volume.target / "filler"
+        free = shutil.disk_usage(volume.target).free
+        filler.write_bytes(b"\0" * (free - (200 << 10)))  # room for the startup write only
+        with ReasoningStore.open(
+            path, clock=ManualClock(), reserve_bytes=MIN_RESERVE_BYTES
+        ) as store:
+            assert store.meta(VACUUM_PENDING_KEY) == 1
+            assert store.integrity_check() == ["ok"]
+        filler.unlink()
+        with ReasoningStore.open(
+            path, clock=ManualClock(), reserve_bytes=MIN_RESERVE_BYTES
+        ) as store:
+            assert store.meta(VACUUM_PENDING_KEY) is None
+            assert store._conn is not None
+            assert store._conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
