@@ -17,10 +17,11 @@ items and whatever the same response showed before the reasoning item, all in th
 *visible* form, so one conversation digests equally whether its earlier turns are sent as
 plain visible items or as replayed original items: reasoning items are skipped; a user,
 system or developer message is its role and text (string or text parts, images by their
-url); a run of consecutive assistant-side items (assistant messages, function calls) is
-one assistant turn: the messages' text joined, and each call's ``call_id``, ``name`` and
-``arguments`` (JSON re-serialized with sorted keys when it parses); a
-``function_call_output`` is its ``call_id`` and output. Ids, ``status``, ``phase`` and
+url); a run of consecutive assistant-side items (assistant messages, function and custom
+tool calls) is one assistant turn: the messages' text joined, and each call's ``call_id``,
+``name`` and ``arguments`` (JSON re-serialized with sorted keys when it parses) or, tagged
+as custom, its raw ``input``; a ``function_call_output`` (a ``custom_tool_call_output``,
+tagged) is its ``call_id`` and output. Ids, ``status``, ``phase`` and
 content-part decorations do not count.
 
 The continuity probe (:func:`probe`) looks at the reasoning items a request replays:
@@ -31,7 +32,8 @@ followers are not right after it, ``"history"`` when what precedes it differs --
 or dropped earlier message, a different tool result, other instructions). Real models
 silently ignore reasoning replayed into a conversation it was not generated for. A
 follower matches an input item by id, or, because relays usually drop output ids, a
-function call by its ``call_id`` and an assistant message by its exact text. Tool results
+function (custom tool) call by a function (custom tool) call's ``call_id`` and an
+assistant message by its exact text. Tool results
 that answer a block's calls come after the block, so they belong to the next generation's
 history, not to the block's.
 
@@ -214,11 +216,18 @@ class History:
             call = [item.get("call_id"), item.get("name"), _arguments(item.get("arguments"))]
             self._calls.append(call)
             return
+        if kind == "custom_tool_call":
+            # Tagged (four members, a function call has three): another input to the model.
+            self._in_turn = True
+            self._calls.append(["custom", item.get("call_id"), item.get("name"), item.get("input")])
+            return
         self._close()
         if kind == "message":
             self._feed(["message", item.get("role"), _input_text(item.get("content"))])
         elif kind == "function_call_output":
             self._feed(["tool", item.get("call_id"), _as_text(item.get("output"))])
+        elif kind == "custom_tool_call_output":
+            self._feed(["custom_tool", item.get("call_id"), _as_text(item.get("output"))])
         else:
             # A reference is its id; any other item is itself, minus what a relay may drop.
             keep = {k: v for k, v in item.items() if k != "status"}
@@ -431,7 +440,7 @@ def _matches(item: Any, follower: Follower) -> bool:
     if item.get("id") == follower.item_id:
         return True
     kind = item.get("type", "message")
-    if follower.kind == "function_call" and kind == "function_call":
+    if follower.kind in ("function_call", "custom_tool_call") and kind == follower.kind:
         return bool(follower.key) and item.get("call_id") == follower.key
     if follower.kind == "message" and kind == "message" and item.get("role") == "assistant":
         return text_digest(message_text(item)) == follower.key

@@ -21,7 +21,15 @@ from typing import Any
 
 from fakeupstream.ciphertext import Follower, text_digest
 from fakeupstream.rules import is_reasoning_model
-from fakeupstream.scripts import FunctionCall, Message, OutputSpec, Reasoning, Refusal, Script
+from fakeupstream.scripts import (
+    CustomToolCall,
+    FunctionCall,
+    Message,
+    OutputSpec,
+    Reasoning,
+    Refusal,
+    Script,
+)
 
 # (item_id, secret, followers, shown) -> a fresh token; called again for a second, different
 # one. ``shown``: the visible items the response put before the reasoning item, in input form.
@@ -158,6 +166,8 @@ def _plan(output: Sequence[OutputSpec], ids: IdMaker, rng: random.Random) -> lis
             planned.append(_Planned(spec, ids.item("rs"), secret=f"{rng.getrandbits(64):016x}"))
         elif isinstance(spec, FunctionCall):
             planned.append(_Planned(spec, ids.item("fc"), call_id=spec.call_id or ids.call_id()))
+        elif isinstance(spec, CustomToolCall):
+            planned.append(_Planned(spec, ids.item("ctc"), call_id=spec.call_id or ids.call_id()))
         else:
             planned.append(_Planned(spec, ids.item("msg")))
     return planned
@@ -180,6 +190,8 @@ def _follower(item: _Planned) -> Follower:
     spec = item.spec
     if isinstance(spec, FunctionCall):
         return Follower("function_call", item.item_id, item.call_id)
+    if isinstance(spec, CustomToolCall):
+        return Follower("custom_tool_call", item.item_id, item.call_id)
     if isinstance(spec, Message | Refusal):
         return Follower("message", item.item_id, text_digest(spec.text))
     return Follower("reasoning", item.item_id, "")
@@ -195,6 +207,9 @@ def _shown(item: _Planned) -> dict[str, Any] | None:
             "name": spec.name,
             "arguments": spec.arguments,
         }
+    if isinstance(spec, CustomToolCall):
+        return {"type": "custom_tool_call", "call_id": item.call_id, "name": spec.name,
+                "input": spec.input}  # fmt: skip
     if isinstance(spec, Refusal):
         content = [{"type": "refusal", "refusal": spec.text}]
         return {"type": "message", "role": "assistant", "content": content}
@@ -233,6 +248,8 @@ class _Writer:
             return self._reasoning(index, item, spec, include)
         if isinstance(spec, FunctionCall):
             return self._function_call(index, item, spec, incomplete)
+        if isinstance(spec, CustomToolCall):
+            return self._custom_tool_call(index, item, spec)
         return self._message(index, item, spec, incomplete)
 
     def _reasoning(
@@ -313,6 +330,30 @@ class _Writer:
         events.append(_item_event("done", index, done))
         return done, events
 
+    def _custom_tool_call(
+        self, index: int, item: _Planned, spec: CustomToolCall
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        # The SDK's ResponseCustomToolCall has no status: the item is the same shape
+        # added (input "") and done; the input streams as custom_tool_call_input events.
+        def shape(text: str) -> dict[str, Any]:
+            return {
+                "id": item.item_id,
+                "type": "custom_tool_call",
+                "call_id": item.call_id,
+                "input": text,
+                "name": spec.name,
+            }
+
+        events = [_item_event("added", index, shape(""))]
+        at = {"item_id": item.item_id, "output_index": index}
+        for piece in self._pieces(spec.input, default_size=8):
+            delta = self._delta(piece)
+            events.append({"type": "response.custom_tool_call_input.delta", **at, **delta})
+        events.append({"type": "response.custom_tool_call_input.done", **at, "input": spec.input})
+        done = shape(spec.input)
+        events.append(_item_event("done", index, done))
+        return done, events
+
     def _delta(self, piece: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         delta: dict[str, Any] = {"delta": piece, **(extra or {})}
         if self.obfuscate:
@@ -358,6 +399,8 @@ def _usage(
             reasoning_tokens += 16 + sum(len(s) for s in spec.summary) // 4
         elif isinstance(spec, FunctionCall):
             visible += 1 + len(spec.arguments) // 4
+        elif isinstance(spec, CustomToolCall):
+            visible += 1 + len(spec.input) // 4
         else:
             visible += 1 + len(spec.text) // 4
     values = {

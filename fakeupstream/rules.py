@@ -40,16 +40,32 @@ INCLUDABLE = (
 )
 
 # Item types checked in depth; the other known types pass through unchecked.
-CHECKED_ITEM_TYPES = ("message", "reasoning", "function_call", "function_call_output")
+CHECKED_ITEM_TYPES = (
+    "message", "reasoning", "function_call", "function_call_output", "custom_tool_call",
+    "custom_tool_call_output",
+)  # fmt: skip
 OTHER_ITEM_TYPES = (
     "item_reference", "file_search_call", "computer_call", "computer_call_output",
     "web_search_call", "image_generation_call", "code_interpreter_call", "local_shell_call",
     "local_shell_call_output", "shell_call", "shell_call_output", "apply_patch_call",
     "apply_patch_call_output", "mcp_list_tools", "mcp_approval_request",
-    "mcp_approval_response", "mcp_call", "custom_tool_call", "custom_tool_call_output",
-    "compaction",
+    "mcp_approval_response", "mcp_call", "compaction",
 )  # fmt: skip
-ID_PREFIXES = {"message": "msg", "reasoning": "rs", "function_call": "fc"}
+ID_PREFIXES = {
+    "message": "msg",
+    "reasoning": "rs",
+    "function_call": "fc",
+    "custom_tool_call": "ctc",
+}
+# A call item type and the output type that answers it: an output pairs only with a call of
+# its own kind (a function_call_output never answers a custom_tool_call).
+CALL_OUTPUTS = {
+    "function_call": "function_call_output",
+    "custom_tool_call": "custom_tool_call_output",
+}
+# How the pairing errors name each kind.
+CALL_NAMES = {"function_call": "function call", "custom_tool_call": "custom tool call"}
+GRAMMAR_SYNTAXES = ("lark", "regex")
 ROLES = ("assistant", "system", "developer", "user")
 USER_PARTS = ("input_text", "input_image", "input_file")
 ASSISTANT_PARTS = ("output_text", "refusal")
@@ -253,6 +269,7 @@ def _check_parameters(body: Mapping[str, Any]) -> None:
         for position, value in enumerate(include):
             if value not in INCLUDABLE:
                 raise _invalid_value(f"include[{position}]", value, INCLUDABLE)
+    _check_options(body)
     tools = body.get("tools")
     if tools is not None and not isinstance(tools, list):
         raise _type_error("tools", "an array", tools)
@@ -261,6 +278,76 @@ def _check_parameters(body: Mapping[str, Any]) -> None:
             raise _type_error(f"tools[{position}]", "an object", tool)
         if tool.get("type") == "function" and not isinstance(tool.get("name"), str):
             raise _missing(f"tools[{position}].name")
+        if tool.get("type") == "custom":
+            _check_custom_tool(f"tools[{position}]", tool)
+    _check_custom_tool_choice(body.get("tool_choice"), tools or [])
+
+
+def _check_custom_tool(where: str, tool: Mapping[str, Any]) -> None:
+    """A custom tool: a name, and a format that is text or a lark/regex grammar."""
+    _require_string(where, tool, "name")
+    fmt = tool.get("format")
+    if fmt is None:
+        return
+    if not isinstance(fmt, dict):
+        raise _type_error(f"{where}.format", "an object", fmt)
+    kind = fmt.get("type")
+    if kind not in ("text", "grammar"):
+        raise _invalid_value(f"{where}.format.type", kind, ("text", "grammar"))
+    if kind == "grammar":
+        if fmt.get("syntax") not in GRAMMAR_SYNTAXES:
+            raise _invalid_value(f"{where}.format.syntax", fmt.get("syntax"), GRAMMAR_SYNTAXES)
+        _require_string(f"{where}.format", fmt, "definition")
+
+
+def _check_custom_tool_choice(choice: Any, tools: Sequence[Any]) -> None:
+    if not isinstance(choice, dict) or choice.get("type") != "custom":
+        return
+    names = {t.get("name") for t in tools if isinstance(t, dict) and t.get("type") == "custom"}
+    if choice.get("name") not in names:
+        # The text OpenAI answers for a function tool_choice naming no declared function,
+        # with the tool type in its place (not observed for custom tools: inferred).
+        raise _bad("Tool choice 'custom' not found in 'tools' parameter.", "tool_choice")
+
+
+# The nested options Cursor sends and their values, as OpenAI's API reference lists them.
+# stream_options has include_obfuscation only: OpenAI answers a Chat-style include_usage
+# with "Unknown parameter: 'stream_options.include_usage'." (reported by Cursor users
+# whose gateway forwarded it).
+OPTION_VALUES: dict[str, dict[str, tuple[str, ...] | None]] = {
+    "stream_options": {"include_obfuscation": None},
+    "reasoning": {
+        "effort": ("none", "minimal", "low", "medium", "high", "xhigh"),
+        "summary": ("auto", "concise", "detailed"),
+        "generate_summary": ("auto", "concise", "detailed"),
+        "context": ("auto", "all_turns", "current_turn"),  # GPT-5.6 and later
+    },
+    "text": {"format": None, "verbosity": ("low", "medium", "high")},
+}
+TOP_LEVEL_VALUES = {
+    "truncation": ("auto", "disabled"),
+    "prompt_cache_retention": ("in-memory", "24h"),
+}
+
+
+def _check_options(body: Mapping[str, Any]) -> None:
+    for name, allowed in TOP_LEVEL_VALUES.items():
+        value = body.get(name)
+        if value is not None and value not in allowed:
+            raise _invalid_value(name, value, allowed)
+    for name, keys in OPTION_VALUES.items():
+        options = body.get(name)
+        if options is None:
+            continue
+        if not isinstance(options, dict):
+            raise _type_error(name, "an object", options)
+        for key, value in options.items():
+            if key not in keys:
+                raise _bad(f"Unknown parameter: '{name}.{key}'.", f"{name}.{key}",
+                           "unknown_parameter")  # fmt: skip
+            values = keys[key]
+            if values is not None and value is not None and value not in values:
+                raise _invalid_value(f"{name}.{key}", value, values)
 
 
 def _check_item(index: int, item: Any) -> None:
@@ -292,7 +379,10 @@ def _check_item(index: int, item: Any) -> None:
     elif kind == "function_call":
         for name in ("call_id", "name", "arguments"):
             _require_string(where, item, name)
-    else:
+    elif kind == "custom_tool_call":
+        for name in ("call_id", "name", "input"):
+            _require_string(where, item, name)
+    else:  # function_call_output, custom_tool_call_output
         _require_string(where, item, "call_id")
         if "output" not in item:
             raise _missing(f"{where}.output")
@@ -488,20 +578,31 @@ def _check_required_reasoning(items: Sequence[Mapping[str, Any]], ledger: Ledger
 
 
 def _check_tool_pairs(items: Sequence[Mapping[str, Any]]) -> None:
-    calls_seen: set[str] = set()
+    """Every output answers an earlier call of its own kind; every call has its output,
+    unless only calls (and reasoning) follow it. Sources of the texts (wire-formats note):
+    ``No tool call found for function call output with call_id call_...`` and ``No tool
+    output found for function call call_...`` (OpenAI, 400, param input);
+    ``No tool output found for custom tool call call_...`` (seen in the field: Codex and
+    agent-SDK issue threads); the custom *output* text is the function one with the kind
+    named as in the custom-call text (its analogue, not observed)."""
+    calls_seen: dict[str, set[str]] = {kind: set() for kind in CALL_OUTPUTS}
+    answers = {output: call for call, output in CALL_OUTPUTS.items()}
     for item in items:
-        if item.get("type") == "function_call":
-            calls_seen.add(item["call_id"])
-        elif item.get("type") == "function_call_output" and item["call_id"] not in calls_seen:
+        kind = item.get("type")
+        if kind in calls_seen:
+            calls_seen[kind].add(item["call_id"])
+        elif kind in answers and item["call_id"] not in calls_seen[answers[kind]]:
             raise _bad(
-                f"No tool call found for function call output with call_id {item['call_id']}.",
+                f"No tool call found for {CALL_NAMES[answers[kind]]} output with call_id "
+                f"{item['call_id']}.",
                 "input",
             )
-    outputs = {i["call_id"] for i in items if i.get("type") == "function_call_output"}
+    outputs = {(i.get("type"), i["call_id"]) for i in items if i.get("type") in answers}
     for index, item in enumerate(items):
-        if item.get("type") != "function_call" or item["call_id"] in outputs:
+        kind = item.get("type")
+        if kind not in CALL_OUTPUTS or (CALL_OUTPUTS[kind], item["call_id"]) in outputs:
             continue
         # Trailing calls may still be awaiting their outputs; anything else after is an error.
         rest = items[index + 1 :]
-        if any(later.get("type") not in ("function_call", "reasoning") for later in rest):
-            raise _bad(f"No tool output found for function call {item['call_id']}.", "input")
+        if any(later.get("type") not in (*CALL_OUTPUTS, "reasoning") for later in rest):
+            raise _bad(f"No tool output found for {CALL_NAMES[kind]} {item['call_id']}.", "input")

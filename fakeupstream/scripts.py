@@ -11,6 +11,8 @@ object; every key is optional and unknown keys are an error::
         {"type": "reasoning", "summary": ["**Plan**", "..."]},   # "text": Chat's reasoning
         {"type": "message", "text": "Let me look.", "phase": "commentary"},
         {"type": "function_call", "name": "read", "arguments": "{}", "call_id": "call_x"},
+        {"type": "custom_tool_call", "name": "ApplyPatch", "input": "*** Begin Patch...",
+         "call_id": "call_y"},                      # a custom (freeform/grammar) tool call
         {"type": "refusal", "text": "I can't help with that."}
       ],
       "status": "completed",                        # | "incomplete" | "failed"
@@ -63,8 +65,13 @@ Default reply (empty queue), derived from the request:
   ``CALL_TOOL``, the model calls the first function tool with ``{}``; a forced
   ``tool_choice`` (``required`` or ``{"type": "function", "name": ...}``) after a user
   message does the same (with the named tool);
+- likewise ``CALL_CUSTOM`` (or ``tool_choice`` ``{"type": "custom", "name": ...}``, or
+  ``required`` with only custom tools) makes it call the first (the named) custom tool
+  with a freeform patch (:func:`custom_input`: not JSON, quotes, a backslash, a tab and a
+  non-ASCII letter, so byte-for-byte relaying shows);
 - otherwise one message: ``Echo: <last user text>`` (or ``Tool output: <output>`` after a
-  function_call_output), a newline, and the continuity summary, e.g.
+  function_call_output or custom_tool_call_output), a newline, and the continuity
+  summary, e.g.
   ``continuity: replayed=2 intact=2 misplaced=0``.
 """
 
@@ -109,7 +116,16 @@ class FunctionCall:
     call_id: str | None = None
 
 
-OutputSpec = Reasoning | Message | Refusal | FunctionCall
+@dataclass(frozen=True)
+class CustomToolCall:
+    """A call of a custom tool: ``input`` is freeform text (a patch, code), never JSON."""
+
+    name: str
+    input: str
+    call_id: str | None = None
+
+
+OutputSpec = Reasoning | Message | Refusal | FunctionCall | CustomToolCall
 
 
 @dataclass(frozen=True)
@@ -329,10 +345,15 @@ def _output(raw: Any) -> tuple[OutputSpec, ...]:
                 arguments = json.dumps(arguments)  # an object is taken as its JSON text
             call_id = _text(item, "call_id", where, required=False)
             items.append(FunctionCall(str(_text(item, "name", where)), arguments, call_id))
+        elif kind == "custom_tool_call":
+            _only(item, ("type", "name", "input", "call_id"), where)
+            call_id = _text(item, "call_id", where, required=False)
+            name, text = str(_text(item, "name", where)), str(_text(item, "input", where))
+            items.append(CustomToolCall(name, text, call_id))
         else:
             raise ScriptError(
-                f"{where}: 'type' must be reasoning, message, function_call or refusal; "
-                f"got {kind!r}"
+                f"{where}: 'type' must be reasoning, message, function_call, custom_tool_call "
+                f"or refusal; got {kind!r}"
             )
     return tuple(items)
 
@@ -453,11 +474,11 @@ def default_output(
     output: list[OutputSpec] = []
     if reasoning:
         output.append(Reasoning((f"Thinking about: {_clip(user_text)}",)))
-    tool = _tool_to_call(body, last)
-    if tool is not None:
-        output.append(FunctionCall(tool, "{}"))
+    call = _call_to_make(body, last)
+    if call is not None:
+        output.append(call)
         return tuple(output)
-    if last.get("type") == "function_call_output":
+    if last.get("type") in ("function_call_output", "custom_tool_call_output"):
         said = last.get("output")
         heard = f"Tool output: {_clip(said if isinstance(said, str) else json.dumps(said))}"
     else:
@@ -466,17 +487,35 @@ def default_output(
     return tuple(output)
 
 
-def _tool_to_call(body: Mapping[str, Any], last: Mapping[str, Any]) -> str | None:
+def _call_to_make(
+    body: Mapping[str, Any], last: Mapping[str, Any]
+) -> FunctionCall | CustomToolCall | None:
     tools = [t for t in body.get("tools") or [] if isinstance(t, Mapping)]
     names = [str(t.get("name")) for t in tools if t.get("type") == "function"]
-    if not names or last.get("role") != "user":
+    customs = [str(t.get("name")) for t in tools if t.get("type") == "custom"]
+    if not (names or customs) or last.get("role") != "user":
         return None
+    text = message_text(last)
     choice = body.get("tool_choice")
+    if isinstance(choice, Mapping) and choice.get("type") == "custom":
+        return CustomToolCall(str(choice.get("name")), custom_input(text))
+    if "CALL_CUSTOM" in text and customs:
+        return CustomToolCall(customs[0], custom_input(text))
+    if not names:
+        return CustomToolCall(customs[0], custom_input(text)) if choice == "required" else None
     if isinstance(choice, Mapping) and choice.get("type") == "function":
-        return str(choice.get("name"))
-    if choice == "required" or "CALL_TOOL" in message_text(last):
-        return names[0]
+        return FunctionCall(str(choice.get("name")), "{}")
+    if choice == "required" or "CALL_TOOL" in text:
+        return FunctionCall(names[0], "{}")
     return None
+
+
+def custom_input(user_text: str) -> str:
+    """The default custom call's input: a patch adding the user's (clipped) text."""
+    return (
+        '*** Begin Patch\n*** Update File: caf\u00e9/notes.txt\n@@ "quoted" \\ tab\there\n'
+        f"+{_clip(user_text, 80)}\n*** End Patch\n"
+    )
 
 
 def _clip(text: str, limit: int = 200) -> str:

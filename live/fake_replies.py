@@ -58,3 +58,9 @@ def http_error(status: int, message: str, *, code: str | None, param: str | None
             "param": param,
         }
     }
+
+
+def custom_call(name: str, text: str) -> Script:
+    """A reasoning item, then a call of custom (freeform/grammar) tool ``name``."""
+    item = {"type": "custom_tool_call", "name": name, "input": text}
+    return {"output": [_reasoning("which edit to make"), item]}

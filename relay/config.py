@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,11 +20,18 @@ from relay.core.resources import BudgetTooSmall, CacheBudget
 from relay.errors import ConfigError
 from relay.model_alias import ModelAlias
 from relay.providers import BUILTIN, Provider, check_base_url, parse_providers
+from relay.translate.events import CUSTOM_CALL_FORMS, CustomCallForm
 from relay.tunnel_command import TunnelCommand, parse_tunnel_command
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
+# File descriptors kept out of RELAY_MAX_CONNECTIONS: the store's files, pooled upstream
+# connections (16 per origin, and the embedded fake's side of them), the log, the tunnel's
+# pipes, the admin and metrics listeners.
+RESERVED_FDS = 128
+MAX_CONNECTIONS_CEILING = 1024  # the default never exceeds it, however high the fd limit
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 REASONING_SUMMARIES = ("auto", "concise", "detailed", "none")
+REASONING_CONTEXTS = ("auto", "all_turns", "current_turn")
 SAMPLING_POLICIES = ("auto", "forward", "drop")
 
 
@@ -53,10 +61,16 @@ class Config:
     reasoning_cache_reserve_bytes: int = DEFAULT_RESERVE_BYTES  # physical reserve (design §6)
     reasoning_summaries_as_content: bool = False
     replay_rejection_resend: bool = True  # RELAY_REPLAY_REJECTION_RESEND
+    # RELAY_CUSTOM_TOOL_CALLS: how a custom tool call reaches a Responses-shaped (Cursor)
+    # client: "function" (arguments = the raw input; what Cursor bridges send) or "custom"
+    custom_tool_calls: CustomCallForm = "function"
     max_request_bytes: int = 64 * 1024 * 1024
     max_response_bytes: int = 64 * 1024 * 1024
     max_sse_event_bytes: int = 8 * 1024 * 1024
     idle_timeout_ms: int = 900_000
+    header_timeout_ms: int = 30_000  # RELAY_HEADER_TIMEOUT_MS: a request head's deadline
+    # RELAY_MAX_CONNECTIONS; the default depends on this process's fd limit.
+    max_connections: int = field(default_factory=lambda: default_max_connections(fd_soft_limit()))
     delivery_timeout_ms: int = 30_000
     sse_keepalive_ms: int = 15_000
     log_level: str = "info"
@@ -113,6 +127,36 @@ def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0) -
         raise ConfigError(f"{name}={raw!r}: expected a whole number >= {minimum}") from None
     if value < minimum:
         raise ConfigError(f"{name}={raw!r}: expected a whole number >= {minimum}")
+    return value
+
+
+def connection_room(fd_limit: int) -> int:
+    """How many client connections the soft fd limit (``ulimit -n``; negative: unlimited)
+    leaves room for: all but :data:`RESERVED_FDS`, and at least half of a small limit."""
+    if fd_limit < 0:
+        return 2**31 - 1
+    return max(fd_limit // 2, fd_limit - RESERVED_FDS, 1)
+
+
+def fd_soft_limit() -> int:
+    """This process's soft ``RLIMIT_NOFILE`` (-1: unlimited)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return -1 if soft == resource.RLIM_INFINITY else soft
+
+
+def default_max_connections(fd_limit: int) -> int:
+    return min(MAX_CONNECTIONS_CEILING, connection_room(fd_limit))
+
+
+def _max_connections(env: Mapping[str, str], fd_limit: int) -> int:
+    room = connection_room(fd_limit)
+    value = _int(env, "RELAY_MAX_CONNECTIONS", default_max_connections(fd_limit), minimum=1)
+    if value > room:
+        raise ConfigError(
+            f"RELAY_MAX_CONNECTIONS={value}: the file-descriptor limit (ulimit -n: {fd_limit}) "
+            f"leaves room for {room} connections ({RESERVED_FDS} descriptors are kept for the "
+            "store, upstream connections and logs); lower it or raise ulimit -n"
+        )
     return value
 
 
@@ -201,7 +245,8 @@ def parse_model_aliases(
     raw: str | None, providers: Mapping[str, Provider] | None = None
 ) -> dict[str, ModelAlias]:
     """``{"alias": "upstream-model"}`` or ``{"alias": {"model": ..., "reasoning_effort": ...,
-    "provider": ...}}``; ``provider`` names one of ``providers`` (default: the built-in)."""
+    "reasoning_summary": ..., "reasoning_context": ..., "sampling": ..., "provider": ...}}``;
+    ``provider`` names one of ``providers`` (default: the built-in)."""
     name = "RELAY_MODEL_ALIASES"
     providers = providers or {}
     if raw is None or raw.strip() == "":
@@ -210,7 +255,8 @@ def parse_model_aliases(
     if not isinstance(data, dict):
         raise ConfigError(f"{name}: expected a JSON object mapping alias names to models")
     aliases: dict[str, ModelAlias] = {}
-    allowed = {"model", "reasoning_effort", "reasoning_summary", "sampling", "provider"}
+    allowed = {"model", "reasoning_effort", "reasoning_summary", "reasoning_context",
+               "sampling", "provider"}  # fmt: skip
     for alias, spec in data.items():
         where = f"{name}[{alias!r}]"
         if isinstance(spec, str):
@@ -225,19 +271,22 @@ def parse_model_aliases(
             raise ConfigError(f"{where}.model: expected a non-empty upstream model name")
         effort = _choice(spec, "reasoning_effort", REASONING_EFFORTS, where)
         summary = _choice(spec, "reasoning_summary", REASONING_SUMMARIES, where)
+        context = _choice(spec, "reasoning_context", REASONING_CONTEXTS, where)
         sampling = _choice(spec, "sampling", SAMPLING_POLICIES, where) or "auto"
         provider = spec.get("provider", BUILTIN)
         if not isinstance(provider, str) or (provider != BUILTIN and provider not in providers):
             known = ", ".join(sorted([BUILTIN, *providers]))
             raise ConfigError(f"{where}.provider={provider!r}: expected one of {known}")
-        if summary is not None and provider in providers and providers[provider].kind == "chat":
-            raise ConfigError(
-                f"{where}.reasoning_summary: applies to Responses upstreams only; "
-                f"{provider!r} is a Chat Completions provider"
-            )
+        for key, value in (("reasoning_summary", summary), ("reasoning_context", context)):
+            if value is not None and provider in providers and providers[provider].kind == "chat":
+                raise ConfigError(
+                    f"{where}.{key}: applies to Responses upstreams only; "
+                    f"{provider!r} is a Chat Completions provider"
+                )
         aliases[alias] = ModelAlias(
-            alias, model.strip(), effort, summary, sampling, provider=provider
-        )
+            alias, model.strip(), effort, summary, sampling, provider=provider,
+            reasoning_context=context,
+        )  # fmt: skip
     return aliases
 
 
@@ -258,8 +307,11 @@ def _choice(spec: Mapping[str, Any], key: str, allowed: tuple[str, ...], where: 
     return str(value)
 
 
-def load_config(env: Mapping[str, str] | None = None) -> Config:
+def load_config(env: Mapping[str, str] | None = None, *, fd_limit: int | None = None) -> Config:
+    """``fd_limit``: the soft fd limit RELAY_MAX_CONNECTIONS is checked against (default:
+    this process's)."""
     env = os.environ if env is None else env
+    fd_limit = fd_soft_limit() if fd_limit is None else fd_limit
     host = env.get("RELAY_HOST", "").strip() or "127.0.0.1"
     token = env.get("RELAY_TOKEN") or None
     if token is not None and (len(token) < 16 or any(c.isspace() for c in token)):
@@ -278,6 +330,9 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
         raise ConfigError(f"RELAY_LOG_FORMAT={log_format!r}: expected text or json")
     providers = parse_provider_config(env)
     data_dir = data_dir_of(env)
+    custom_calls = env.get("RELAY_CUSTOM_TOOL_CALLS", "").strip().lower() or "function"
+    if custom_calls not in CUSTOM_CALL_FORMS:
+        raise ConfigError(f"RELAY_CUSTOM_TOOL_CALLS={custom_calls!r}: expected function or custom")
     config = Config(
         host=host,
         port=_int(env, "RELAY_PORT", 8787, minimum=0),
@@ -321,10 +376,13 @@ def load_config(env: Mapping[str, str] | None = None) -> Config:
         ),
         reasoning_summaries_as_content=_bool(env, "RELAY_REASONING_SUMMARIES", False),
         replay_rejection_resend=_bool(env, "RELAY_REPLAY_REJECTION_RESEND", True),
+        custom_tool_calls="custom" if custom_calls == "custom" else "function",
         max_request_bytes=_int(env, "RELAY_MAX_REQUEST_BYTES", 64 * 1024 * 1024, minimum=1024),
         max_response_bytes=_int(env, "RELAY_MAX_RESPONSE_BYTES", 64 * 1024 * 1024, minimum=1024),
         max_sse_event_bytes=_int(env, "RELAY_MAX_SSE_EVENT_BYTES", 8 * 1024 * 1024, minimum=1024),
         idle_timeout_ms=_int(env, "RELAY_IDLE_TIMEOUT_MS", 900_000, minimum=1),
+        header_timeout_ms=_int(env, "RELAY_HEADER_TIMEOUT_MS", 30_000, minimum=1),
+        max_connections=_max_connections(env, fd_limit),
         delivery_timeout_ms=_int(env, "RELAY_DELIVERY_TIMEOUT_MS", 30_000, minimum=1),
         sse_keepalive_ms=_int(env, "RELAY_SSE_KEEPALIVE_MS", 15_000, minimum=0),
         log_level=log_level,

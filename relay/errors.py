@@ -147,6 +147,14 @@ class ShuttingDown(RelayError):
     default_code = "shutting_down"
 
 
+class TooManyConnections(RelayError):
+    """Over ``RELAY_MAX_CONNECTIONS``: answered at once, without reading the request."""
+
+    status = 503
+    error_type = "server_error"
+    default_code = "too_many_connections"
+
+
 # --- upstream faults: 502 / 504 / upstream's own status ----------------------------
 
 

@@ -20,3 +20,6 @@ class ModelAlias:
     # temperature/top_p; "drop": never send them.
     sampling: str = "auto"
     provider: str = BUILTIN  # a RELAY_PROVIDERS name, or the built-in "openai"
+    # reasoning.context (GPT-5.6 and later): "auto", "all_turns" or "current_turn"; sent
+    # when the client gives none. "all_turns" makes the model use replayed reasoning.
+    reasoning_context: str | None = None

@@ -1,4 +1,5 @@
-"""Decoding a client's request body: content type, UTF-8, JSON, shape. Pure.
+"""Decoding a client's request body: content coding, content type, UTF-8, JSON, shape.
+Pure.
 
 Beyond JSON's grammar, two things in a syntactically valid body are refused here, with the
 JSON path of the value, because nothing later could carry them: a string holding a lone
@@ -13,7 +14,7 @@ import json
 import math
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Final, NoReturn
 
 from relay.errors import InvalidRequest, UnsupportedMediaType
@@ -23,6 +24,14 @@ from relay.errors import InvalidRequest, UnsupportedMediaType
 _SURROGATE_ESCAPE: Final = re.compile(r"\\u[dD][89a-fA-F]")
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
 _IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Levels of containers a piecewise parse walks in Python: a body, its messages (or input
+# items), each message, its content parts; below that, each value is one C call.
+_WALKED_DEPTH: Final = 4
+_Scan = Callable[[str, int], tuple[Any, int]]
+# The json module's Python parser functions (the C scanner's rules), untyped in typeshed.
+_JSON_OBJECT: Final[Callable[..., tuple[Any, int]]] = json.decoder.JSONObject  # type: ignore[attr-defined]
+_JSON_ARRAY: Final[Callable[..., tuple[Any, int]]] = json.decoder.JSONArray  # type: ignore[attr-defined]
+_WHITESPACE: Final[re.Pattern[str]] = json.decoder.WHITESPACE  # type: ignore[attr-defined]
 
 
 class _UnrepresentableNumber(ValueError):
@@ -45,8 +54,29 @@ def _finite_float(literal: str) -> float:
     return value
 
 
-def parse_json_object(raw: bytes, content_type: str | None) -> dict[str, Any]:
-    """The body as a JSON object, or a 4xx error that says what is wrong with it."""
+def check_content_encoding(declared: str | None) -> None:
+    """Refuse (415) a body declared compressed: the relay reads bodies as sent and does
+    not decompress them (docs/design.md §8). ``identity``, or no header, is accepted."""
+    if declared is None:
+        return
+    codings = [c.strip().lower() for c in declared.split(",")]
+    refused = [c for c in codings if c not in ("", "identity")]
+    if refused:
+        shown = refused[0] if len(refused[0]) <= 40 else refused[0][:37] + "..."
+        raise UnsupportedMediaType(
+            f"Content-Encoding {shown!r} is not supported; send the body uncompressed "
+            "(no Content-Encoding header, or Content-Encoding: identity)",
+            code="unsupported_content_encoding",
+        )
+
+
+def parse_json_object(
+    raw: bytes | bytearray, content_type: str | None, *, piecewise: bool = False
+) -> dict[str, Any]:
+    """The body as a JSON object, or a 4xx error that says what is wrong with it.
+
+    ``piecewise``: the same value or error, parsed in many short calls instead of one
+    long one, for a large body parsed on a worker thread (see :func:`_piecewise_loads`)."""
     if content_type:
         media = content_type.split(";", 1)[0].strip().lower()
         if media != "application/json" and not media.endswith("+json"):
@@ -63,19 +93,21 @@ def parse_json_object(raw: bytes, content_type: str | None) -> dict[str, Any]:
             "encode JSON as UTF-8"
         ) from None
     try:
-        value = _loads(text, parse_float=_finite_float)
+        value = _loads(text, piecewise, parse_float=_finite_float)
     except ValueError:  # an integer over the digit limit, or an infinite float
-        value = _without_unrepresentable_numbers(text)
+        value = _without_unrepresentable_numbers(text, piecewise)
     if not isinstance(value, dict):
         raise InvalidRequest(f"request body must be a JSON object, not a JSON {_json_kind(value)}")
-    if _SURROGATE_ESCAPE.search(text) is not None and _has_surrogate(value):
+    if _has_surrogate_escape(text, piecewise) and _has_surrogate(value):
         _reject_lone_surrogate(value)
     return value
 
 
-def _loads(text: str, **hooks: Any) -> Any:
+def _loads(text: str, piecewise: bool, **hooks: Any) -> Any:
     """``json.loads`` with the syntax errors as 400s; number errors propagate."""
     try:
+        if piecewise:
+            return _piecewise_loads(text, parse_constant=_reject_constant, **hooks)
         return json.loads(text, parse_constant=_reject_constant, **hooks)
     except RecursionError:
         raise InvalidRequest("request body is nested too deeply to be a chat request") from None
@@ -83,6 +115,50 @@ def _loads(text: str, **hooks: Any) -> Any:
         raise InvalidRequest(
             f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
+
+
+def _piecewise_loads(text: str, **hooks: Any) -> Any:
+    """``json.loads(text, **hooks)``: the same value, the same errors at the same places,
+    but no single call into C longer than one deep value.
+
+    ``json.loads`` is one C call that holds the GIL throughout (a second or more for
+    50 MB of small objects), so on a worker thread it would still stall the event loop.
+    Here the containers of the first :data:`_WALKED_DEPTH` levels are walked by the json
+    module's own Python functions (``JSONObject``, ``JSONArray``: the C scanner's rules
+    and messages), and every value below them is parsed by the C scanner in its own
+    call; between calls the thread gives the GIL up at Python's switch interval.
+    """
+    if text.startswith("\ufeff"):  # as json.loads
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    leaf: _Scan = json.JSONDecoder(**hooks).scan_once  # type: ignore[attr-defined]
+    memo: dict[str, str] = {}
+    scanners: list[_Scan] = []
+
+    def scanner(depth: int) -> _Scan:
+        def scan(s: str, idx: int) -> tuple[Any, int]:
+            char = s[idx : idx + 1]
+            if char == "{":
+                return _JSON_OBJECT((s, idx + 1), True, scanners[depth + 1], None, None, memo)
+            if char == "[":
+                return _JSON_ARRAY((s, idx + 1), scanners[depth + 1])
+            return leaf(s, idx)
+
+        return scan
+
+    scanners += [scanner(depth) for depth in range(_WALKED_DEPTH)] + [leaf]
+    try:
+        value, end = scanners[0](text, _skip_whitespace(text, 0))
+    except StopIteration as err:
+        raise json.JSONDecodeError("Expecting value", text, err.value) from None
+    end = _skip_whitespace(text, end)
+    if end != len(text):
+        raise json.JSONDecodeError("Extra data", text, end)
+    return value
+
+
+def _skip_whitespace(text: str, at: int) -> int:
+    match = _WHITESPACE.match(text, at)
+    return match.end() if match is not None else at
 
 
 class _BadNumber:
@@ -110,14 +186,14 @@ def _marked_float(literal: str) -> float | _BadNumber:
         return _BadNumber(exc.description)
 
 
-def _without_unrepresentable_numbers(text: str) -> Any:
+def _without_unrepresentable_numbers(text: str, piecewise: bool) -> Any:
     """Parse again, marking the numbers that failed; 400 naming the first one kept.
 
     Only reached when a number failed, so the slower hooks cost nothing otherwise. A
     failed number that a later duplicate key replaced is not in the value: then the value
     is fine as it is.
     """
-    value = _loads(text, parse_int=_marked_int, parse_float=_marked_float)
+    value = _loads(text, piecewise, parse_int=_marked_int, parse_float=_marked_float)
     for path, item in _walk(value):
         if isinstance(item, _BadNumber):
             raise InvalidRequest(
@@ -127,6 +203,17 @@ def _without_unrepresentable_numbers(text: str) -> Any:
                 param=path or None,
             )
     return value
+
+
+def _has_surrogate_escape(text: str, piecewise: bool) -> bool:
+    if not piecewise:
+        return _SURROGATE_ESCAPE.search(text) is not None
+    # In windows of 1 MiB (a search holds the GIL), overlapping by an escape's length.
+    step = 1 << 20
+    return any(
+        _SURROGATE_ESCAPE.search(text, start, start + step + 5) is not None
+        for start in range(0, len(text), step)
+    )
 
 
 def _has_surrogate(value: Any) -> bool:

@@ -167,7 +167,10 @@ class RelayServer:
             self._http = RelayHTTPServer(
                 make_app(self.runtime),
                 idle_connection_timeout=config.idle_timeout_ms / 1000,
+                header_timeout=config.header_timeout_ms / 1000,
                 body_timeout=config.idle_timeout_ms / 1000,
+                max_connections=config.max_connections,
+                clock=self.clock,
                 # The per-request limit is enforced by the chat handler with a proper 413.
                 max_body_size=2**62,
                 new_id=Runtime.new_id,

@@ -32,6 +32,7 @@ from scenarios.core import (
     Placeholder,
     Step,
 )
+from scenarios.cursor_steps import SCREENSHOT, CursorTurn
 from scenarios.expect import (
     ABSENT,
     ClientGot,
@@ -131,6 +132,7 @@ __all__ = [
     "Concurrently",
     "Contains",
     "Ctx",
+    "CursorTurn",
     "DirectResponses",
     "Disconnect",
     "EchoAs",
@@ -160,6 +162,7 @@ __all__ = [
     "RestartRelay",
     "Resume",
     "RotateUpstreamKey",
+    "SCREENSHOT",
     "Scenario",
     "Stall",
     "Step",

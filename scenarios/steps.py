@@ -27,7 +27,7 @@ from scenarios.faults import network
 from scenarios.responses_answer import compare_with_upstream, parse_responses_answer
 
 DEFAULT_MODEL = "gpt-5"
-TOOLS = [
+TOOLS: list[dict[str, Any]] = [
     {
         "type": "function",
         "function": {
@@ -76,21 +76,36 @@ def send_turn(ctx: Ctx, step: Chat, messages: list[dict[str, Any]]) -> Turn:
     if step.tools:
         body["tools"] = TOOLS
     body.update(step.extra)
-    name = step.name or ctx.next_turn_name()
+    return post_turn(ctx, step.name, step.conv, body, hold=step.hold, rcvbuf=step.rcvbuf)
+
+
+def post_turn(
+    ctx: Ctx,
+    name: str | None,
+    conv: str,
+    body: dict[str, Any],
+    *,
+    hold: int | None = None,
+    rcvbuf: int | None = None,
+) -> Turn:
+    """POST ``body`` to ``/chat/completions`` as turn ``name`` of ``conv`` (any shape the
+    relay takes there); the answer joins the conversation (see :func:`finish_turn`)."""
+    name = name or ctx.next_turn_name()
+    stream = body.get("stream") is True
     relay = ctx.harness.require_relay()
-    turn = Turn(name, step.conv, body, upstream_from=ctx.upstream_count())
+    turn = Turn(name, conv, body, upstream_from=ctx.upstream_count())
     with ctx.lock:
         ctx.turns[name] = turn
         ctx.last_turn = name
     ctx.harness.history.record(
-        "client_request", turn=name, conversation=step.conv, stream=step.stream, body=body
+        "client_request", turn=name, conversation=conv, stream=stream, body=body
     )
-    conn = RelayConnection(relay.base_url, ctx.harness.relay_token, rcvbuf=step.rcvbuf)
+    conn = RelayConnection(relay.base_url, ctx.harness.relay_token, rcvbuf=rcvbuf)
     conn.send_request("POST", "/chat/completions", json.dumps(body).encode("utf-8"))
     turn.conn = conn
-    if step.hold is not None:
+    if hold is not None:
         conn.read_head()
-        conn.read_frames(step.hold)
+        conn.read_frames(hold)
         return turn
     conn.read_head()
     finish_turn(ctx, turn, conn.read_all())

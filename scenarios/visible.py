@@ -2,10 +2,11 @@
 
 Pure functions over JSON. A request's ``input`` becomes a list of *segments*: each user,
 system/developer and tool-output item is one segment, and each run of consecutive
-assistant-side items (assistant messages, function calls, refusals — reasoning items are
-invisible and skipped) is one ``assistant`` segment holding the concatenated text,
-the refusal and the calls. That mirrors Chat Completions, where one assistant message
-carries a whole response (a preamble and the answer, text and tool calls together).
+assistant-side items (assistant messages, function and custom tool calls, refusals —
+reasoning items are invisible and skipped) is one ``assistant`` segment holding the
+concatenated text, the refusal and the calls. That mirrors Chat Completions, where one
+assistant message carries a whole response (a preamble and the answer, text and tool
+calls together).
 
 The checker compares these projections; they never look at ids or ciphertext.
 """
@@ -58,7 +59,7 @@ def _is_assistant_side(item: dict[str, Any]) -> bool:
     kind = item.get("type", "message")
     if kind == "message":
         return item.get("role") == "assistant"
-    return kind in ("function_call", "refusal")
+    return kind in ("function_call", "custom_tool_call", "refusal")
 
 
 def segments(items: Sequence[Any]) -> list[Segment]:
@@ -87,6 +88,8 @@ def segments(items: Sequence[Any]) -> list[Segment]:
                 pending["calls"].append(
                     (item.get("call_id"), item.get("name"), item.get("arguments"))
                 )
+            elif kind == "custom_tool_call":  # shown to a client as a call with that text
+                pending["calls"].append((item.get("call_id"), item.get("name"), item.get("input")))
             elif kind == "refusal":
                 pending["refusal"].append(str(item.get("refusal", item.get("text", ""))))
             else:
@@ -98,7 +101,7 @@ def segments(items: Sequence[Any]) -> list[Segment]:
         if kind == "message":
             text, _ = text_of(item.get("content"))
             out.append((str(item.get("role")), text))
-        elif kind == "function_call_output":
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             output = item.get("output")
             out.append(
                 (

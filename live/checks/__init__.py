@@ -36,6 +36,7 @@ MODULES = (
     "live.checks.streaming",
     "live.checks.images",
     "live.checks.cursor",
+    "live.checks.cursor_agent",
     "live.checks.recovery",
     "live.checks.strict",
 )

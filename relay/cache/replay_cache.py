@@ -7,6 +7,7 @@ everything stateful for that request lives in the returned :class:`CacheSession`
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -32,7 +33,7 @@ from relay.core.receipts import Reason
 from relay.core.records import MarkerKind
 from relay.core.replay_stats import ReplayStats
 from relay.core.resources import CapacityLedger
-from relay.core.responses_history import visible_history_from_responses_input
+from relay.core.responses_history import REASON_TEXT, Underivable, derive_responses_history
 from relay.crashpoints import crash_point
 from relay.storage.disk_guard import DiskGuard
 from relay.storage.recovery import fence, open_disabled, open_enabled, record_gap
@@ -41,6 +42,14 @@ from relay.translate.chat_to_responses import TranslatedRequest
 from relay.translate.sampling import is_reasoning_model
 
 T = TypeVar("T")
+
+# Why a generation was fenced: a Responses-shaped history's underivable reason code
+# (relay.core.responses_history), or direct Responses traffic. Bounded: metric labels.
+DIRECT_RESPONSES = "direct_responses"
+FENCE_REASON_TEXT: dict[str, str] = {
+    **REASON_TEXT,
+    DIRECT_RESPONSES: "direct /v1/responses traffic",
+}
 
 
 # The built-in upstream's origin in every scope while the relay serves from its embedded
@@ -73,6 +82,7 @@ class CacheMetrics:
     rejections: Counter[str] = field(default_factory=Counter)
     observations: Counter[str] = field(default_factory=Counter)
     fenced: int = 0
+    fences: Counter[str] = field(default_factory=Counter)  # by FENCE_REASON_TEXT code
     replay: ReplayStats = field(default_factory=ReplayStats)
 
 
@@ -201,12 +211,16 @@ class ReplayCache:
         caller: str | None,
         request_id: str,
         *,
+        reason: str = DIRECT_RESPONSES,
+        where: str | None = None,
         upstream: UpstreamIdentity | None = None,
     ) -> None:
         """Before forwarding a generation the cache cannot observe (direct Responses
-        traffic, an underivable history): fence the scopes it may extend. ``upstream``:
-        another Responses provider (default: the built-in one). Raises ``StoreError``
-        (503): never forward unfenced."""
+        traffic, an underivable history): fence the scopes it may extend. ``reason``: a
+        :data:`FENCE_REASON_TEXT` code (counted and logged, so an owner can see why replay
+        stopped); ``where``: the input position at fault, if any. ``upstream``: another
+        Responses provider (default: the built-in one). Raises ``StoreError`` (503): never
+        forward unfenced."""
         if not self.serving:
             self._before_unobserved(request_id)  # off: the coverage gap covers it
             return
@@ -220,7 +234,12 @@ class ReplayCache:
             "fence", lambda: fence(store, targeting, self.clock.wall()), request_id
         )
         self.metrics.fenced += 1
-        log.event("cache_fenced", request_id=request_id, scopes=fenced)
+        self.metrics.fences[reason] += 1
+        # An underivable history is worth a warning: it stops replay for the credential.
+        level = logging.INFO if reason == DIRECT_RESPONSES else logging.WARNING
+        at = {} if where is None else {"where": where}
+        log.event("cache_fenced", level, request_id=request_id, scopes=fenced, reason=reason,
+                  why=FENCE_REASON_TEXT.get(reason, reason), **at)  # fmt: skip
 
     def begin(
         self,
@@ -249,9 +268,12 @@ class ReplayCache:
             self._skip(request_id, "not_a_reasoning_model", on_skip)
             return None
         visible = _visible_history(request, body)
-        if visible is None:
+        if isinstance(visible, Underivable):
             self._skip(request_id, Reason.UNDERIVABLE_HISTORY.value, on_skip)
-            self.fence(model, request.caller, request_id, upstream=upstream)
+            self.fence(
+                model, request.caller, request_id,
+                reason=visible.code, where=visible.where, upstream=upstream,
+            )  # fmt: skip
             return None
         messages, spans = visible
         summaries = self.config.reasoning_summaries_as_content
@@ -343,8 +365,8 @@ class ReplayCache:
 
 def _visible_history(
     request: TranslatedRequest, body: Mapping[str, Any]
-) -> tuple[Sequence[Any], Sequence[tuple[int, int] | None]] | None:
+) -> tuple[Sequence[Any], Sequence[tuple[int, int] | None]] | Underivable:
     if request.shape == "chat":
         assert request.message_spans is not None
         return body["messages"], request.message_spans
-    return visible_history_from_responses_input(body.get("input"), body.get("instructions"))
+    return derive_responses_history(body.get("input"), body.get("instructions"), body.get("tools"))

@@ -20,9 +20,10 @@ Two sides are collected separately while a response is relayed:
             ``REFUSAL`` / ``UNKNOWN_PREDICTION`` (the client's next envelope cannot be
             predicted in every spelling a client may send back, see ``predict``).
 ``observe`` envelope known, block not replayable: ``UNSUPPORTED_OUTPUT`` (item types other
-            than reasoning / assistant ``output_text`` message / function_call, or a
-            reasoning item with nothing after it), ``NO_REASONING`` (no reasoning item,
-            or one without nonempty ``encrypted_content``), ``EMPTY_ENVELOPE``.
+            than reasoning / assistant ``output_text`` message / function_call /
+            custom_tool_call, or a reasoning item with nothing after it),
+            ``NO_REASONING`` (no reasoning item, or one without nonempty
+            ``encrypted_content``), ``EMPTY_ENVELOPE``.
 ``admit``   everything above holds: the completed ``output`` is the replay block.
 ==========  ==========================================================================
 
@@ -35,10 +36,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
-from relay.core.predict import predict_envelopes
+from relay.core.predict import SentToolCall, predict_envelopes
 from relay.core.projection import DEFAULT_MAX_BYTES, ClientProjection, utf8_length
 from relay.core.receipts import Reason
 from relay.errors import RelayError
@@ -248,11 +249,16 @@ class OutputCapture:
         return output, self._output_json
 
 
-def _projects_to(output: list[dict[str, Any]], sent: ClientProjection) -> bool:
-    """Whether the original items give the client exactly what it was sent.
+def _projects_to(
+    output: list[dict[str, Any]], sent: ClientProjection
+) -> tuple[SentToolCall, ...] | None:
+    """The original items' tool calls when they give the client exactly what it was sent,
+    else None.
 
     The items go through the very code that builds the JSON answer, so "several message
-    items in one choice" and call order are decided in one place.
+    items in one choice" and call order are decided in one place. They are projected with
+    custom tool calls in the custom form, which keeps their kind; a custom call the client
+    got in the function form (``RELAY_CUSTOM_TOOL_CALLS=function``) is the same call.
     """
     try:
         completion = response_to_chat_completion(
@@ -261,25 +267,32 @@ def _projects_to(output: list[dict[str, Any]], sent: ClientProjection) -> bool:
             created=0,
             model="",
             reasoning_summaries=False,
+            custom_tool_calls="custom",
         )
     except RelayError:
-        return False
+        return None
     original = ClientProjection.from_completion(completion, max_bytes=None)
     if not original.known:
-        return False
-    if (original.text, original.refusal, original.tool_calls) != (
-        sent.text,
-        sent.refusal,
-        sent.tool_calls,
+        return None
+    if (original.text, original.refusal) != (sent.text, sent.refusal):
+        return None
+    calls = original.tool_calls
+    if len(calls) != len(sent.tool_calls) or not all(
+        _same_call(made, got) for made, got in zip(calls, sent.tool_calls, strict=True)
     ):
-        return False
+        return None
     # No finish reason yet is fine: the decision is committed before terminal frames go out.
-    return sent.finish_reason in (None, original.finish_reason)
+    return calls if sent.finish_reason in (None, original.finish_reason) else None
+
+
+def _same_call(made: SentToolCall, got: SentToolCall) -> bool:
+    """Equal, but for a custom call sent in the function form (kind function)."""
+    return made == got or (made.kind == "custom" and replace(made, kind="function") == got)
 
 
 def _is_supported(item: dict[str, Any]) -> bool:
     kind = item.get("type")
-    if kind in ("reasoning", "function_call"):
+    if kind in ("reasoning", "function_call", "custom_tool_call"):
         return True
     content = item.get("content")
     return (
@@ -326,9 +339,11 @@ def finish_capture(capture: OutputCapture, sent: ClientProjection) -> CaptureRes
     output, output_json = original
     if sent.exhausted:
         return poison(Reason.CAPTURE_EXHAUSTED)
-    if not _projects_to(output, sent):
+    calls = _projects_to(output, sent)
+    if calls is None:
         return poison(Reason.PROJECTION_MISMATCH)
-    envelopes = predict_envelopes(sent.text, sent.tool_calls, sent.refusal) if sent.known else None
+    # The original's calls: what was sent, with each custom call's kind whatever its form.
+    envelopes = predict_envelopes(sent.text, calls, sent.refusal) if sent.known else None
     if envelopes is None:
         # A refusal is its own code: how a client echoes one back is unknown (predict.py).
         return poison(Reason.REFUSAL if sent.refusal is not None else Reason.UNKNOWN_PREDICTION)

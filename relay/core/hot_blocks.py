@@ -33,7 +33,7 @@ class VerifiedPayload:
     text: bytes  # the stored payload (UTF-8) it was verified from: what is replayed, verbatim
     output_hash: str  # SHA-256 of those bytes
     size: int  # len(text)
-    calls: tuple[tuple[Any, Any], ...]  # (call_id, name) of each function call, in order
+    calls: tuple[tuple[Any, ...], ...]  # (kind, call_id, name) of each tool call, in order
     item_keys: tuple[tuple[str, str], ...]  # ("id" | "call_id", value) of every item
 
 

@@ -66,9 +66,15 @@ ENCRYPTED_REASONING_INCLUDE: Final = "reasoning.encrypted_content"
 # user           stands in the scope as the caller fingerprint, never raw
 # model          stands in the scope on its own (also a targeting value)
 # store, include replaced by their effective values (store false, merged include)
+# prompt_cache_key, prompt_cache_retention   where and how long the upstream keeps its
+#                prompt cache: routing and retention of a cache whose hits give the same
+#                output as misses, never the model's context. A client may send a new key
+#                per request; in the scope it would stop every replay for nothing.
+# Everything else stays in: tools, reasoning (effort, summary, context), text (verbosity,
+# format), truncation, max_output_tokens, ... each changes what the model reads or writes.
 SCOPE_EXCLUDED_KEYS: Final = frozenset(
     {"input", "instructions", "stream", "stream_options", "background", "user", "model",
-     "store", "include"}
+     "store", "include", "prompt_cache_key", "prompt_cache_retention"}
 )  # fmt: skip
 
 

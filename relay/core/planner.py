@@ -36,7 +36,11 @@ from relay.core.records import (
 )
 
 DAY_S: Final = 24 * 3600.0
-REPLAYABLE_ITEM_TYPES: Final = frozenset({"reasoning", "message", "function_call"})
+REPLAYABLE_ITEM_TYPES: Final = frozenset(
+    {"reasoning", "message", "function_call", "custom_tool_call"}
+)
+# A call item's kind as its visible tool call has it (``type`` of a Chat tool call).
+CALL_KINDS: Final = {"function_call": "function", "custom_tool_call": "custom"}
 
 
 class RecordSource(Protocol):
@@ -449,8 +453,9 @@ def _verify_payload(row: StoredPayload, record: Observation) -> VerifiedPayload:
 
 def _check_block(
     output_json: bytes, record: Observation
-) -> tuple[tuple[tuple[Any, Any], ...], tuple[tuple[str, str], ...]]:
-    """A well-formed block's calls ((call_id, name), in order) and item keys (("id" |
+) -> tuple[tuple[tuple[Any, ...], ...], tuple[tuple[str, str], ...]]:
+    """A well-formed block's calls ((kind, call_id, name), in order; kind function or
+    custom) and item keys (("id" |
     "call_id", value)). Parsed only to be checked: the text itself is what is replayed, so
     orjson's reading of numbers (it turns integers beyond 64 bits into floats) never
     reaches the upstream, and what it refuses (NaN, lone surrogates) was never stored."""
@@ -461,7 +466,7 @@ def _check_block(
     if not isinstance(items, list) or not items:
         raise _Rejected(Reason.PAYLOAD_MALFORMED, record)
     has_reasoning = False
-    calls: list[tuple[Any, Any]] = []
+    calls: list[tuple[Any, ...]] = []
     keys: list[tuple[str, str]] = []
     for item in items:
         if not isinstance(item, dict) or (kind := item.get("type")) not in REPLAYABLE_ITEM_TYPES:
@@ -471,8 +476,8 @@ def _check_block(
             if not isinstance(ciphertext, str) or not ciphertext:
                 raise _Rejected(Reason.PAYLOAD_MALFORMED, record)
             has_reasoning = True
-        elif kind == "function_call":
-            calls.append((item.get("call_id"), item.get("name")))
+        elif kind in CALL_KINDS:
+            calls.append((CALL_KINDS[kind], item.get("call_id"), item.get("name")))
         for key in ("id", "call_id"):
             if isinstance(value := item.get(key), str):
                 keys.append((key, value))
@@ -482,22 +487,25 @@ def _check_block(
 
 
 def _check_call_pairing(
-    calls: Sequence[tuple[Any, Any]],
+    calls: Sequence[tuple[Any, ...]],
     messages: Sequence[Any],
     first_answers: Mapping[str, int],
     record: Observation,
 ) -> None:
-    """The block's calls (ids and names, in order) must be exactly the visible message's
-    calls, and each must be answered by a tool result after it and never before it."""
+    """The block's calls (kinds, ids and names, in order) must be exactly the visible
+    message's calls (a custom_tool_call item is a tool call of type custom, whose name is
+    under ``custom``), and each must be answered by a tool result after it and never
+    before it."""
     message = messages[record.position]
     visible = []
     for call in message.get("tool_calls") or []:
-        function = call.get("function") if isinstance(call, dict) else None
-        name = function.get("name") if isinstance(function, dict) else None
-        visible.append((call.get("id") if isinstance(call, dict) else None, name))
+        kind = "custom" if isinstance(call, dict) and call.get("type") == "custom" else "function"
+        named = call.get(kind) if isinstance(call, dict) else None
+        name = named.get("name") if isinstance(named, dict) else None
+        visible.append((kind, call.get("id") if isinstance(call, dict) else None, name))
     if list(calls) != visible:
         raise _Rejected(Reason.CALL_PAIRING_BROKEN, record)
-    for call_id, _ in calls:
+    for _, call_id, _ in calls:
         answered_at = first_answers.get(call_id) if isinstance(call_id, str) else None
         if answered_at is None or answered_at < record.position:
             raise _Rejected(Reason.CALL_PAIRING_BROKEN, record)

@@ -38,6 +38,15 @@ decoded; whitespace outside strings dropped.
 
 A refusal also gives ``None``: Chat carries it in a separate ``refusal`` field, and how a
 client echoes that back is not known.
+
+A custom tool call (``kind == "custom"``: the upstream made a ``custom_tool_call``) is
+predicted as the Chat API's own form, ``{"id", "type": "custom", "custom": {"name",
+"input"}}``, with its input exactly as sent in both envelopes: the input is freeform text,
+never JSON, and no client respells it. That one form stands for every way the relay sends
+such a call and a client hands it back: a Chat-shaped client echoes the custom form it
+got; a Responses-shaped history maps its ``custom_tool_call`` item, and a
+``function_call`` item naming a tool the request declares ``custom`` (the function form
+the relay may have sent, echoed back), to that same envelope (``responses_history``).
 """
 
 from __future__ import annotations
@@ -56,11 +65,14 @@ _INDEX_KEY: Final = re.compile(r"(?:0|[1-9][0-9]*)\Z")
 
 @dataclass(frozen=True)
 class SentToolCall:
-    """One tool call exactly as the client received it."""
+    """One tool call exactly as the client received it (``arguments``: a custom call's
+    raw input). ``kind`` is ``"custom"`` for a custom tool call, in either form it was
+    sent in, else ``"function"``."""
 
     id: str
     name: str
     arguments: str
+    kind: str = "function"
 
 
 class _Respelled(Exception):
@@ -128,6 +140,9 @@ def predict_envelopes(
         return None
     respelled = []
     for call in tool_calls:
+        if call.kind == "custom":
+            respelled.append(call.arguments)  # freeform text: never respelled
+            continue
         arguments = reserialize_arguments(call.arguments)
         if arguments is None:
             return None
@@ -152,7 +167,13 @@ def _envelope(
     text: str, tool_calls: Sequence[SentToolCall], arguments: Sequence[str]
 ) -> dict[str, Any]:
     calls = [
-        {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": spelled}}
+        {"id": call.id, "type": "custom", "custom": {"name": call.name, "input": spelled}}
+        if call.kind == "custom"
+        else {
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": spelled},
+        }
         for call, spelled in zip(tool_calls, arguments, strict=True)
     ]
     return normalize_assistant({"role": "assistant", "content": text, "tool_calls": calls})

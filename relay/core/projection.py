@@ -34,7 +34,8 @@ def utf8_length(text: str) -> int:
 class _CallParts:
     id: str | None = None
     name: str | None = None
-    arguments: list[str] = field(default_factory=list)
+    arguments: list[str] = field(default_factory=list)  # a custom call's input pieces
+    kind: str | None = None  # "function" | "custom", from its first typed delta
 
 
 class ClientProjection:
@@ -98,9 +99,13 @@ class ClientProjection:
 
     @property
     def tool_calls(self) -> tuple[SentToolCall, ...]:
-        """The calls in index order (a missing id or name reads as ``""``; see ``known``)."""
+        """The calls in index order (a missing id or name reads as ``""``; see ``known``).
+        A call sent in the custom form has ``kind`` custom; in the function form, function
+        (whatever the upstream made: the capture compares with the original items)."""
         return tuple(
-            SentToolCall(parts.id or "", parts.name or "", "".join(parts.arguments))
+            SentToolCall(
+                parts.id or "", parts.name or "", "".join(parts.arguments), parts.kind or "function"
+            )
             for _, parts in sorted(self._calls.items())
         )
 
@@ -150,13 +155,24 @@ class ClientProjection:
         if not _is_mapping(call):
             self._ambiguous = True
             return
-        index, function = call.get("index"), call.get("function", {})
+        index, kind = call.get("index"), call.get("type")
+        # A custom call (the Chat API's form) carries its name and input pieces in "custom".
+        custom = kind == "custom" or (kind is None and "custom" in call)
+        field_name, piece_key = ("custom", "input") if custom else ("function", "arguments")
+        function = call.get(field_name, {})
         if type(index) is not int or not _is_mapping(function):
             self._ambiguous = True
             return
         parts = self._calls.setdefault(index, _CallParts())
-        if call.get("type") not in (None, "function"):
+        if kind not in (None, "function", "custom") or ("function" in call and "custom" in call):
             self._ambiguous = True
+        this_kind = "custom" if custom else "function"
+        if kind is not None or custom:
+            if parts.kind not in (None, this_kind):
+                self._ambiguous = True  # one call, two kinds
+            parts.kind = this_kind
+        elif parts.kind == "custom":
+            self._ambiguous = True  # function pieces for a custom call
         # A second id or name for one call: clients differ (SDKs concatenate, others replace).
         for attribute, value in (("id", call.get("id")), ("name", function.get("name"))):
             if value is None:
@@ -165,7 +181,7 @@ class ClientProjection:
                 self._ambiguous = True
             elif self._counted(value):
                 setattr(parts, attribute, value)
-        arguments = function.get("arguments")
+        arguments = function.get(piece_key)
         if arguments is not None:
             self._add(parts.arguments, arguments)
 

@@ -2,7 +2,7 @@
 
 Every refusal yields no replay (or no admission) plus one of these codes: counted in
 runtime metrics and logged with ids and digests prefixes only, never the payload. The
-README's cache section lists them too; ``tests/unit/core/test_receipts.py`` keeps both in step.
+docs/replay-cache.md lists them too; ``tests/unit/core/test_receipts.py`` keeps both in step.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from relay.errors import (
     RelayError,
     ShuttingDown,
     Unauthorized,
+    UnsupportedParameter,
 )
 from relay.ops.hooks import request_finished
 from relay.routes import served
@@ -96,6 +97,8 @@ class BaseHandler(RequestHandler):
         # (a traceback's locals could carry request bodies).
         if isinstance(value, RelayError):
             self.outcome_code = value.code
+            if isinstance(value, UnsupportedParameter):
+                self.runtime.metrics.parameter_refused(value.param)
             log.event(
                 "request_failed",
                 request_id=self.request_id,

@@ -31,7 +31,7 @@ class ChatCompletionsHandler(RelayingHandler):
             return
         runtime = self.runtime
         config = runtime.config
-        body = self.json_body()
+        body = await self.json_body()
         target = resolve_model(body.get("model"), config.model_aliases, runtime.providers)
         provider = runtime.providers[target.provider]
         if provider.kind == "chat":
@@ -39,8 +39,12 @@ class ChatCompletionsHandler(RelayingHandler):
             return
         if config.drop_unsupported_params and "messages" in body:
             body = self._drop_unsupported(body)
-        request = translate_request(
-            body, target, reasoning_summaries=config.reasoning_summaries_as_content
+        request = await self.off_loop(
+            translate_request,
+            body,
+            target,
+            reasoning_summaries=config.reasoning_summaries_as_content,
+            custom_tool_calls=config.custom_tool_calls,
         )
         skipped: list[str] = []
         session = runtime.cache.begin(

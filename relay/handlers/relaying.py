@@ -3,10 +3,14 @@ exchange that a client disconnect or a shutdown can abort."""
 
 from __future__ import annotations
 
+import functools
+import gc
 import json
-from collections.abc import Mapping
-from typing import Any
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, Final, TypeVar
 
+from tornado.ioloop import IOLoop
 from tornado.iostream import IOStream
 from tornado.web import stream_request_body
 
@@ -16,7 +20,7 @@ from relay.errors import PayloadTooLarge
 from relay.handlers.base import BaseHandler
 from relay.ops.metrics import CLIENT_GONE
 from relay.providers import Provider
-from relay.request_body import parse_json_object
+from relay.request_body import check_content_encoding, parse_json_object
 from relay.translate.body_encoding import encode_body
 from relay.transport.downstream import Downstream
 from relay.transport.upstream import (
@@ -27,6 +31,11 @@ from relay.transport.upstream import (
     UpstreamExchange,
 )
 
+# Bodies larger than this are parsed off the event loop (measured: 1 MiB of JSON parses in
+# under 10 ms; 50 MB of small objects in 1 to 2 s).
+PARSE_OFF_LOOP_BYTES: Final = 1024 * 1024
+T = TypeVar("T")
+
 
 @stream_request_body
 class RelayingHandler(BaseHandler):
@@ -34,12 +43,16 @@ class RelayingHandler(BaseHandler):
     # A class default: on_connection_close also runs when prepare() refused the request.
     _exchange: UpstreamExchange | None = None
     _bodies: RequestBodies | None = None  # LOG_BODIES=1: this request's artifacts
+    _large = False  # the body is over PARSE_OFF_LOOP_BYTES (see off_loop)
+    _large_done_once = False  # _COLLECTION was told that this large request ended
 
     def prepare(self) -> None:
         self._body = bytearray()
         if self.runtime.body_log is not None:
             self._bodies = self.runtime.body_log.for_request(self.request_id)
         super().prepare()
+        # From the head alone, before any of the body is read.
+        check_content_encoding(self.request.headers.get("Content-Encoding"))
         limit = self.runtime.config.max_request_bytes
         declared = self.request.headers.get("Content-Length")
         if declared is not None and _declares_more(declared, limit):
@@ -59,7 +72,17 @@ class RelayingHandler(BaseHandler):
             return
         self._body += chunk
 
+    def on_finish(self) -> None:
+        self._large_done()
+        super().on_finish()
+
+    def _large_done(self) -> None:
+        if self._large and not self._large_done_once:
+            self._large_done_once = True
+            _COLLECTION.request_ended()
+
     def on_connection_close(self) -> None:
+        self._large_done()
         self.count_request(CLIENT_GONE)
         if self._exchange is not None:
             self._exchange.abort(ClientGone())
@@ -104,16 +127,30 @@ class RelayingHandler(BaseHandler):
             stream.set_nodelay(True)
         down.start_keepalive()
 
-    def json_body(self) -> dict[str, Any]:
-        """The request body as a JSON object (its buffer is released)."""
-        raw = bytes(self._body)
-        self._body = bytearray()
+    async def json_body(self) -> dict[str, Any]:
+        """The request body as a JSON object (its buffer is released). One over
+        :data:`PARSE_OFF_LOOP_BYTES` is parsed on a worker thread, piecewise (its C parse
+        would hold the GIL throughout), so that the other connections are served."""
+        raw, self._body = self._body, bytearray()  # not copied: no one else holds it
         if self._bodies is not None:
-            self._bodies.write("client-request.json", raw)
-        body = parse_json_object(raw, self.request.headers.get("Content-Type"))
-        return body
+            self._bodies.write("client-request.json", bytes(raw))
+        content_type = self.request.headers.get("Content-Type")
+        if len(raw) <= PARSE_OFF_LOOP_BYTES:
+            return parse_json_object(raw, content_type)
+        self._large = True
+        _COLLECTION.request_started()
+        return await self.off_loop(parse_json_object, raw, content_type, piecewise=True)
 
-    def exchange_for(
+    async def off_loop(self, pure: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``pure(*args, **kwargs)``: on a worker thread when this request's body is large
+        (:meth:`json_body`), so that its work on that body does not stall the other
+        connections; else here. ``pure`` touches nothing but its arguments."""
+        call = functools.partial(pure, *args, **kwargs)
+        if not self._large:
+            return call()
+        return await IOLoop.current().run_in_executor(None, _COLLECTION.run, call)
+
+    async def exchange_for(
         self,
         upstream_body: dict[str, Any],
         sink: EventSink,
@@ -125,9 +162,10 @@ class RelayingHandler(BaseHandler):
         """A Responses exchange with ``provider`` (default: the built-in upstream)."""
         # Always streamed upstream, so the idle timer and capture work alike in both modes.
         upstream_body["stream"] = True
+        body = await self.off_loop(encode_body, upstream_body, piecewise=self._large)
         return self.open_exchange(
             provider or self.runtime.builtin_provider,
-            encode_body(upstream_body),
+            body,
             sink,
             buffered=buffered,
             batch_done=batch_done,
@@ -173,6 +211,52 @@ class RelayingHandler(BaseHandler):
         finally:
             self.runtime.active.discard(exchange)
             self._exchange = None
+
+
+class _Collection:
+    """Keeps the cyclic garbage collector away from a large body's objects.
+
+    A collection runs in whichever thread allocates and holds the GIL throughout; the
+    millions of objects a large body parses into make the collections during its parse,
+    and the first one after it, long enough to stall the event loop by tenths of a second
+    each. So the collector is off while such work runs on a worker thread, and what was
+    allocated is then *frozen* (``gc.freeze``, constant time: moved out of the
+    collector's sight, still freed by reference counting). Parsed JSON and its
+    translation hold no reference cycles, so nothing of theirs waits on the collector.
+    Once no large request is in flight, everything is unfrozen (constant time too), so
+    that any cyclic garbage frozen along is collected as usual.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._working = 0  # calls in run()
+        self._requests = 0  # large requests not finished
+
+    def run(self, call: Callable[[], T]) -> T:
+        with self._lock:
+            self._working += 1
+            gc.disable()
+        try:
+            return call()
+        finally:
+            with self._lock:
+                self._working -= 1
+                if not self._working:
+                    gc.freeze()
+                    gc.enable()
+
+    def request_started(self) -> None:
+        with self._lock:
+            self._requests += 1
+
+    def request_ended(self) -> None:
+        with self._lock:
+            self._requests -= 1
+            if not self._requests and not self._working:
+                gc.unfreeze()
+
+
+_COLLECTION = _Collection()
 
 
 def _declares_more(declared: str, limit: int) -> bool:

@@ -10,6 +10,7 @@ unique. If the fence cannot be written the call is refused with 503, never forwa
 
 from __future__ import annotations
 
+from relay.cache.replay_cache import DIRECT_RESPONSES
 from relay.core import replay_header as replay
 from relay.core.replay_header import HEADER
 from relay.errors import InvalidRequest
@@ -25,7 +26,7 @@ class ResponsesHandler(RelayingHandler):
     async def post(self) -> None:
         if self._finished:
             return
-        body = self.json_body()
+        body = await self.json_body()
         runtime = self.runtime
         target = resolve_model(body.get("model"), runtime.config.model_aliases, runtime.providers)
         provider = runtime.providers[target.provider]
@@ -42,7 +43,11 @@ class ResponsesHandler(RelayingHandler):
         if caller is not None and not isinstance(caller, str):
             raise InvalidRequest("'user' must be a string", param="user")
         runtime.cache.fence(
-            target.model, caller, self.request_id, upstream=runtime.cache_identity(provider)
+            target.model,
+            caller,
+            self.request_id,
+            reason=DIRECT_RESPONSES,
+            upstream=runtime.cache_identity(provider),
         )
         self.set_header(HEADER, replay.none(replay.PASSTHROUGH))  # the cache only fences it
         pipeline = ResponsesPassthrough(

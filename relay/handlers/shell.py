@@ -184,7 +184,7 @@ class PipelineShell:
         handler = self.handler
         batch = None if action.buffered else batch_done
         if self.dialect is Dialect.RESPONSES:
-            exchange = handler.exchange_for(
+            exchange = await handler.exchange_for(
                 action.body, sink, buffered=action.buffered, batch_done=batch,
                 provider=self.provider,
             )  # fmt: skip

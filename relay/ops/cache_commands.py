@@ -1,5 +1,5 @@
 """``relay cache backup|restore|verify``: offline commands on a stopped relay's store
-(relay.storage.backup, relay.storage.verify; README *Backup, restore and verify*).
+(relay.storage.backup, relay.storage.verify; docs/replay-cache.md, *Backup, restore and verify*).
 
 Each reads ``REASONING_CACHE_PATH`` (or its default) unless given a path. Progress and
 refusals go to stderr, one line each; the verify report goes to stdout. Exit codes: 0
@@ -150,7 +150,7 @@ def run_verify(args: argparse.Namespace) -> int:
         print(f"{prog}: there is no reasoning cache at {path}", file=sys.stderr)
         return USAGE
     siblings = (
-        (guard_path(path), "the cache latched (README, Disk pressure)"),
+        (guard_path(path), "the cache latched (docs/replay-cache.md, Disk pressure)"),
         (blocked_path(path), "a backup or restore into it did not finish"),
     )
     for sibling, meaning in siblings:

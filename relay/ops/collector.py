@@ -115,6 +115,15 @@ class RuntimeCollector(Collector):
         )
         fenced.add_metric([], m.fenced)
         yield fenced
+        fences = CounterMetricFamily(
+            "relay_fences",
+            "Generations that fenced their scopes (replay stops for that credential), by "
+            "reason: direct_responses, or why a Responses-shaped history was underivable",
+            labels=["reason"],
+        )
+        for reason, n in sorted(m.fences.items()):
+            fences.add_metric([reason], n)
+        yield fences
         capacity = cache.capacity
         sessions = GaugeMetricFamily("relay_cache_sessions", "Cache sessions in progress")
         sessions.add_metric([], capacity.sessions)

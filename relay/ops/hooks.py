@@ -11,8 +11,9 @@ if TYPE_CHECKING:
 
 
 def request_finished(runtime: Runtime, path: str, status: int, code: str | None) -> None:
-    """Count a finished (or abandoned) request, and sample the replay totals for the
-    last-hour rate (at most once a minute: relay.ops.window.CounterHistory)."""
+    """Count a finished (or abandoned) request, and sample the replay and fence totals for
+    the last-hour figures (at most once a minute: relay.ops.window.CounterHistory)."""
     clock, metrics = runtime.clock, runtime.metrics
     metrics.request_finished(path, status, code, clock.wall())
     metrics.replay_history.record(clock.monotonic(), replay_totals(runtime.cache.metrics.replay))
+    metrics.fence_history.record(clock.monotonic(), runtime.cache.metrics.fences)

@@ -15,9 +15,13 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 
 from relay.ops.window import CounterHistory, ErrorTally
 from relay.routes import label_of
+from relay.translate.chat_to_responses import NEUTRAL_ONLY
+from relay.translate.responses_input import REFUSED
 
 # From a local fake's milliseconds to a slow model's first token.
 LATENCY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+# Parameters whose refusal is counted by name (a fixed list: a client names any other key).
+REFUSABLE_PARAMS: Final = frozenset(REFUSED) | frozenset(NEUTRAL_ONLY)
 OK: Final = "ok"
 CLIENT_GONE: Final = "client_gone"
 
@@ -51,13 +55,22 @@ class RelayMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.refused_params = Counter(
+            "relay_refused_params",
+            "Requests refused for a parameter the relay cannot honour (previous_response_id, "
+            "...), by parameter; other for one outside the relay's fixed list",
+            ["param"],
+            registry=self.registry,
+        )
         self.errors = ErrorTally()
         self.replay_history = CounterHistory()  # dispatched/accepted, for the last hour
+        self.fence_history = CounterHistory()  # fences by reason, for the last hour
         self.started_monotonic = 0.0
         self.started_wall = 0.0
 
     def started(self, monotonic: float, wall: float) -> None:
         self.started_monotonic, self.started_wall = monotonic, wall
+        self.fence_history.record(monotonic, {})  # none at start: the window's baseline
 
     def request_finished(self, path: str, status: int, code: str | None, wall: float) -> str:
         """Count one finished request; its outcome label is returned."""
@@ -66,6 +79,10 @@ class RelayMetrics:
             outcome = self.errors.add(outcome, wall)
         self.requests.labels(route_of(path), outcome).inc()
         return outcome
+
+    def parameter_refused(self, param: str | None) -> None:
+        label = param if param in REFUSABLE_PARAMS else "other"
+        self.refused_params.labels(label).inc()
 
     def observe_first_byte(self, path: str, seconds: float) -> None:
         self.first_byte.labels(route_of(path)).observe(max(0.0, seconds))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from relay import __version__
+from relay.cache.replay_cache import FENCE_REASON_TEXT
 from relay.errors import StoreError
 from relay.ops.collector import replay_totals
 from relay.ops.snapshot import Snapshotter
@@ -52,6 +53,9 @@ def status_document(
     totals = replay_totals(replay)
     metrics.replay_history.record(now, totals)
     hour, covered = metrics.replay_history.growth(now, totals)
+    fences = cache.metrics.fences
+    metrics.fence_history.record(now, fences)
+    fenced_hour, fence_window = metrics.fence_history.growth(now, fences)
     strict = runtime.strict.metrics
     by_provider: dict[str, dict[str, int]] = {}
     for label, counter in (("restored", strict.hits), ("missed", strict.misses),
@@ -99,6 +103,17 @@ def status_document(
             "capacityBytesLimit": cache.capacity.budget.session_bytes,
             "replayedBlocks": cache.metrics.replayed_blocks,
             "fenced": cache.metrics.fenced,
+            "fencedByReason": dict(sorted(fences.items())),
+            "fencedLastHour": {
+                "count": sum(fenced_hour.values()),
+                "windowSeconds": round(fence_window, 3),
+                # most frequent first, each with what it means (relay status prints these)
+                "reasons": [
+                    {"code": code, "count": n, "text": FENCE_REASON_TEXT.get(code, code)}
+                    for code, n in sorted(fenced_hour.items(), key=lambda kv: (-kv[1], kv[0]))
+                    if n > 0
+                ],
+            },
         },
         "strict": dict(sorted(by_provider.items())),
         "errors": {

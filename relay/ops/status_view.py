@@ -45,6 +45,19 @@ def _rate(accepted: int, dispatched: int) -> str:
     return f"{accepted}/{dispatched} accepted ({100 * accepted // dispatched}%)"
 
 
+def fence_line(fenced: dict[str, Any]) -> str:
+    """``replay fenced 37 times in the last hour: input item type 'reasoning' 30, ...``"""
+    seconds = fenced["windowSeconds"]
+    window = "the last hour" if seconds >= 3600 else f"the last {duration(seconds)}"
+    times = "once" if fenced["count"] == 1 else f"{fenced['count']} times"
+    reasons = fenced["reasons"]
+    if len(reasons) == 1:
+        why = reasons[0]["text"]
+    else:
+        why = ", ".join(f"{r['text']} {r['count']}" for r in reasons)
+    return f"replay fenced {times} in {window}: {why}"
+
+
 def _bounded(entry: dict[str, Any], text: str) -> str:
     return text if entry["exact"] else f">= {text}"
 
@@ -74,6 +87,9 @@ def render(doc: dict[str, Any], *, colour: bool) -> str:
     if replay["rejected"]:
         reasons = ", ".join(f"{k} {v}" for k, v in replay["rejectedByReason"].items())
         rows.append(("rejected", paint(YELLOW, f"{replay['rejected']} ({reasons})")))
+    fenced = cache.get("fencedLastHour")
+    if fenced and fenced["count"]:
+        rows.append(("fenced", paint(YELLOW, fence_line(fenced))))
     limited = _limited(cache)
     rows.append(("sessions", f"{cache['activeSessions']} active of {cache['sessionLimit']}, "
                  f"{cache['bypasses']} bypassed"

@@ -73,6 +73,7 @@ class ChatPipeline(Pipeline):
             model=request.client_model,
             include_usage=request.include_usage,
             reasoning_summaries=reasoning_summaries,
+            custom_tool_calls=request.custom_tool_calls,
         )
         self.phase = Phase.NEW
         self.streaming = request.stream
@@ -152,6 +153,7 @@ class ChatPipeline(Pipeline):
             created=self._created,
             model=self.request.client_model,
             reasoning_summaries=self._summaries,
+            custom_tool_calls=self.request.custom_tool_calls,
         )
         if self.cached:
             self.phase = Phase.COMMITTING

@@ -8,7 +8,7 @@ pressure"): the physical reserve and the ``.guard`` latch. The decisions are in
   Deleting it is how the cache makes room for a safety write on a full disk.
 - ``<db>.guard``: written when a safety write failed even after the reserve was released.
   While it exists no relay reuses the store (:func:`refuse_if_latched`); the operator
-  frees space, checks the store and deletes it (README, *Disk pressure*).
+  frees space, checks the store and deletes it (docs/replay-cache.md, *Disk pressure*).
 
 One more sibling latch is not about disk pressure but is refused at the same place:
 ``<db>.blocked``, written first by an offline backup or restore into ``<db>`` and

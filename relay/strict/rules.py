@@ -24,7 +24,7 @@ Why these defaults:
   tool-call turns (documented), ``""`` on a miss (the legacy fallback DeepSeek accepted).
 - ``deepseek-reasoner``: the legacy model rejects a sent ``reasoning_content``, so it is
   stripped. DeepSeek's current API serves thinking mode under that name and needs it on
-  tool turns: set the provider's ``strict`` to ``true`` for that (see the README).
+  tool turns: set the provider's ``strict`` to ``true`` for that (see docs/strict-providers.md).
 - Kimi, QwQ, Qwen/GLM thinking, MiMo: tool-call turns (Kimi's error names the "assistant
   tool call message"); on a miss the field stays absent (no documented fallback).
 - Gateways (opencode-go, siliconflow, nebius, deepinfra, sambanova, fireworks, together):

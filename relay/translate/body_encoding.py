@@ -51,7 +51,7 @@ class RawItems:
         return f"RawItems(<{len(self.elements)} bytes>)"  # never the content
 
 
-def encode_body(body: Mapping[str, Any]) -> bytes:
+def encode_body(body: Mapping[str, Any], *, piecewise: bool = False) -> bytes:
     """``body`` as UTF-8 JSON; :class:`RawItems` in its ``input`` list become their
     elements, verbatim. Without any, exactly ``json.dumps(body, ensure_ascii=False)``
     (a lone surrogate escaped, see :func:`_utf8`); with some, the same text as if their
@@ -59,7 +59,13 @@ def encode_body(body: Mapping[str, Any]) -> bytes:
 
     Built as bytes and joined once: the replayed blocks (most of a long conversation's
     body) are copied once, never decoded, and never widened into a ``str`` of the widest
-    character any block holds."""
+    character any block holds.
+
+    ``piecewise``: the same bytes, from one ``json.dumps`` call per top-level value and
+    per ``input`` item instead of one for all (each holds the GIL throughout), for a
+    large body encoded on a worker thread."""
+    if piecewise:
+        return _piecewise(body)
     items = body.get("input")
     if not isinstance(items, list) or not any(type(item) is RawItems for item in items):
         return _utf8(json.dumps(body, ensure_ascii=False))
@@ -78,6 +84,29 @@ def encode_body(body: Mapping[str, Any]) -> bytes:
     rest = _utf8(json.dumps({k: v for k, v in body.items() if k != "input"}, ensure_ascii=False))
     tail = b", " + rest[1:] if rest != b"{}" else b"}"
     return b"".join((b'{"input": [', b", ".join(pieces), b"]", tail))
+
+
+def _piecewise(body: Mapping[str, Any]) -> bytes:
+    items = body.get("input")
+    keys = list(body)
+    if isinstance(items, list) and any(type(item) is RawItems for item in items):
+        keys.remove("input")  # the splice puts it first (encode_body)
+        keys.insert(0, "input")
+    members: list[bytes] = []
+    for key in keys:
+        value = body[key]
+        name = json.dumps(key, ensure_ascii=False)
+        if key == "input" and isinstance(value, list):
+            encoded = [
+                item.elements
+                if type(item) is RawItems
+                else _utf8(json.dumps(item, ensure_ascii=False))
+                for item in value
+            ]
+            members.append(_utf8(name) + b": [" + b", ".join(encoded) + b"]")
+        else:
+            members.append(_utf8(f"{name}: {json.dumps(value, ensure_ascii=False)}"))
+    return b"{" + b", ".join(members) + b"}"
 
 
 def _inner(run: list[Any]) -> memoryview:

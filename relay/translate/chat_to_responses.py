@@ -14,6 +14,14 @@ Decisions (the issue left these open):
   refusals) followed by one ``function_call`` item per tool call; the message item is
   left out when it has neither text nor refusal. Tool-call ``arguments`` are forwarded as
   the exact string received.
+- Custom tools (``{"type": "custom", "custom": {name, description?, format?}}``) become
+  Responses custom tools (``{"type": "custom", name, description?, format?}``, a grammar
+  format flattened to ``{"type": "grammar", syntax, definition}``); ``tool_choice``
+  ``{"type": "custom", "custom": {"name"}}`` becomes ``{"type": "custom", "name"}``. An
+  assistant tool call of ``type: "custom"`` becomes a ``custom_tool_call`` item (its
+  ``input`` as sent) and the ``tool`` message answering it a ``custom_tool_call_output``:
+  an output always answers a call of its own kind upstream. A tool message answering no
+  earlier call is refused (400, naming the message) before anything is sent.
 - Function tools get ``strict: false`` when the client did not say: Chat defaults to
   non-strict, the Responses API to strict, and strict mode rejects most client schemas.
   A tool without ``parameters`` gets an empty object schema (Chat: "no parameters").
@@ -39,6 +47,7 @@ from typing import Any
 
 from relay.errors import InvalidRequest, UnsupportedParameter
 from relay.model_alias import ModelAlias
+from relay.translate.events import CustomCallForm
 from relay.translate.sampling import is_reasoning_model, sampling_params
 
 
@@ -57,6 +66,9 @@ class TranslatedRequest:
     # Chat shape: for each client message, the [start, end) range of upstream ``input``
     # items it became (None: merged into ``instructions``). Replay swaps these ranges.
     message_spans: tuple[tuple[int, int] | None, ...] | None = None
+    # How a custom tool call reaches the client: the Chat shape always gets the Chat API's
+    # own form; the Responses shape gets RELAY_CUSTOM_TOOL_CALLS (see relay.config).
+    custom_tool_calls: CustomCallForm = "custom"
 
 
 def _is_zero(value: Any) -> bool:
@@ -114,6 +126,8 @@ PASSTHROUGH: dict[str, tuple[Callable[[Any], bool], str]] = {
     "prompt_cache_key": (lambda v: isinstance(v, str), "a string"),
     "prompt_cache_retention": (lambda v: isinstance(v, str), "a string"),
     "service_tier": (lambda v: isinstance(v, str), "a string"),
+    # a Responses field, accepted on the Chat path too (clients that speak both send it)
+    "truncation": (lambda v: isinstance(v, str), "a string ('auto' or 'disabled')"),
     "metadata": (
         lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()),
         "an object with string values",
@@ -160,12 +174,14 @@ def translate_chat(
     if text:
         out["text"] = text
     effort = optional_str(body, "reasoning_effort")
-    summary = None
+    summary = context = None
     reasoning = body.get("reasoning")
     if reasoning is not None:
-        cursor_effort, summary = parse_reasoning_object(reasoning, "reasoning")
+        cursor_effort, summary, context = parse_reasoning_object(reasoning, "reasoning")
         effort = effort if effort is not None else cursor_effort
-    settings = reasoning_settings(effort, summary, target, reasoning_summaries=reasoning_summaries)
+    settings = reasoning_settings(
+        effort, summary, target, context=context, reasoning_summaries=reasoning_summaries
+    )
     if settings:
         out["reasoning"] = settings
     max_output = _max_output_tokens(body)
@@ -176,7 +192,9 @@ def translate_chat(
         if body.get(key) is not None:
             out[key] = body[key]
     user = body.get("user")
-    return TranslatedRequest(out, stream, include_usage, client_model, user, "chat", spans)
+    return TranslatedRequest(
+        out, stream, include_usage, client_model, user, "chat", spans, custom_tool_calls="custom"
+    )
 
 
 # --- shared with responses_input ----------------------------------------------------
@@ -209,13 +227,20 @@ def stream_flags(body: Mapping[str, Any]) -> tuple[bool, bool]:
 
 
 def reasoning_settings(
-    effort: str | None, summary: str | None, target: ModelAlias, *, reasoning_summaries: bool
+    effort: str | None,
+    summary: str | None,
+    target: ModelAlias,
+    *,
+    context: str | None = None,
+    reasoning_summaries: bool,
 ) -> dict[str, str] | None:
     """The upstream ``reasoning`` object: client values, else alias defaults (see docstring)."""
     if effort is None:
         effort = target.reasoning_effort
     if summary is None:
         summary = target.reasoning_summary
+    if context is None:
+        context = target.reasoning_context
     if summary is None and reasoning_summaries and is_reasoning_model(target.model):
         summary = "auto"
     settings: dict[str, str] = {}
@@ -223,6 +248,8 @@ def reasoning_settings(
         settings["effort"] = effort
     if summary is not None and summary != "none":
         settings["summary"] = summary
+    if context is not None:
+        settings["context"] = context
     return settings or None
 
 
@@ -233,19 +260,24 @@ def optional_str(body: Mapping[str, Any], key: str, where: str | None = None) ->
     return value
 
 
-def parse_reasoning_object(reasoning: Any, where: str) -> tuple[str | None, str | None]:
-    """(effort, summary) from a ``reasoning`` object; other keys are refused, not dropped."""
+def parse_reasoning_object(reasoning: Any, where: str) -> tuple[str | None, str | None, str | None]:
+    """(effort, summary, context) from a ``reasoning`` object; other keys are refused, not
+    dropped. ``context`` (GPT-5.6 and later) passes through; the upstream judges its value."""
     if not isinstance(reasoning, dict):
-        raise InvalidRequest(f"'{where}' must be an object with 'effort'/'summary'", param=where)
+        raise InvalidRequest(
+            f"'{where}' must be an object with 'effort'/'summary'/'context'", param=where
+        )
     for key in reasoning:
-        if key not in ("effort", "summary"):
+        if key not in ("effort", "summary", "context"):
             raise UnsupportedParameter(
-                f"'{where}.{key}' is not supported; 'reasoning' accepts 'effort' and 'summary'",
+                f"'{where}.{key}' is not supported; 'reasoning' accepts 'effort', 'summary' "
+                "and 'context'",
                 param=f"{where}.{key}",
             )
     effort = optional_str(reasoning, "effort", f"{where}.effort")
     summary = optional_str(reasoning, "summary", f"{where}.summary")
-    return effort, summary
+    context = optional_str(reasoning, "context", f"{where}.context")
+    return effort, summary, context
 
 
 # --- top-level parameters ----------------------------------------------------------
@@ -349,30 +381,22 @@ def _translate_tools(tools: Any) -> list[dict[str, Any]]:
     if tools is None:
         return []
     if not isinstance(tools, list):
-        raise InvalidRequest("'tools' must be an array of function tools", param="tools")
+        raise InvalidRequest("'tools' must be an array of function or custom tools", param="tools")
     out = []
     for i, tool in enumerate(tools):
         where = f"tools[{i}]"
         if not isinstance(tool, dict):
             raise InvalidRequest(f"'{where}' must be an object", param=where)
+        if tool.get("type") == "custom":
+            out.append(_custom_tool(tool, where))
+            continue
         if tool.get("type") != "function":
             raise UnsupportedParameter(
-                f"'{where}.type' must be 'function'; the relay translates function tools only",
+                f"'{where}.type' must be 'function' or 'custom'; the relay translates function "
+                "and custom tools only",
                 param=f"{where}.type",
             )
-        fn = tool.get("function")
-        if not isinstance(fn, dict):
-            raise InvalidRequest(f"'{where}.function' must be an object", param=f"{where}.function")
-        name = fn.get("name")
-        if not isinstance(name, str) or not name:
-            raise InvalidRequest(
-                f"'{where}.function.name' must be a non-empty string",
-                param=f"{where}.function.name",
-            )
-        flat: dict[str, Any] = {"type": "function", "name": name}
-        description = optional_str(fn, "description", f"{where}.function.description")
-        if description is not None:
-            flat["description"] = description
+        fn, flat = _tool_head(tool, "function", where)
         parameters = fn.get("parameters")
         if parameters is not None and not isinstance(parameters, dict):
             raise InvalidRequest(
@@ -390,21 +414,69 @@ def _translate_tools(tools: Any) -> list[dict[str, Any]]:
     return out
 
 
+GRAMMAR_SYNTAXES = ("lark", "regex")
+
+
+def _tool_head(
+    tool: dict[str, Any], kind: str, where: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A tool's ``function``/``custom`` object and the flat Responses tool begun from it
+    (type, name, description)."""
+    spec = _named(tool, kind, where)
+    flat: dict[str, Any] = {"type": kind, "name": spec["name"]}
+    description = optional_str(spec, "description", f"{where}.{kind}.description")
+    if description is not None:
+        flat["description"] = description
+    return spec, flat
+
+
+def _custom_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
+    """A Chat custom tool as a Responses one (the grammar object flattened into format)."""
+    spec, flat = _tool_head(tool, "custom", where)
+    fmt = spec.get("format")
+    at = f"{where}.custom.format"
+    if fmt is None:
+        return flat
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "text":
+        flat["format"] = {"type": "text"}
+        return flat
+    if kind != "grammar":
+        raise InvalidRequest(
+            f'\'{at}\' must be {{"type": "text"}} or {{"type": "grammar", "grammar": '
+            '{"syntax", "definition"}}',
+            param=at,
+        )
+    assert isinstance(fmt, dict)
+    grammar = fmt.get("grammar")
+    syntax = grammar.get("syntax") if isinstance(grammar, dict) else None
+    definition = grammar.get("definition") if isinstance(grammar, dict) else None
+    if syntax not in GRAMMAR_SYNTAXES:
+        raise InvalidRequest(f"'{at}.grammar.syntax' must be 'lark' or 'regex'", param=at)
+    if not isinstance(definition, str):
+        raise InvalidRequest(f"'{at}.grammar.definition' must be a string", param=at)
+    flat["format"] = {"type": "grammar", "syntax": syntax, "definition": definition}
+    return flat
+
+
 def _translate_tool_choice(choice: Any) -> str | dict[str, Any] | None:
     if choice is None or choice in ("none", "auto", "required"):
         return choice  # type: ignore[no-any-return]
-    if isinstance(choice, dict) and choice.get("type") == "function":
-        fn = choice.get("function")
-        name = fn.get("name") if isinstance(fn, dict) else None
+    kind = choice.get("type") if isinstance(choice, dict) else None
+    if kind in ("function", "custom"):
+        assert isinstance(choice, dict)
+        named = choice.get(kind)
+        name = named.get("name") if isinstance(named, dict) else None
         if isinstance(name, str) and name:
-            return {"type": "function", "name": name}
+            return {"type": kind, "name": name}
         raise InvalidRequest(
-            "'tool_choice.function.name' must name one of the tools",
-            param="tool_choice.function.name",
+            f"'tool_choice.{kind}.name' must name one of the tools",
+            param=f"tool_choice.{kind}.name",
         )
     raise InvalidRequest(
-        "'tool_choice' must be 'none', 'auto', 'required' or "
-        '{"type": "function", "function": {"name": ...}}',
+        "'tool_choice' must be 'none', 'auto', 'required', "
+        '{"type": "function", "function": {"name": ...}} or '
+        '{"type": "custom", "custom": {"name": ...}}',
         param="tool_choice",
     )
 
@@ -423,6 +495,7 @@ def _translate_messages(
     items: list[dict[str, Any]] = []
     spans: list[tuple[int, int] | None] = []
     leading = True  # still in the run of system/developer messages that opens the chat
+    call_kinds: dict[str, str] = {}  # call id → the item type it became, for its answer
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(message, dict):
@@ -439,9 +512,12 @@ def _translate_messages(
         elif role == "user":
             items.append({"role": "user", "content": _user_content(message.get("content"), where)})
         elif role == "assistant":
-            items.extend(_assistant_items(message, where))
+            for item in _assistant_items(message, where):
+                if "call_id" in item:
+                    call_kinds.setdefault(item["call_id"], item["type"])
+                items.append(item)
         elif role == "tool":
-            items.append(_tool_output(message, where))
+            items.append(_tool_output(message, where, call_kinds))
         elif role == "function":
             raise InvalidRequest(
                 f"'{where}.role': the legacy 'function' role is not supported; send the result "
@@ -559,7 +635,7 @@ def _assistant_items(message: dict[str, Any], where: str) -> list[dict[str, Any]
     if not isinstance(calls, list):
         raise InvalidRequest(f"'{where}.tool_calls' must be an array", param=f"{where}.tool_calls")
     for k, call in enumerate(calls):
-        items.append(_function_call(call, f"{where}.tool_calls[{k}]"))
+        items.append(_tool_call_item(call, f"{where}.tool_calls[{k}]"))
     return items
 
 
@@ -587,12 +663,15 @@ def _assistant_content(content: Any, where: str) -> tuple[str, list[str]]:
     return "".join(texts), refusals
 
 
-def _function_call(call: Any, where: str) -> dict[str, Any]:
+def _tool_call_item(call: Any, where: str) -> dict[str, Any]:
+    """A function_call item, or a custom_tool_call one for a call of type custom."""
     if not isinstance(call, dict):
         raise InvalidRequest(f"'{where}' must be an object", param=where)
-    if call.get("type", "function") != "function":
+    kind = call.get("type", "function")
+    if kind not in ("function", "custom"):
         raise UnsupportedParameter(
-            f"'{where}.type' must be 'function'; the relay translates function calls only",
+            f"'{where}.type' must be 'function' or 'custom'; the relay translates function and "
+            "custom tool calls only",
             param=f"{where}.type",
         )
     index = call.get("index")  # Cursor sends it; position already says the same
@@ -601,14 +680,10 @@ def _function_call(call: Any, where: str) -> dict[str, Any]:
     call_id = call.get("id")
     if not isinstance(call_id, str) or not call_id:
         raise InvalidRequest(f"'{where}.id' must be a non-empty string", param=f"{where}.id")
-    fn = call.get("function")
-    if not isinstance(fn, dict):
-        raise InvalidRequest(f"'{where}.function' must be an object", param=f"{where}.function")
-    name = fn.get("name")
-    if not isinstance(name, str) or not name:
-        raise InvalidRequest(
-            f"'{where}.function.name' must be a non-empty string", param=f"{where}.function.name"
-        )
+    if kind == "custom":
+        return _custom_call(call, call_id, where)
+    fn = _named(call, "function", where)
+    name = fn["name"]
     arguments = fn.get("arguments")
     if not isinstance(arguments, str):  # the content is opaque; only the type is checked
         raise InvalidRequest(
@@ -617,7 +692,38 @@ def _function_call(call: Any, where: str) -> dict[str, Any]:
     return {"type": "function_call", "call_id": call_id, "name": name, "arguments": arguments}
 
 
-def _tool_output(message: dict[str, Any], where: str) -> dict[str, Any]:
+def _named(holder: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    """The ``function`` or ``custom`` object of a tool or call, with a non-empty ``name``."""
+    named = holder.get(key)
+    if not isinstance(named, dict):
+        raise InvalidRequest(f"'{where}.{key}' must be an object", param=f"{where}.{key}")
+    name = named.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidRequest(
+            f"'{where}.{key}.name' must be a non-empty string", param=f"{where}.{key}.name"
+        )
+    return named
+
+
+def _custom_call(call: dict[str, Any], call_id: str, where: str) -> dict[str, Any]:
+    custom = _named(call, "custom", where)
+    name, text = custom["name"], custom.get("input")
+    if not isinstance(text, str):  # freeform text: forwarded exactly as sent
+        raise InvalidRequest(
+            f"'{where}.custom.input' must be a string", param=f"{where}.custom.input"
+        )
+    return {"type": "custom_tool_call", "call_id": call_id, "name": name, "input": text}
+
+
+OUTPUT_TYPES = {
+    "function_call": "function_call_output",
+    "custom_tool_call": "custom_tool_call_output",
+}
+
+
+def _tool_output(
+    message: dict[str, Any], where: str, call_kinds: Mapping[str, str]
+) -> dict[str, Any]:
     call_id = message.get("tool_call_id")
     if not isinstance(call_id, str) or not call_id:
         raise InvalidRequest(
@@ -626,4 +732,11 @@ def _tool_output(message: dict[str, Any], where: str) -> dict[str, Any]:
         )
     optional_str(message, "name", f"{where}.name")  # Cursor sends it; Responses has no slot
     output = _text_content(message.get("content"), where, allow_null=False)
-    return {"type": "function_call_output", "call_id": call_id, "output": output}
+    kind = call_kinds.get(call_id)
+    if kind is None:  # the upstream would refuse it too, but could not say which message
+        raise InvalidRequest(
+            f"'{where}' answers tool call '{call_id}', which no earlier assistant message "
+            "made; send the assistant message with that call before its result",
+            param=f"{where}.tool_call_id",
+        )
+    return {"type": OUTPUT_TYPES[kind], "call_id": call_id, "output": output}

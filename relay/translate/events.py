@@ -86,6 +86,10 @@ class FunctionCallArgumentsDone(_ItemPart):
     arguments: str
 
 
+class CustomToolCallInputDone(_ItemPart):
+    input: str
+
+
 class ResponseFailed(TypedDict, total=False):
     """``response.failed``: reported whatever it holds."""
 
@@ -100,7 +104,8 @@ class ErrorEvent(TypedDict, total=False):
 
 
 class FunctionCall(TypedDict):
-    """The fields of a ``function_call`` output item the Chat side carries."""
+    """The fields of a ``function_call`` output item the Chat side carries (for a
+    ``custom_tool_call`` item: its raw ``input`` as ``arguments``)."""
 
     call_id: str
     name: str
@@ -221,15 +226,28 @@ _ARGUMENTS_DELTA: _Fields = (("output_index", int), ("delta", str))
 _ARGUMENTS_DONE: _Fields = (("output_index", int), ("arguments", str))
 
 
-def read_arguments_delta(data: RawEvent) -> FunctionCallArgumentsDelta:
+def read_arguments_delta(
+    data: RawEvent, event_type: str = "response.function_call_arguments.delta"
+) -> FunctionCallArgumentsDelta:
+    """Also ``response.custom_tool_call_input.delta``: a custom call's input piece, the
+    same fields."""
     if type(data.get("output_index")) is not int or type(data.get("delta")) is not str:
-        _check(data, "response.function_call_arguments.delta", _ARGUMENTS_DELTA)
+        _check(data, event_type, _ARGUMENTS_DELTA)
     return data  # type: ignore[return-value]
 
 
 def read_arguments_done(data: RawEvent) -> FunctionCallArgumentsDone:
     if type(data.get("output_index")) is not int or type(data.get("arguments")) is not str:
         _check(data, "response.function_call_arguments.done", _ARGUMENTS_DONE)
+    return data  # type: ignore[return-value]
+
+
+_INPUT_DONE: _Fields = (("output_index", int), ("input", str))
+
+
+def read_input_done(data: RawEvent) -> CustomToolCallInputDone:
+    if type(data.get("output_index")) is not int or type(data.get("input")) is not str:
+        _check(data, "response.custom_tool_call_input.done", _INPUT_DONE)
     return data  # type: ignore[return-value]
 
 
@@ -246,19 +264,32 @@ def read_error(data: RawEvent) -> ErrorEvent:
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
 
 
+# How a custom tool call reaches the client: a function-type call whose ``arguments`` is
+# the raw input, or the Chat API's own ``{"type": "custom", "custom": {name, input}}``.
+CustomCallForm = Literal["function", "custom"]
+CUSTOM_CALL_FORMS: tuple[CustomCallForm, ...] = ("function", "custom")
+
+
 class FunctionDelta(TypedDict, total=False):
     name: str
     arguments: str
 
 
+class CustomDelta(TypedDict, total=False):
+    name: str
+    input: str
+
+
 class ToolCallDelta(TypedDict):
-    """A call's first delta carries ``id``, ``type`` and ``function.name``; later ones
-    only ``index`` and argument pieces."""
+    """A call's first delta carries ``id``, ``type`` and ``function.name`` (a custom
+    call in the custom form: ``custom.name``); later ones only ``index`` and argument
+    (input) pieces."""
 
     index: int
     id: NotRequired[str]
-    type: NotRequired[Literal["function"]]
-    function: FunctionDelta
+    type: NotRequired[Literal["function", "custom"]]
+    function: NotRequired[FunctionDelta]
+    custom: NotRequired[CustomDelta]
 
 
 class ChunkDelta(TypedDict, total=False):
@@ -310,10 +341,26 @@ class ChatFunction(TypedDict):
     arguments: str
 
 
-class ToolCall(TypedDict):
+class FunctionToolCall(TypedDict):
     id: str
     type: Literal["function"]
     function: ChatFunction
+
+
+class ChatCustom(TypedDict):
+    name: str
+    input: str
+
+
+class CustomToolCall(TypedDict):
+    """The Chat API's custom tool call (the SDK's ``ChatCompletionMessageCustomToolCall``)."""
+
+    id: str
+    type: Literal["custom"]
+    custom: ChatCustom
+
+
+ToolCall = FunctionToolCall | CustomToolCall
 
 
 class ChatMessage(TypedDict):

@@ -6,9 +6,13 @@ usage mapping, the readers of output items, and the sanitized ``UpstreamFailed``
 - Every ``message`` item lands in the one choice, texts concatenated in output order with
   no separator (exactly what the streamed deltas add up to); refusal parts likewise go to
   ``message.refusal``.
-- ``function_call`` items become ``tool_calls``; other item types (reasoning, built-in
-  tools) have no Chat form and are left out, except reasoning summaries, which become
-  ``reasoning_content`` (parts joined by a blank line) when summaries are enabled.
+- ``function_call`` items become ``tool_calls``, and so do ``custom_tool_call`` items, in
+  the form asked for (:data:`~relay.translate.events.CustomCallForm`): a function-type
+  call whose ``arguments`` is the raw ``input``, or the Chat API's ``{"type": "custom",
+  "custom": {"name", "input"}}``; the input is freeform text, passed on byte for byte and
+  never read as JSON. Other item types (reasoning, built-in tools) have no Chat form and
+  are left out, except reasoning summaries, which become ``reasoning_content`` (parts
+  joined by a blank line) when summaries are enabled.
 - A response that did not complete never becomes an empty success: ``incomplete`` maps to
   ``length``/``content_filter`` and anything else raises :class:`UpstreamFailed`.
 """
@@ -24,6 +28,7 @@ from relay.translate.events import (
     ChatCompletion,
     ChatMessage,
     ChatUsage,
+    CustomCallForm,
     FinishReason,
     FunctionCall,
     PromptTokensDetails,
@@ -166,22 +171,40 @@ def message_parts(item: Mapping[str, Any]) -> list[tuple[PartKind, str]]:
 
 
 def function_call_fields(item: Mapping[str, Any], *, need_arguments: bool = True) -> FunctionCall:
-    """``call_id``, ``name`` and ``arguments`` of a function_call item (arguments may be
-    missing from an ``output_item.added`` item: then ``""``)."""
-    call_id, name, arguments = item.get("call_id"), item.get("name"), item.get("arguments")
+    """``call_id``, ``name`` and ``arguments`` of a function_call item, or of a
+    custom_tool_call item with its ``input`` as ``arguments`` (they may be missing from an
+    ``output_item.added`` item: then ``""``)."""
+    kind = item.get("type")
+    field = "input" if kind == "custom_tool_call" else "arguments"
+    call_id, name, arguments = item.get("call_id"), item.get("name"), item.get(field)
     if arguments is None and not need_arguments:
         arguments = ""
     if not isinstance(call_id, str):
-        raise _not_a_string("call_id")
+        raise _not_a_string(kind, "call_id")
     if not isinstance(name, str):
-        raise _not_a_string("name")
+        raise _not_a_string(kind, "name")
     if not isinstance(arguments, str):
-        raise _not_a_string("arguments")
+        raise _not_a_string(kind, field)
     return {"call_id": call_id, "name": name, "arguments": arguments}
 
 
-def _not_a_string(key: str) -> UpstreamProtocolError:
-    return UpstreamProtocolError(f"upstream function_call item has no string '{key}'")
+def _not_a_string(kind: object, key: str) -> UpstreamProtocolError:
+    return UpstreamProtocolError(f"upstream {kind} item has no string '{key}'")
+
+
+def chat_tool_call(call: FunctionCall, *, custom: bool, form: CustomCallForm) -> ToolCall:
+    """A message's tool call: a function call, or a custom one in ``form``."""
+    if custom and form == "custom":
+        return {
+            "id": call["call_id"],
+            "type": "custom",
+            "custom": {"name": call["name"], "input": call["arguments"]},
+        }
+    return {
+        "id": call["call_id"],
+        "type": "function",
+        "function": {"name": call["name"], "arguments": call["arguments"]},
+    }
 
 
 def summary_texts(item: Mapping[str, Any]) -> list[str]:
@@ -219,6 +242,7 @@ def response_to_chat_completion(
     created: int,
     model: str,
     reasoning_summaries: bool,
+    custom_tool_calls: CustomCallForm = "function",
 ) -> ChatCompletion:
     if not isinstance(response, Mapping):
         raise UpstreamProtocolError("upstream response is not a JSON object")
@@ -236,15 +260,10 @@ def response_to_chat_completion(
                     texts.append(text)
                 elif part_kind == "refusal":
                     refusals.append(text)
-        elif kind == "function_call":
-            call = function_call_fields(item)
-            tool_calls.append(
-                {
-                    "id": call["call_id"],
-                    "type": "function",
-                    "function": {"name": call["name"], "arguments": call["arguments"]},
-                }
-            )
+        elif kind in ("function_call", "custom_tool_call"):
+            custom = kind == "custom_tool_call"
+            call = chat_tool_call(function_call_fields(item), custom=custom, form=custom_tool_calls)
+            tool_calls.append(call)
         elif kind == "reasoning":
             summaries.extend(summary_texts(item))
     text, refusal = "".join(texts), "".join(refusals)

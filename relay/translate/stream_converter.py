@@ -10,6 +10,11 @@ returns, in order. The converter:
   from; summary parts are separated by a blank line, as in the JSON answer;
 - announces each function call once (``index``, ``id``, ``type``, ``function.name``,
   ``arguments: ""``), then streams its argument pieces under the same ``index``;
+- does the same for each custom tool call (``response.output_item.added`` announces it,
+  ``response.custom_tool_call_input.delta`` pieces follow), in the form asked for: as a
+  function call whose arguments are the raw input (the default), or as the Chat API's
+  ``{"type": "custom", "custom": {"name", "input"}}``; the input is passed on byte for
+  byte, never read as JSON;
 - catches up on text the deltas never carried: when a ``.done`` event, a finished item or
   the terminal response holds text that *extends* what was sent, the missing tail is sent;
   text that contradicts what was sent is left alone (the deltas are what the client saw);
@@ -37,6 +42,7 @@ from relay.translate import events
 from relay.translate.events import (
     ChatCompletionChunk,
     ChunkDelta,
+    CustomCallForm,
     FinishReason,
     RawEvent,
     ToolCallDelta,
@@ -71,6 +77,7 @@ class ChatStreamConverter:
         model: str,
         include_usage: bool,
         reasoning_summaries: bool,
+        custom_tool_calls: CustomCallForm = "function",
     ) -> None:
         # What every chunk shares (a dict display of them is faster than unpacking a dict).
         self._id = completion_id
@@ -78,12 +85,14 @@ class ChatStreamConverter:
         self._model = model
         self._include_usage = include_usage
         self._summaries = reasoning_summaries
+        self._custom_form = custom_tool_calls
         self._role_sent = False
         # Text (or arguments) sent so far, per part, as its pieces: appending to a list
         # costs the same at any length, where adding to a string copies all of it.
         self._sent: dict[_Key, list[str]] = {}
         self._last_summary: _Key | None = None
         self._calls: dict[int, int] = {}  # output_index → tool-call index in the chunks
+        self._native: set[int] = set()  # output_index of calls sent in the custom form
         self._call_positions: dict[str, int] = {}  # call_id → output_index it was announced at
         self._positions: dict[str, int] = {}  # item id → output_index seen in the stream
         self.finished = False
@@ -136,10 +145,11 @@ class ChatStreamConverter:
             pieces.append(piece)
         delta: ChunkDelta = {}
         if kind == "arguments":
-            call: ToolCallDelta = {
-                "index": self._calls[output_index],
-                "function": {"arguments": piece},
-            }
+            call: ToolCallDelta = {"index": self._calls[output_index]}
+            if output_index in self._native:
+                call["custom"] = {"input": piece}
+            else:
+                call["function"] = {"arguments": piece}
             delta["tool_calls"] = [call]
             return self._with_role([self._chunk(delta)])
         if kind == "reasoning_content":
@@ -209,7 +219,7 @@ class ChatStreamConverter:
         event = events.read_output_item(data, event_type)
         item = event["item"]
         output_index = self._position(event["output_index"], item.get("id"))
-        if item_type(item) != "function_call":
+        if item_type(item) not in ("function_call", "custom_tool_call"):
             return []
         return self._function_call(output_index, item, final=False)
 
@@ -222,7 +232,7 @@ class ChatStreamConverter:
         """Catch up on whatever a finished item holds that the deltas did not carry."""
         kind = item_type(item)
         chunks: list[Chunk] = []
-        if kind == "function_call":
+        if kind in ("function_call", "custom_tool_call"):
             chunks = self._function_call(output_index, item, final=True)
         elif kind == "message":
             for i, (part_kind, text) in enumerate(message_parts(item)):
@@ -236,18 +246,21 @@ class ChatStreamConverter:
     def _function_call(
         self, output_index: int, item: Mapping[str, Any], *, final: bool
     ) -> list[Chunk]:
+        """A function or custom tool call: announced once, then its arguments (input)."""
         fields = function_call_fields(item, need_arguments=final)
         # One call, one announcement, even if it shows up again at another position.
         output_index = self._call_positions.setdefault(fields["call_id"], output_index)
         chunks: list[Chunk] = []
         if output_index not in self._calls:
             self._calls[output_index] = len(self._calls)
-            announce: ToolCallDelta = {
-                "index": self._calls[output_index],
-                "id": fields["call_id"],
-                "type": "function",
-                "function": {"name": fields["name"], "arguments": ""},
-            }
+            announce: ToolCallDelta = {"index": self._calls[output_index], "id": fields["call_id"]}
+            if item.get("type") == "custom_tool_call" and self._custom_form == "custom":
+                self._native.add(output_index)
+                announce["type"] = "custom"
+                announce["custom"] = {"name": fields["name"], "input": ""}
+            else:
+                announce["type"] = "function"
+                announce["function"] = {"name": fields["name"], "arguments": ""}
             chunks = self._with_role([self._chunk({"tool_calls": [announce]})])
         return chunks + self._catch_up(("arguments", output_index, 0), fields["arguments"])
 
@@ -260,19 +273,23 @@ class ChatStreamConverter:
         if output_index not in self._calls:
             raise UpstreamProtocolError(
                 f"upstream event {event_type} refers to output {output_index}, "
-                "which is not an announced function call"
+                "which is not an announced function or custom tool call"
             )
         return output_index
 
     def _arguments_delta(self, event_type: str, data: RawEvent) -> list[Chunk]:
+        """A function call's arguments piece, or a custom call's input piece."""
         output_index = self._announced_call(event_type, data)
-        event = events.read_arguments_delta(data)
+        event = events.read_arguments_delta(data, event_type)
         return self._send_text(("arguments", output_index, 0), event["delta"])
 
     def _arguments_done(self, event_type: str, data: RawEvent) -> list[Chunk]:
         output_index = self._announced_call(event_type, data)
-        event = events.read_arguments_done(data)
-        return self._catch_up(("arguments", output_index, 0), event["arguments"])
+        if event_type == "response.custom_tool_call_input.done":
+            full = events.read_input_done(data)["input"]
+        else:
+            full = events.read_arguments_done(data)["arguments"]
+        return self._catch_up(("arguments", output_index, 0), full)
 
     def _terminal(self, event_type: str, data: RawEvent) -> list[Chunk]:
         response = events.read_response_event(data, event_type)["response"]
@@ -323,6 +340,8 @@ class ChatStreamConverter:
         "response.output_item.done": _item_done,
         "response.function_call_arguments.delta": _arguments_delta,
         "response.function_call_arguments.done": _arguments_done,
+        "response.custom_tool_call_input.delta": _arguments_delta,
+        "response.custom_tool_call_input.done": _arguments_done,
         "response.completed": _terminal,
         "response.incomplete": _terminal,
         "response.failed": _failed,

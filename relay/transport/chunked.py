@@ -21,11 +21,20 @@ and the last chunk are followed by exactly ``\\r\\n``, compared once both bytes 
 (no trailers). Decoded data is coalesced up to ``chunk_size`` and handed over before any
 read that has to wait for the network, as Tornado does; the loop yields every
 ``_YIELD_THRESHOLD`` of work, a chunk counting ``_CHUNK_YIELD_COST``.
+
+Two rules are stricter than Tornado's, in time only. A bare LF (a ``\n`` that does not
+end a CRLF) where a size line ends or where a chunk's CRLF is due is refused as soon as it
+arrives (:data:`BARE_LF`); so is a byte no size line can hold (anything but hex digits and
+its CRLF: a bare CR, an extension), as an invalid chunk size. Tornado waits for the CRLF
+first, which a client framing its lines with LF or CR alone never sends, so the request
+would hang until the idle timeout; every body refused this way Tornado would have refused
+too, or never finished.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Final, NoReturn
 
 from tornado import httputil, iostream
@@ -37,6 +46,7 @@ from tornado.http1connection import (
 )
 
 from relay import log
+from relay.transport.protocol_errors import BARE_LF
 
 # Tornado reads a size line with read_until(b"\r\n", max_bytes=64).
 MAX_SIZE_LINE: Final = 64
@@ -45,6 +55,10 @@ _CRLF: Final = b"\r\n"
 _LAST_CHUNK: Final = len(b"0\r\n\r\n")
 
 _HEXDIGITS: Final = b"0123456789abcdefABCDEF"
+# What a size line can begin with: hex digits, then the CR of its CRLF.
+_SIZE_LINE_START: Final = re.compile(rb"[0-9a-fA-F]*\r?")
+_CR: Final = 13
+_LF: Final = 10
 
 _LINE, _DATA, _DATA_END, _LAST_END, _DONE = range(5)
 
@@ -61,7 +75,8 @@ class ChunkedDecoder:
     :meth:`feed` returns the chunk data the piece completed or continued and counts the
     size lines in :attr:`chunks`; it raises ``HTTPInputError`` (a malformed or too large
     body) or ``UnsatisfiableReadError`` (a size line over 64 bytes) exactly where Tornado
-    does. :attr:`done` once the last chunk's CRLF is in.
+    does, or earlier where Tornado would wait (module docstring).
+    :attr:`done` once the last chunk's CRLF is in.
     """
 
     __slots__ = ("_crlf", "_line", "_max_body_size", "_remaining", "_state", "_total", "chunks")
@@ -115,17 +130,28 @@ class ChunkedDecoder:
                     data = self._line + data[i:]
                     self._line = b""
                     i, end = 0, len(data)
-                eol = data.find(b"\r\n", i)
-                if eol == -1:
+                lf = data.find(b"\n", i)
+                stop = end if lf == -1 else lf
+                bad = _SIZE_LINE_START.match(data, i, stop).end()  # type: ignore[union-attr]
+                if bad < stop:  # a byte no size line can hold: refused where it is
+                    if bad + 1 - i > MAX_SIZE_LINE:
+                        raise _line_too_long()
+                    raise httputil.HTTPInputError("invalid chunk size")
+                if lf == -1:
                     if end - i > MAX_SIZE_LINE:
                         raise _line_too_long()
                     self._line = data[i:]
                     break
-                if eol + 2 - i > MAX_SIZE_LINE:
+                if lf + 1 - i > MAX_SIZE_LINE:
                     raise _line_too_long()
+                if lf == i or data[lf - 1] != _CR:
+                    raise httputil.HTTPInputError(BARE_LF)
+                eol = lf - 1
                 state = self._size_line(data[i:eol])
                 i = eol + 2
             else:  # _DATA_END or _LAST_END: exactly CRLF, judged once both bytes are in
+                if not self._crlf and data[i] == _LF:
+                    raise httputil.HTTPInputError(BARE_LF)
                 crlf = self._crlf + data[i : i + 2 - len(self._crlf)]
                 i += len(crlf) - len(self._crlf)
                 if len(crlf) < 2:

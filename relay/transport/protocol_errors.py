@@ -78,6 +78,11 @@ _MESSAGES: Final = (
         "in hexadecimal digits and CRLF",
     ),
     (
+        "bare LF in chunked framing",
+        "malformed chunked body: a line ends with a bare LF; end each chunk size line, "
+        "each chunk's data and the last chunk with CRLF (\\r\\n)",
+    ),
+    (
         "improperly terminated chunked request",
         "malformed chunked body: the last chunk ('0' CRLF) must be followed by CRLF "
         "(trailers are not accepted)",
@@ -104,6 +109,7 @@ _MESSAGES: Final = (
 )
 
 CHUNK_LINE_TOO_LONG: Final = "chunk size line too long"
+BARE_LF: Final = "bare LF in chunked framing"  # relay.transport.chunked
 
 
 def malformed(tornado_message: str) -> MalformedHTTP:
@@ -124,9 +130,10 @@ def headers_too_large(limit: int) -> HeadersTooLarge:
     )
 
 
-def rejection_bytes(error: RelayError, request_id: str) -> bytes:
+def rejection_bytes(error: RelayError, request_id: str, *, retry_after: int | None = None) -> bytes:
     """The whole HTTP/1.1 answer: ``error``'s status and envelope, then the connection
-    closes (what followed the bad part of the request cannot be framed)."""
+    closes (what followed the bad part of the request cannot be framed, or was never
+    read); ``retry_after``: seconds, for a ``Retry-After`` header."""
     body = json.dumps(error.envelope()).encode()
     try:
         reason = HTTPStatus(error.status).phrase
@@ -138,6 +145,7 @@ def rejection_bytes(error: RelayError, request_id: str) -> bytes:
         f"Content-Length: {len(body)}\r\n"
         "Cache-Control: no-store\r\n"
         f"X-Request-Id: {request_id}\r\n"
-        "Connection: close\r\n\r\n"
+        + (f"Retry-After: {retry_after}\r\n" if retry_after is not None else "")
+        + "Connection: close\r\n\r\n"
     )
     return head.encode("ascii") + body

@@ -107,7 +107,7 @@ class SSEParser:
         if data != DONE_DATA:
             try:
                 json.loads(data)
-            except ValueError:
+            except (ValueError, RecursionError):  # deep nesting is as malformed as a cut
                 raise UpstreamProtocolError(
                     "upstream event stream ended in the middle of an event"
                 ) from None
@@ -312,7 +312,7 @@ def decode_event(event: SSEEvent) -> tuple[str, dict[str, Any]]:
         return DONE_DATA, {}
     try:
         payload = _loads(event.data, _SCAN)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise UpstreamProtocolError("upstream SSE event data is not valid JSON") from None
     if not isinstance(payload, dict):
         raise UpstreamProtocolError("upstream SSE event data is not a JSON object")

@@ -457,7 +457,7 @@ class UpstreamExchange:
 def _http_error(status: int, body: bytes) -> UpstreamError:
     try:
         envelope = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         envelope = None
     if isinstance(envelope, dict) and isinstance(envelope.get("error"), dict):
         return UpstreamHTTPError(status, envelope)

@@ -4,6 +4,7 @@ a bare "400 Bad Request", or closes without a word), and the relay keeps serving
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 import requests
 
 from tests.support.raw_http import Answer, exchange, read_answers
-from tests.support.stack import Stack
+from tests.support.stack import Stack, StackFactory
 
 GOOD_BODY = json.dumps({"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}]})
 
@@ -104,6 +105,18 @@ CASES = {
     "size line over 64 bytes": (
         dict(framing=["Transfer-Encoding: chunked"], body=b"0" * 70 + b"2\r\n{}\r\n0\r\n\r\n"),
         "longer than 64 bytes",
+    ),
+    "bare LF chunked framing": (
+        dict(framing=["Transfer-Encoding: chunked"], body=b"3\nabc\n0\n\n"),
+        "bare LF",
+    ),
+    "bare CR chunked framing": (
+        dict(framing=["Transfer-Encoding: chunked"], body=b"3\rabc\r0\r\r"),
+        "hexadecimal digits and CRLF",
+    ),
+    "bare LF after the last chunk": (
+        dict(framing=["Transfer-Encoding: chunked"], body=chunked(b"{}")[:-2] + b"\n"),
+        "bare LF",
     ),
     "no Host": (dict(line="GET /healthz HTTP/1.1", framing=[], host=False), "Host header"),
     "two Hosts": (dict(line="GET /healthz HTTP/1.1", headers=["Host: other"]), "one Host"),
@@ -219,7 +232,33 @@ def test_a_chunked_upload_in_many_pieces_is_read(stack: Stack) -> None:
     assert json.loads(answer.body)["object"] == "chat.completion"
 
 
-def test_an_idle_connection_is_closed_by_the_header_timeout(stack_factory) -> None:  # type: ignore[no-untyped-def]
-    with stack_factory({"RELAY_IDLE_TIMEOUT_MS": "300"}) as s:
-        # Half a head, then silence: closed without an answer, as Tornado does.
-        assert exchange(s.relay.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n", timeout=5) == b""
+@pytest.mark.parametrize(
+    ("token", "size", "status"),
+    [("wrong-token-0123456789", 2, 401), (None, 2000, 413)],
+    ids=["401 from prepare", "413 by Content-Length"],
+)
+def test_a_refusal_before_the_body_says_the_connection_closes(
+    stack_factory: StackFactory,
+    token: str | None,
+    size: int,
+    status: int,
+) -> None:
+    """The streamed-body handlers refuse from the head, leaving the body unread; the
+    connection cannot be reused, and the answer says so (keep-alive: http.client)."""
+    with stack_factory({"RELAY_MAX_REQUEST_BYTES": "1024"}) as s:
+        conn = http.client.HTTPConnection("127.0.0.1", s.relay.port, timeout=10)
+        try:
+            headers = {**s.headers(), "Authorization": f"Bearer {token or s.token}"}
+            conn.request("POST", "/v1/chat/completions", body=b"{" + b" " * (size - 2) + b"}",
+                         headers=headers)  # fmt: skip
+            first = conn.getresponse()
+            first.read()
+            assert first.status == status
+            assert first.getheader("Connection") == "close"
+            assert first.will_close
+            conn.request("GET", "/healthz")  # http.client opens a new connection for it
+            second = conn.getresponse()
+            assert (second.status, second.read()) == (200, b'{"status":"ok"}')
+            assert second.getheader("Connection") is None  # a plain request keeps it open
+        finally:
+            conn.close()

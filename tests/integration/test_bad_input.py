@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import logging
 import socket
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -70,6 +72,37 @@ def test_bad_bodies_get_clear_400(stack: Stack, body: bytes, status: int, needle
 
 def test_wrong_content_type_is_415(stack: Stack) -> None:
     assert_envelope(post(stack, json.dumps(GOOD).encode(), "text/plain"), 415, "application/json")
+
+
+@pytest.mark.parametrize(
+    ("encoding", "compress"),
+    [
+        ("gzip", False),  # plain JSON declared gzip: it used to pass
+        ("gzip", True),  # real gzip: it used to be "not valid UTF-8"
+        ("deflate", True),
+        ("identity, br", False),
+    ],
+)
+def test_a_declared_content_encoding_is_415_naming_it(
+    stack: Stack, encoding: str, compress: bool
+) -> None:
+    body = json.dumps(GOOD).encode()
+    if compress:
+        body = gzip.compress(body) if encoding == "gzip" else zlib.compress(body)
+    headers = {**stack.headers(), "Content-Encoding": encoding}
+    resp = requests.post(f"{stack.base_url}/chat/completions", data=body, headers=headers,
+                         timeout=10)  # fmt: skip
+    err = assert_envelope(resp, 415, f"Content-Encoding {encoding.rpartition(' ')[2]!r}")
+    assert err["code"] == "unsupported_content_encoding"
+    assert resp.headers["Connection"] == "close"  # refused before its body was read
+
+
+@pytest.mark.parametrize("encoding", ["identity", "Identity"])
+def test_content_encoding_identity_is_accepted(stack: Stack, encoding: str) -> None:
+    headers = {**stack.headers(), "Content-Encoding": encoding}
+    resp = requests.post(f"{stack.base_url}/chat/completions", data=json.dumps(GOOD), headers=headers,
+                         timeout=10)  # fmt: skip
+    assert resp.status_code == 200, resp.text
 
 
 def test_missing_content_type_is_accepted(stack: Stack) -> None:

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import requests
 
-from tests.integration.test_strict_relay import PROVIDERS, turn
 from tests.support.stack import Stack, running_stack
+from tests.support.strict_stack import PROVIDERS, turn
 
 ADMIN = "admin-token-0123456789"
 ENV = {"REASONING_CACHE_ENABLED": "1", "RELAY_ADMIN_TOKEN": ADMIN}

@@ -7,132 +7,24 @@ from __future__ import annotations
 
 import hashlib
 import os
-import queue
-import re
 import signal
 import sqlite3
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 
 from fakeupstream.fake import FakeUpstream
-from relay.clock import SystemClock
 from relay.crashpoints import BACKUP_POINTS, REPLACE_POINTS
 from relay.storage.disk_guard import blocked_path, replace_note
-from tests.integration.test_cache_relay import continuity
+from tests.support.cache_stack import continuity
 from tests.support.log_leaks import observe_process
-from tests.support.relay_cli import relay_env
-from tests.support.stack import TOKEN, UPSTREAM_KEY, LoopThread
+from tests.support.serve_process import TIMEOUT, Relay, env_for, start
 from tests.support.store_builder import build_store
 
-TIMEOUT = 30.0
 EMPTY = hashlib.sha256(b"").hexdigest()
-
-
-@pytest.fixture
-def upstream() -> Iterator[FakeUpstream]:
-    loop = LoopThread()
-    fake = FakeUpstream(clock=SystemClock(), seed=7)
-    loop.run(fake.start("127.0.0.1", 0))
-    yield fake
-    loop.run(fake.stop())
-    loop.close()
-
-
-def env_for(tmp_path: Path, fake: FakeUpstream | None, **extra: str) -> dict[str, str]:
-    base = {"RELAY_TOKEN": TOKEN, "REASONING_CACHE_ENABLED": "1", "RELAY_SSE_KEEPALIVE_MS": "0"}
-    if fake is not None:
-        base |= {"OPENAI_API_KEY": UPSTREAM_KEY, "OPENAI_BASE_URL": fake.base_url}
-    return relay_env(tmp_path, **base, **extra)
-
-
-class Relay:
-    """``relay serve`` as a real process; its output read by threads, so a test waits on
-    a line (an event) instead of sleeping."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self.env = env
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "relay", "serve"], env=env, text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )  # fmt: skip
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.seen: list[str] = []
-        self.readers = [
-            threading.Thread(target=self._read, args=(stream,), daemon=True)
-            for stream in (self.proc.stdout, self.proc.stderr)
-        ]
-        for reader in self.readers:
-            reader.start()
-        listening = self.wait_for(r"^relay listening on (\S+)")
-        self.base = listening.group(1)
-
-    def _read(self, stream: Any) -> None:
-        for line in stream:
-            self.lines.put(line)
-
-    def wait_for(self, pattern: str) -> re.Match[str]:
-        """The first line so far, or from now on, that matches ``pattern``."""
-        regex = re.compile(pattern)
-        for line in self.seen:
-            if match := regex.search(line):
-                return match
-        while True:
-            line = self.lines.get(timeout=TIMEOUT)
-            self.seen.append(line)
-            if match := regex.search(line):
-                return match
-
-    def chat(self, messages: list[dict[str, Any]]) -> str:
-        answer = requests.post(
-            f"{self.base}/chat/completions",
-            json={"model": "gpt-5", "messages": messages},
-            headers={"Authorization": f"Bearer {TOKEN}"}, timeout=TIMEOUT,
-        )  # fmt: skip
-        assert answer.status_code == 200, answer.text
-        return str(answer.json()["choices"][0]["message"]["content"])
-
-    def conversation(self, prompt: str) -> list[dict[str, Any]]:
-        text = self.chat([{"role": "user", "content": prompt}])
-        return [{"role": "user", "content": prompt}, {"role": "assistant", "content": text},
-                {"role": "user", "content": "and then?"}]  # fmt: skip
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        assert self.proc.wait(TIMEOUT) == 0
-        self.close()
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        for reader in self.readers:
-            reader.join(TIMEOUT)  # the pipes end with the process
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                stream.close()
-        while not self.lines.empty():
-            self.seen.append(self.lines.get())
-        observe_process("test_cache_backup relay serve", "".join(self.seen), self.env)
-
-
-@pytest.fixture
-def relays() -> Iterator[list[Relay]]:
-    started: list[Relay] = []
-    yield started
-    for relay in started:
-        relay.close()
-
-
-def start(relays: list[Relay], env: dict[str, str]) -> Relay:
-    relays.append(Relay(env))
-    return relays[-1]
 
 
 def command(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

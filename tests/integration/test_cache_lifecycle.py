@@ -16,13 +16,7 @@ from relay.config import load_config
 from relay.errors import ConfigError, StoreLocked
 from relay.server import RelayServer
 from relay.storage.recovery import COVERAGE_GAP_KEY
-from tests.integration.test_cache_relay import (
-    CACHE_ON,
-    ask,
-    cached,  # noqa: F401 - fixture
-    continuity,
-    writes_fail,
-)
+from tests.support.cache_stack import CACHE_ON, ask, continuity, writes_fail
 from tests.support.stack import Stack, running_stack
 
 
@@ -50,7 +44,7 @@ def gap(stack: Stack) -> bool:
     return stack.relay.runtime.cache.store.meta(COVERAGE_GAP_KEY) is not None
 
 
-def test_a_disabled_interval_stops_old_replays(cached: Stack) -> None:  # noqa: F811
+def test_a_disabled_interval_stops_old_replays(cached: Stack) -> None:
     history = conversation(cached)
     restart(cached, REASONING_CACHE_ENABLED="0")
     assert (cached.config.cache_path).exists() and not gap(cached)  # owned, no gap yet
@@ -67,7 +61,7 @@ def test_a_disabled_interval_stops_old_replays(cached: Stack) -> None:  # noqa: 
 
 
 @pytest.mark.parametrize("stream", [True, False])
-def test_direct_responses_traffic_is_relayed_and_fences(cached: Stack, stream: bool) -> None:  # noqa: F811
+def test_direct_responses_traffic_is_relayed_and_fences(cached: Stack, stream: bool) -> None:
     history = conversation(cached)
     with cached.openai() as client:
         if stream:
@@ -84,7 +78,7 @@ def test_direct_responses_traffic_is_relayed_and_fences(cached: Stack, stream: b
     assert continuity(ask(cached, history, stream=True)) == (0, 0, 0)
 
 
-def test_fencing_is_per_caller_when_the_caller_is_known(cached: Stack) -> None:  # noqa: F811
+def test_fencing_is_per_caller_when_the_caller_is_known(cached: Stack) -> None:
     text = ask(cached, [{"role": "user", "content": "hi"}], stream=True, user="alice")
     history = [
         {"role": "user", "content": "hi"},
@@ -99,7 +93,7 @@ def test_fencing_is_per_caller_when_the_caller_is_known(cached: Stack) -> None: 
     assert continuity(ask(cached, history, stream=True, user="alice")) == (0, 0, 0)
 
 
-def test_an_unwritable_fence_refuses_the_direct_call(cached: Stack) -> None:  # noqa: F811
+def test_an_unwritable_fence_refuses_the_direct_call(cached: Stack) -> None:
     with (
         writes_fail(cached),
         cached.openai() as client,
@@ -110,7 +104,7 @@ def test_an_unwritable_fence_refuses_the_direct_call(cached: Stack) -> None:  # 
     assert cached.fake.requests == []
 
 
-def test_direct_responses_traffic_while_disabled_records_the_gap(cached: Stack) -> None:  # noqa: F811
+def test_direct_responses_traffic_while_disabled_records_the_gap(cached: Stack) -> None:
     history = conversation(cached)
     restart(cached, REASONING_CACHE_ENABLED="0")
     with cached.openai() as client:
@@ -121,7 +115,7 @@ def test_direct_responses_traffic_while_disabled_records_the_gap(cached: Stack) 
 
 
 @pytest.mark.parametrize("direct", [False, True], ids=["chat", "responses"])
-def test_an_unwritable_gap_refuses_the_request(cached: Stack, direct: bool) -> None:  # noqa: F811
+def test_an_unwritable_gap_refuses_the_request(cached: Stack, direct: bool) -> None:
     history = conversation(cached)
     restart(cached, REASONING_CACHE_ENABLED="0")
     sent = cached.fake.received
@@ -168,8 +162,9 @@ def test_over_capacity_requests_are_served_uncached_and_poisoned(tmp_path: Path)
         assert continuity(ask(stack, other, stream=True)) == (0, 0, 0)
 
 
-def test_a_second_relay_on_the_same_store_is_refused(cached: Stack) -> None:  # noqa: F811
-    second = RelayServer(cached.config)
+def test_a_second_relay_on_the_same_store_is_refused(cached: Stack) -> None:
+    # Without an admin socket: the default one would refuse it first (test_serve_settings).
+    second = RelayServer(dataclasses.replace(cached.config, admin_socket=None))
     with pytest.raises(StoreLocked, match="another relay process"):
         cached.loop.run(second.start())
     assert continuity(ask(cached, [{"role": "user", "content": "still"}], stream=True)) == (0, 0, 0)
@@ -181,7 +176,7 @@ def test_a_budget_too_small_fails_startup_clearly() -> None:
     load_config({"REASONING_CACHE_MEMORY_BYTES": str(20 * 1024 * 1024)})  # off: not checked
 
 
-def test_passthrough_bad_input_is_a_clear_400(cached: Stack) -> None:  # noqa: F811
+def test_passthrough_bad_input_is_a_clear_400(cached: Stack) -> None:
     resp = requests.post(
         f"{cached.base_url}/responses", data=b"[1]", headers=cached.headers(), timeout=10
     )

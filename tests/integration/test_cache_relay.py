@@ -3,11 +3,7 @@ upstream's continuity probe as the judge of where replayed reasoning landed."""
 
 from __future__ import annotations
 
-import re
-import sqlite3
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,34 +12,8 @@ import pytest
 import requests
 
 from relay.errors import StoreError
+from tests.support.cache_stack import ask, continuity, writes_fail
 from tests.support.stack import Stack, running_stack
-
-CACHE_ON = {"REASONING_CACHE_ENABLED": "1"}
-CONTINUITY = re.compile(r"continuity: replayed=(\d+) intact=(\d+) misplaced=(\d+)")
-
-
-@pytest.fixture
-def cached(tmp_path: Path) -> Iterator[Stack]:
-    with running_stack(tmp_path / "data", CACHE_ON) as stack:
-        yield stack
-
-
-def continuity(text: str) -> tuple[int, int, int]:
-    match = CONTINUITY.search(text)
-    assert match, text
-    replayed, intact, misplaced = (int(g) for g in match.groups())
-    return replayed, intact, misplaced
-
-
-def ask(stack: Stack, messages: list[dict[str, Any]], *, stream: bool, **extra: Any) -> str:
-    with stack.openai() as client:
-        if stream:
-            with client.chat.completions.create(
-                model="gpt-5", messages=messages, stream=True, **extra
-            ) as chunks:
-                return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-        answer = client.chat.completions.create(model="gpt-5", messages=messages, **extra)
-        return answer.choices[0].message.content or ""
 
 
 def last_input(stack: Stack) -> list[dict[str, Any]]:
@@ -175,26 +145,6 @@ def test_cache_file_is_private(cached: Stack) -> None:
     path = cached.config.cache_path
     assert path.stat().st_mode & 0o777 == 0o600
     assert path.parent.stat().st_mode & 0o077 == 0
-
-
-@contextmanager
-def writes_fail(stack: Stack) -> Iterator[None]:
-    """Every write on the relay's own store connection fails (SQLITE_READONLY through
-    ``PRAGMA query_only``), on the relay's loop thread, which owns the connection. The
-    store tests cover SQLITE_FULL; here any write failure must refuse the request."""
-    assert stack.relay.runtime is not None
-    store = stack.relay.runtime.cache.store
-    assert store is not None
-    connection: sqlite3.Connection = store._conn  # type: ignore[assignment]
-
-    async def query_only(on: bool) -> None:
-        connection.execute(f"PRAGMA query_only = {int(on)}")
-
-    stack.loop.run(query_only(True))
-    try:
-        yield
-    finally:
-        stack.loop.run(query_only(False))
 
 
 def test_a_failing_store_refuses_with_503_instead_of_forwarding_unsafely(cached: Stack) -> None:

@@ -16,15 +16,8 @@ import pytest
 import requests
 
 from fakeupstream.fake import FakeUpstream
-from tests.integration.test_cache_backup import (
-    TIMEOUT,
-    Relay,
-    env_for,
-    relays,  # noqa: F401 - fixture
-    start,
-    upstream,  # noqa: F401 - fixture
-)
-from tests.integration.test_cache_relay import continuity
+from tests.support.cache_stack import continuity
+from tests.support.serve_process import TIMEOUT, Relay, env_for, start
 from tests.support.stack import TOKEN
 
 WARNING = r"^WARNING: reasoning cache: off, over the existing store (\S+): the first model"
@@ -72,8 +65,8 @@ def stored_conversation(
 
 def test_a_cache_off_run_that_forwards_nothing_keeps_replay(
     tmp_path: Path,
-    upstream: FakeUpstream,  # noqa: F811
-    relays: list[Relay],  # noqa: F811
+    upstream: FakeUpstream,
+    relays: list[Relay],
 ) -> None:
     env, store, old = stored_conversation(tmp_path, upstream, relays)
     off = start(relays, env | {"REASONING_CACHE_ENABLED": "0"})
@@ -90,8 +83,8 @@ def test_a_cache_off_run_that_forwards_nothing_keeps_replay(
 
 def test_a_cache_off_run_killed_right_after_the_gap_retires_every_older_record(
     tmp_path: Path,
-    upstream: FakeUpstream,  # noqa: F811
-    relays: list[Relay],  # noqa: F811
+    upstream: FakeUpstream,
+    relays: list[Relay],
 ) -> None:
     env, store, old = stored_conversation(tmp_path, upstream, relays)
     sent = upstream.received

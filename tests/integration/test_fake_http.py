@@ -9,11 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import threading
 import time
-from collections.abc import Iterator
-from concurrent.futures import Future
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +23,7 @@ from tornado.httpclient import AsyncHTTPClient
 from fakeupstream import FakeUpstream
 from fakeupstream.models import MODELS
 from tests.support import recordings
+from tests.support.fake_runner import Runner, running_fake
 
 EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
 KEY = "sk-test-0123456789"
@@ -39,37 +36,6 @@ BASE = {
     "include": ["reasoning.encrypted_content"],
     "reasoning": {"effort": "low", "summary": "auto"},
 }
-
-
-class Runner:
-    """A FakeUpstream served from a background thread's event loop."""
-
-    def __init__(self, fake: FakeUpstream) -> None:
-        self.fake = fake
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-
-    def call(self, coroutine: Any, timeout: float = 10) -> Any:
-        future: Future[Any] = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
-        return future.result(timeout)
-
-    @property
-    def url(self) -> str:
-        return self.fake.base_url
-
-
-@contextmanager
-def running_fake(runner_class: type[Runner] = Runner, **options: Any) -> Iterator[Runner]:
-    runner = runner_class(FakeUpstream(**options))
-    runner.thread.start()
-    try:
-        runner.call(runner.fake.start())
-        yield runner
-    finally:
-        runner.call(runner.fake.stop())
-        runner.loop.call_soon_threadsafe(runner.loop.stop)
-        runner.thread.join(5)
-        runner.loop.close()
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import openai
 import pytest
 import requests
 
-from tests.integration.test_fake_http import Runner, running_fake
+from tests.support.fake_runner import Runner, running_fake
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-strict-0123456789"

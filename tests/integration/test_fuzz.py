@@ -2,7 +2,9 @@
 
 Hypothesis draws structure-aware adversarial input (:mod:`tests.support.fuzz_inputs`):
 Chat Completions and Responses bodies with mutated fields, types, Unicode, numbers and
-depth; cache-API queries; raw HTTP/1.1 with broken request lines, headers and framing.
+depth; cache-API queries; raw HTTP/1.1 with broken request lines, headers and framing;
+chunked uploads framed with bare LFs or CRs (each refused at once with a 400); bodies declaring
+a Content-Encoding, really compressed or not (415 unless ``identity``).
 For every answer:
 
 - never a 5xx: the relay's own faults are 500s and the fake, which validates like
@@ -49,6 +51,8 @@ from tests.support.fuzz_inputs import (
     RawCase,
     cache_cases,
     chat_cases,
+    encoding_cases,
+    lf_framing_cases,
     raw_cases,
     responses_cases,
 )
@@ -63,7 +67,14 @@ ENV = {
     "RELAY_MAX_REQUEST_BYTES": str(1024 * 1024),
 }
 LONG = os.environ.get("RELAY_SCENARIO_BUDGET") == "long"
-EXAMPLES = {"chat": 3000, "responses": 2600, "cache": 1400, "raw": 3000}
+EXAMPLES = {
+    "chat": 2600,
+    "responses": 2300,
+    "cache": 1300,
+    "raw": 2600,
+    "lf_framing": 600,
+    "encoding": 600,
+}
 SCALE = 5.0 if LONG else float(os.environ.get("RELAY_FUZZ_SCALE") or 1)  # for local runs
 EXAMPLES = {name: max(1, round(count * SCALE)) for name, count in EXAMPLES.items()}
 SEED = int(os.environ.get("RELAY_FUZZ_SEED") or random.SystemRandom().randrange(2**32))
@@ -241,9 +252,15 @@ class Client:
             headers = {} if case.content_type is None else {"Content-Type": case.content_type}
             if case.authorized:
                 headers["Authorization"] = f"Bearer {self.stack.token}"
+            if case.content_encoding is not None:
+                headers["Content-Encoding"] = case.content_encoding
             status, content_type, body = self.request("POST", case.path, case.body, headers)
             self.tally.count(target, status)
-            check_answer(status, content_type, body, f"{target} {case!r:.600}")
+            where = f"{target} {case!r:.600}"
+            check_answer(status, content_type, body, where)
+            if case.compressed and case.authorized:  # refused from the head, never decoded
+                assert status == 415, where
+                assert json.loads(body)["error"]["code"] == "unsupported_content_encoding", where
 
         return send
 
@@ -254,7 +271,10 @@ class Client:
         self.tally.count("cache", status)
         check_answer(status, content_type, body, f"cache {case!r:.600}")
 
-    def raw(self, case: RawCase) -> None:
+    def raw_as(self, target: str) -> Callable[[RawCase], None]:
+        return lambda case: self.raw(case, target)
+
+    def raw(self, case: RawCase, target: str = "raw") -> None:
         self.tally.requests += 1
         where = f"raw {case.data[:600]!r}"
         port = self.stack.relay.port
@@ -270,10 +290,14 @@ class Client:
         if case.complete:
             assert final, f"{where}: no answer: {received[:300]!r}"
         if not final:
-            self.tally.count("raw", "none")
+            self.tally.count(target, "none")
         for answer in final:
-            self.tally.count("raw", answer.status)
+            self.tally.count(target, answer.status)
             self.check_raw(answer, where, head_only=case.head_only)
+        if case.expected is not None:
+            status, code = case.expected
+            assert final[0].status == status, f"{where}: {final[0]}"
+            assert json.loads(final[0].body)["error"]["code"] == code, f"{where}: {final[0]}"
 
     @staticmethod
     def check_raw(answer: Answer, where: str, *, head_only: bool) -> None:
@@ -309,6 +333,14 @@ def test_the_relay_survives_adversarial_input(
             )
             drive(tally, "cache", cache_cases, EXAMPLES["cache"], client.cache)
             drive(tally, "raw", raw_cases(stack.token, ADMIN), EXAMPLES["raw"], client.raw)
+            drive(
+                tally,
+                "lf_framing",
+                lf_framing_cases(stack.token),
+                EXAMPLES["lf_framing"],
+                client.raw_as("lf_framing"),
+            )
+            drive(tally, "encoding", encoding_cases, EXAMPLES["encoding"], client.body("encoding"))
         finally:
             with capsys.disabled():
                 print(f"fuzz: {tally.requests} requests; answers by target:\n{tally.histogram()}")

@@ -73,7 +73,8 @@ def test_the_json_summary_accounts_for_every_check(offline_run: RunReport) -> No
 
 
 def test_replay_checks_fail_against_a_relay_that_does_not_replay(tmp_path: Path) -> None:
-    only = ("restart_replay", "json_sse_transitions", "tool_chain_single")
+    only = ("restart_replay", "json_sse_transitions", "tool_chain_single",
+            "cursor_screenshot_replay", "cursor_apply_patch_loop")  # fmt: skip
     settings = Settings(
         offline=True,
         results_dir=tmp_path,
@@ -81,7 +82,7 @@ def test_replay_checks_fail_against_a_relay_that_does_not_replay(tmp_path: Path)
         relay_env={"REASONING_CACHE_ENABLED": "0"},
     )
     report = runner.run(settings, out=io.StringIO())
-    assert [r.status for r in report.results] == ["failed"] * 3, render_table(report)
+    assert [r.status for r in report.results] == ["failed"] * len(only), render_table(report)
     for result in report.results:
         assert "no cache_plan" in result.reason
     assert not report.ok

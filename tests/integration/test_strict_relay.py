@@ -24,20 +24,10 @@ from relay.clock import ManualClock
 from relay.server import RelayServer
 from relay.strict.strict_cache import StrictCache
 from tests.support.stack import PROVIDER_KEY, Stack, running_stack
+from tests.support.strict_stack import PROVIDERS, turn
 
 T = TypeVar("T")
 DEEPSEEK = "The reasoning_content in the thinking mode must be passed back to the API."
-PROVIDERS: dict[str, dict[str, Any]] = {
-    "deepseek": {"kind": "chat"},  # deepseek-chat: tool-call turns, "" on a miss
-    "together": {"kind": "chat"},  # a gateway: every turn once tools are present
-    "plain": {"kind": "chat", "strict": False},  # an OpenAI-like Chat upstream
-    "custom": {"kind": "chat", "strict": True},  # no row names it: forced
-    "mirror": {"kind": "responses"},  # another Responses upstream
-}
-TOOLS: list[Any] = [
-    {"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}},
-    {"type": "function", "function": {"name": "grep", "parameters": {"type": "object"}}},
-]
 GREP = {"output": [{"type": "reasoning", "text": "Now grep."},
                    {"type": "function_call", "name": "grep", "arguments": '{"q": "x"}'}]}  # fmt: skip
 CONTINUITY = re.compile(r"continuity: restored=(\d+) exact=(\d+) wrong=(\d+) missing=(\d+)")
@@ -50,41 +40,6 @@ def stack_for(tmp_path: Path, env: dict[str, str], rule: str = "tool_turns",
               **kw: Any) -> Iterator[Stack]:  # fmt: skip
     with running_stack(tmp_path / "data", env, providers=PROVIDERS, fake_strict=rule, **kw) as s:
         yield s
-
-
-def turn(stack: Stack, model: str, messages: list[Any], *, stream: bool,
-         tools: list[Any] | None = TOOLS) -> dict[str, Any]:  # fmt: skip
-    """One completion, as the assistant message Cursor appends (reasoning dropped); the
-    reasoning it was shown is under ``_reasoning``."""
-    extra: dict[str, Any] = {"tools": tools} if tools else {}
-    with stack.openai() as client:
-        if not stream:
-            completion = client.chat.completions.create(model=model, messages=messages, **extra)
-            assert completion.model == model  # echoed as the client named it
-            message: dict[str, Any] = completion.choices[0].message.model_dump(exclude_none=True)
-            message["_reasoning"] = message.pop("reasoning_content", "")
-            return message
-        content, reasoning = "", ""
-        calls: dict[int, dict[str, Any]] = {}
-        for chunk in client.chat.completions.create(
-            model=model, messages=messages, stream=True, **extra
-        ):
-            assert chunk.model == model
-            for choice in chunk.choices:
-                reasoning += (choice.delta.model_extra or {}).get("reasoning_content") or ""
-                content += choice.delta.content or ""
-                for call in choice.delta.tool_calls or []:
-                    slot = calls.setdefault(
-                        call.index, {"type": "function", "function": {"name": "", "arguments": ""}}
-                    )
-                    slot["id"] = call.id or slot.get("id")
-                    if call.function is not None:
-                        slot["function"]["name"] += call.function.name or ""
-                        slot["function"]["arguments"] += call.function.arguments or ""
-    message = {"role": "assistant", "content": content or None, "_reasoning": reasoning}
-    if calls:
-        message["tool_calls"] = [calls[i] for i in sorted(calls)]
-    return message
 
 
 def entry(answer: dict[str, Any]) -> dict[str, Any]:

@@ -17,8 +17,11 @@ only sometimes from open-ended strategies. Values ``json.dumps`` cannot write (a
 from __future__ import annotations
 
 import copy
+import dataclasses
+import gzip
 import itertools
 import json
+import zlib
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import quote
@@ -321,6 +324,13 @@ class BodyCase:
     body: bytes
     content_type: str | None
     authorized: bool
+    content_encoding: str | None = None  # a Content-Encoding header, when one is sent
+
+    @property
+    def compressed(self) -> bool:
+        """Declared compressed: refused from the head (415) once authorized."""
+        codings = (self.content_encoding or "").split(",")
+        return any(c.strip().lower() not in ("", "identity") for c in codings)
 
 
 def _mutate_bytes(data: bytes, how: str, at: int) -> bytes:
@@ -369,6 +379,33 @@ def body_cases(path: str, bodies: st.SearchStrategy[dict[str, Any]]) -> st.Searc
 
 chat_cases = body_cases("/v1/chat/completions", chat_bodies)
 responses_cases = body_cases("/v1/responses", responses_bodies)
+
+
+# --- Content-Encoding: the relay reads bodies as sent, never decompressed ---------------
+
+CONTENT_ENCODINGS: Final = (
+    "identity", "Identity", "", "gzip", "GZIP", "deflate", "br", "zstd", "x-gzip", "compress",
+    "gzip, identity", "identity, gzip", "identity,", " , ", "gzip;q=1", "\u00e9", "a" * 300,
+)  # fmt: skip
+# How the body matches its header: sent as is, or really compressed.
+COMPRESSIONS: Final = ("none", "none", "gzip", "deflate")
+
+
+def _encoded_case(case: BodyCase, encoding: str, compression: str) -> BodyCase:
+    body = case.body
+    if compression == "gzip":
+        body = gzip.compress(body, mtime=0)
+    elif compression == "deflate":
+        body = zlib.compress(body)
+    return dataclasses.replace(case, body=body, content_encoding=encoding)
+
+
+encoding_cases = st.builds(
+    _encoded_case,
+    st.one_of(chat_cases, responses_cases),
+    st.sampled_from(CONTENT_ENCODINGS),
+    st.sampled_from(COMPRESSIONS),
+)
 
 
 # --- the cache API --------------------------------------------------------------------
@@ -436,6 +473,7 @@ class RawCase:
     data: bytes
     complete: bool  # a whole request, or one refused before its end: an answer is due
     head_only: bool  # HEAD: answers carry no body
+    expected: tuple[int, str | None] | None = None  # the answer's status and code, if known
 
 
 METHODS: Final = ("POST",) * 10 + (
@@ -603,4 +641,63 @@ def raw_cases(token: str, admin: str) -> st.SearchStrategy[RawCase]:
         st.sampled_from(CHUNKINGS),
         st.sampled_from(TAILS),
         st.integers(0, 2**16),
+    )
+
+
+# --- chunked framing with bare LFs or CRs (a client that ends lines with one alone) ------
+
+LF_TARGETS: Final = ("/v1/chat/completions", "/v1/responses")
+
+
+def _lf_case(
+    token: str,
+    target: str,
+    body_text: str,
+    cuts: tuple[int, ...],
+    lfs: int,
+    crs: int,
+    head_lf: bool,
+    authorized: bool,
+) -> RawCase:
+    """A chunked upload in which the framing CRLFs that ``lfs``'s bits pick (at least
+    one) are bare LFs, and some of the others (``crs``) bare CRs: after a size line,
+    after a chunk's data, after the last chunk (never a CR there: the request would wait
+    for the byte after it). The first is refused at once, a 400 (a 401 first, without
+    the token)."""
+    body = body_text.encode()
+    bounds = [0, *(c for c in cuts if c < len(body)), len(body)]
+    pieces = [body[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+    # The separators, in order: after each size line, after each chunk's data, then after
+    # the last chunk's size line and at its end.
+    count = 2 * len(pieces) + 2
+    lfs |= 1 << (lfs % count)  # at least one
+    seps = [
+        b"\n" if lfs >> i & 1 else b"\r" if crs >> i & 1 and i < count - 1 else b"\r\n"
+        for i in range(count)
+    ]
+    out = b""
+    for i, piece in enumerate(pieces):
+        out += b"%x" % len(piece) + seps[2 * i] + piece + seps[2 * i + 1]
+    out += b"0" + seps[-2] + seps[-1]
+    eol = "\n" if head_lf else "\r\n"
+    lines = [f"POST {target} HTTP/1.1", "Host: relay", "Content-Type: application/json",
+             "Transfer-Encoding: chunked"]  # fmt: skip
+    if authorized:
+        lines.append(f"Authorization: Bearer {token}")
+    data = (eol.join(lines) + eol + eol).encode("latin-1") + out
+    expected = (400, "malformed_http_request") if authorized else (401, "invalid_api_key")
+    return RawCase(data, complete=True, head_only=False, expected=expected)
+
+
+def lf_framing_cases(token: str) -> st.SearchStrategy[RawCase]:
+    return st.builds(
+        _lf_case,
+        st.just(token),
+        st.sampled_from(LF_TARGETS),
+        st.sampled_from(RAW_BODIES),
+        st.sampled_from(((), (1,), (3,), (1, 2), (5, 20, 21))),
+        st.integers(0, 2**16),
+        st.sampled_from((0, 0, 0)) | st.integers(0, 2**16),
+        st.booleans(),
+        st.sampled_from((True,) * 9 + (False,)),
     )

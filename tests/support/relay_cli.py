@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -23,10 +23,15 @@ def relay_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 @contextmanager
 def serving(
-    env: dict[str, str], label: str, *args: str, cwd: Path | None = None
+    env: dict[str, str],
+    label: str,
+    *args: str,
+    cwd: Path | None = None,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> Iterator[subprocess.Popen[str]]:
     """``relay serve [args]`` as a real process; killed (and reaped) however the test ends.
-    What the test did not read itself goes to the log scan under ``label``."""
+    What the test did not read itself goes to the log scan under ``label``. ``preexec_fn``
+    runs in the child before the relay starts (e.g. to lower a resource limit)."""
     with subprocess.Popen(
         [sys.executable, "-m", "relay", "serve", *args],
         env=env,
@@ -34,6 +39,7 @@ def serving(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=preexec_fn,  # noqa: PLW1509 - a test's resource limit, set before exec
     ) as proc:
         try:
             yield proc

@@ -10,8 +10,8 @@ import asyncio
 import dataclasses
 import json
 import threading
-from collections.abc import Coroutine, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -54,6 +54,12 @@ class Stack:
     # garbage collector closes its pooled socket late, as a ResourceWarning in some
     # other test.
     clients: list[Any] = dataclasses.field(default_factory=list)
+
+    @property
+    def port(self) -> int:
+        port = self.relay.port
+        assert port is not None  # the stack is running
+        return port
 
     @property
     def base_url(self) -> str:
@@ -139,3 +145,7 @@ def running_stack(
     finally:
         loop.run(fake.stop())
         loop.close()
+
+
+# The fixture (tests/integration/conftest.py): a relay stack with these settings.
+StackFactory = Callable[[dict[str, str]], AbstractContextManager[Stack]]

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from relay.config import Config, load_config
+from relay.config import Config, connection_room, default_max_connections, load_config
 from relay.errors import ConfigError
 from relay.model_alias import ModelAlias
 
@@ -40,6 +40,8 @@ def test_base_url_follows_sdk_convention() -> None:
         ({"RELAY_PORT": "eighty"}, "RELAY_PORT='eighty': expected a whole number"),
         ({"RELAY_PORT": "70000"}, "RELAY_PORT=70000: expected a TCP port"),
         ({"RELAY_IDLE_TIMEOUT_MS": "0"}, "RELAY_IDLE_TIMEOUT_MS='0': expected a whole number >= 1"),
+        ({"RELAY_HEADER_TIMEOUT_MS": "0"}, "RELAY_HEADER_TIMEOUT_MS='0': expected a whole number"),
+        ({"RELAY_MAX_CONNECTIONS": "0"}, "RELAY_MAX_CONNECTIONS='0': expected a whole number >= 1"),
         ({"REASONING_CACHE_ENABLED": "maybe"}, "REASONING_CACHE_ENABLED='maybe': expected 1 or 0"),
         ({"OPENAI_BASE_URL": "ftp://x"}, "OPENAI_BASE_URL='ftp://x': expected an http(s) URL"),
         ({"RELAY_TOKEN": "short"}, "RELAY_TOKEN: expected at least 16 characters"),
@@ -52,6 +54,11 @@ def test_base_url_follows_sdk_convention() -> None:
             "reasoning_effort='huge': expected one of",
         ),
         (
+            {"RELAY_MODEL_ALIASES": '{"a": {"model": "m", "reasoning_context": "all"}}'},
+            "RELAY_MODEL_ALIASES['a'].reasoning_context='all': expected one of auto, "
+            "all_turns, current_turn",
+        ),
+        (
             {"RELAY_MODEL_ALIASES": "/nonexistent/aliases.json"},
             "cannot read /nonexistent/aliases.json",
         ),
@@ -59,6 +66,10 @@ def test_base_url_follows_sdk_convention() -> None:
         ({"RELAY_LOG_FORMAT": "yaml"}, "RELAY_LOG_FORMAT='yaml': expected text or json"),
         ({"LOG_BODIES": "maybe"}, "LOG_BODIES='maybe': expected 1 or 0"),
         ({"RELAY_REPLAY_REJECTION_RESEND": "2"}, "RELAY_REPLAY_REJECTION_RESEND='2': expected 1"),
+        (
+            {"RELAY_CUSTOM_TOOL_CALLS": "native"},
+            "RELAY_CUSTOM_TOOL_CALLS='native': expected function or custom",
+        ),
     ],
 )
 def test_invalid_values_name_the_variable(env: dict[str, str], needle: str) -> None:
@@ -85,6 +96,14 @@ def test_aliases_inline_and_from_file(tmp_path: Path) -> None:
             "fast": ModelAlias("fast", "gpt-5-mini"),
         }
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "form"), [(None, "function"), ("function", "function"), (" Custom ", "custom")]
+)
+def test_custom_tool_call_form(value: str | None, form: str) -> None:
+    env = {} if value is None else {"RELAY_CUSTOM_TOOL_CALLS": value}
+    assert load_config(env).custom_tool_calls == form
 
 
 def test_log_format_and_body_log_settings(tmp_path: Path) -> None:
@@ -114,3 +133,38 @@ def test_disk_pressure_settings() -> None:
             ConfigError, match=f"^{name}='65535': expected a whole number >= 65536$"
         ):
             load_config({name: "65535"})
+
+
+@pytest.mark.parametrize(
+    ("fd_limit", "room", "default"),
+    [
+        (20_000, 19_872, 1024),  # the default never exceeds 1024
+        (1024, 896, 896),  # 128 descriptors kept for the store, upstreams and logs
+        (256, 128, 128),
+        (100, 50, 50),  # a small limit: half of it
+        (1, 1, 1),
+        (-1, 2**31 - 1, 1024),  # unlimited
+    ],
+)
+def test_the_connection_cap_follows_the_fd_limit(fd_limit: int, room: int, default: int) -> None:
+    assert connection_room(fd_limit) == room
+    assert default_max_connections(fd_limit) == default
+    assert load_config({}, fd_limit=fd_limit).max_connections == default
+    assert (
+        load_config({"RELAY_MAX_CONNECTIONS": str(room)}, fd_limit=fd_limit).max_connections == room
+    )
+
+
+def test_a_connection_cap_beyond_the_fd_limit_is_refused() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config({"RELAY_MAX_CONNECTIONS": "897"}, fd_limit=1024)
+    assert str(info.value) == (
+        "RELAY_MAX_CONNECTIONS=897: the file-descriptor limit (ulimit -n: 1024) leaves room "
+        "for 896 connections (128 descriptors are kept for the store, upstream connections "
+        "and logs); lower it or raise ulimit -n"
+    )
+
+
+def test_the_header_deadline() -> None:
+    assert load_config({}).header_timeout_ms == 30_000
+    assert load_config({"RELAY_HEADER_TIMEOUT_MS": "250"}).header_timeout_ms == 250

@@ -139,6 +139,12 @@ def test_an_alias_names_a_provider() -> None:
     assert config.model_aliases["explicit"].provider == "openai"
 
 
+def test_an_alias_sets_the_reasoning_context() -> None:
+    aliases = {"gpt-5": {"model": "gpt-5.6", "reasoning_context": "all_turns"}}
+    config = config_with({}, RELAY_MODEL_ALIASES=json.dumps(aliases))
+    assert config.model_aliases["gpt-5"].reasoning_context == "all_turns"
+
+
 @pytest.mark.parametrize(
     ("alias", "needle"),
     [
@@ -146,6 +152,8 @@ def test_an_alias_names_a_provider() -> None:
         ({"model": "m", "provider": ["deepseek"]}, "provider=['deepseek']: expected one of"),
         ({"model": "m", "provider": "deepseek", "reasoning_summary": "auto"},
          "reasoning_summary: applies to Responses upstreams only"),
+        ({"model": "m", "provider": "deepseek", "reasoning_context": "all_turns"},
+         "reasoning_context: applies to Responses upstreams only"),
     ],
 )  # fmt: skip
 def test_invalid_alias_providers(alias: dict[str, Any], needle: str) -> None:

@@ -1,4 +1,5 @@
-"""The README's configuration table and provider example stay true to relay.config."""
+"""The configuration tables (every setting in docs/configuration.md, the essentials in the
+README) and the README's provider example stay true to relay.config."""
 
 from __future__ import annotations
 
@@ -11,14 +12,29 @@ from relay.strict.rules import rule_for
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+REFERENCE = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
 CONFIG = (ROOT / "relay" / "config.py").read_text(encoding="utf-8")
 
 
-def test_every_variable_is_in_the_table() -> None:
+def rows(document: str) -> dict[str, str]:
+    return {m[1]: m[0] for m in re.finditer(r"^\| `([A-Z_]+)` \|.*$", document, re.MULTILINE)}
+
+
+def test_every_variable_is_in_the_reference_table() -> None:
     read = set(re.findall(r'"((?:RELAY|OPENAI|REASONING|LOG)_[A-Z_]+)"', CONFIG))
-    table = set(re.findall(r"^\| `([A-Z_]+)` \|", README, re.MULTILINE))
+    table = set(rows(REFERENCE))
     assert read, "no variables found in relay/config.py"
-    assert read <= table, f"add to the README's configuration table: {sorted(read - table)}"
+    assert read <= table, f"add to docs/configuration.md: {sorted(read - table)}"
+    assert table <= read, f"not read by relay/config.py: {sorted(table - read)}"
+
+
+def test_the_readme_essentials_are_rows_of_the_reference_table() -> None:
+    """Same words in both places (links adjusted to the README's folder)."""
+    essentials = rows(README)
+    reference = rows(REFERENCE)
+    assert {"OPENAI_API_KEY", "RELAY_DATA_DIR", "REASONING_CACHE_ENABLED"} <= set(essentials)
+    for name, row in essentials.items():
+        assert row.replace("](docs/", "](") == reference[name], name
 
 
 def test_the_deepseek_example_is_a_valid_configuration() -> None:

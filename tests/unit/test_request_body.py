@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from relay.errors import InvalidRequest, UnsupportedMediaType
-from relay.request_body import parse_json_object
+from relay.request_body import check_content_encoding, parse_json_object
 
 DIGIT_LIMIT = sys.get_int_max_str_digits()
 
@@ -50,6 +50,33 @@ def test_content_type() -> None:
         parse_json_object(b"{}", "text/plain")
     assert parse_json_object(b"{}", "application/vnd.api+json; charset=utf-8") == {}
     assert parse_json_object(b"{}", None) == {}
+
+
+@pytest.mark.parametrize("declared", [None, "", "identity", "IDENTITY", " identity ", "identity,"])
+def test_an_uncompressed_body_is_accepted(declared: str | None) -> None:
+    check_content_encoding(declared)
+
+
+@pytest.mark.parametrize(
+    ("declared", "named"),
+    [
+        ("gzip", "'gzip'"),
+        ("GZip", "'gzip'"),
+        ("deflate", "'deflate'"),
+        ("br", "'br'"),
+        ("x-gzip", "'x-gzip'"),
+        ("identity, gzip", "'gzip'"),  # what Tornado joins repeated headers into
+        ("zstd,identity", "'zstd'"),
+        ("a" * 100, "'" + "a" * 37 + "...'"),
+    ],
+)
+def test_a_compressed_body_is_415_naming_the_coding(declared: str, named: str) -> None:
+    with pytest.raises(UnsupportedMediaType) as caught:
+        check_content_encoding(declared)
+    err = caught.value
+    assert (err.status, err.code) == (415, "unsupported_content_encoding")
+    assert f"Content-Encoding {named} is not supported" in err.message
+    assert "uncompressed" in err.message
 
 
 # --- lone surrogates -----------------------------------------------------------------
@@ -206,3 +233,60 @@ def test_a_lone_surrogate_anywhere_is_named_by_its_path(case: tuple[dict[str, An
     body, path = case
     # ASCII: the only way to send a lone surrogate (UTF-8 cannot encode one) is its escape.
     assert rejected(json.dumps(body)).param == path
+
+
+# --- the piecewise parse (large bodies, on a worker thread) --------------------------
+
+
+def outcome(raw: bytes, *, piecewise: bool) -> object:
+    try:
+        return ("ok", parse_json_object(raw, None, piecewise=piecewise))
+    except InvalidRequest as err:
+        return ("error", err.message, err.param)
+
+
+JSON_NOISE = st.sampled_from(
+    ["", "{", "}", "[", "]", ",", ":", '"', "\\", " ", "\n", "1e999", "NaN", "-", "\ufeff",
+     "\x00", "tru", "[]", "{}", '"\\ud800"', "9" * 5000]
+)  # fmt: skip
+
+
+@st.composite
+def json_texts(draw: st.DrawFn) -> bytes:
+    """A JSON body, often nested as deep as a chat body, often broken somewhere."""
+    value = draw(json_values)
+    if draw(st.booleans()):
+        value = {"model": "m", "messages": [{"role": "user", "content": [value]}]}
+    text = json.dumps(
+        value, ensure_ascii=draw(st.booleans()), indent=draw(st.sampled_from([None, 1]))
+    )
+    for _ in range(draw(st.integers(0, 3))):
+        at = draw(st.integers(0, len(text)))
+        cut = draw(st.integers(0, 2))
+        text = text[:at] + draw(JSON_NOISE) + text[at + cut :]
+    return text.encode("utf-8", "surrogatepass")
+
+
+@given(json_texts())
+def test_the_piecewise_parse_gives_the_same_value_or_the_same_error(raw: bytes) -> None:
+    assert outcome(raw, piecewise=True) == outcome(raw, piecewise=False)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"a": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+        b"\xef\xbb\xbf{}",  # a UTF-8 BOM
+        b" {} x",
+        b"{} ",
+        b"",
+        b"[1,]",
+        b'{"a": 1,}',
+        b'{"a" 1}',
+        b'{"messages": [{"role": "user", "content": [{"n": 1e400}]}]}',
+        b'{"n": ' + b"9" * 5000 + b"}",
+    ],
+)
+def test_the_piecewise_parse_on_edge_cases(raw: bytes) -> None:
+    assert outcome(raw, piecewise=True) == outcome(raw, piecewise=False)

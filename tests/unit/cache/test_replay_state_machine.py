@@ -42,17 +42,14 @@ with longer runs. A failure prints the shrunk step sequence (a runnable program)
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import functools
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, event, settings
@@ -65,26 +62,37 @@ from hypothesis.stateful import (
     rule,
 )
 
-from relay.cache.replay_cache import ReplayCache
-from relay.cache.retention import RetentionCleanup, WatchedClock
 from relay.cache.session import CacheSession, ScopedSource
 from relay.clock import ManualClock
-from relay.config import Config
 from relay.core.capture import ClientProjection
-from relay.core.disk_policy import MIN_RESERVE_BYTES
-from relay.core.identity import HistoryDigests, Scope, history_digests
-from relay.core.planner import Plan, PlanLimits, plan_replay
+from relay.core.identity import HistoryDigests
+from relay.core.planner import Plan, plan_replay
 from relay.core.receipts import Reason
 from relay.core.records import BlockRef, plan_chain
-from relay.errors import StoreFull, StoreLatched, UpstreamHTTPError
-from relay.model_alias import ModelAlias
-from relay.storage.backup import SnapshotKind, make_snapshot
-from relay.storage.disk_guard import DiskGuard, guard_path
-from relay.storage.replay_store import ReasoningStore
+from relay.errors import StoreLatched
+from relay.storage.disk_guard import guard_path
 from relay.storage.verify import verify_store
 from relay.translate.body_encoding import encode_body
-from relay.translate.request import translate_request
-from relay.translate.responses_to_chat import response_to_chat_completion
+from tests.support.replay_driver import (
+    MAX_CONCURRENT,
+    REFUSED,
+    Message,
+    Relay,
+    answer,
+    assistant_positions,
+    canonical,
+    completed_events,
+    describe,
+    failed_events,
+    messages_of,
+    output_items,
+    parse,
+    payload_text,
+    replayed,
+    said,
+    sent_to_client,
+    user,
+)
 from tests.support.replay_model import (
     DAY,
     GRANULARITY,
@@ -96,280 +104,12 @@ from tests.support.replay_model import (
 )
 
 LONG = os.environ.get("RELAY_SCENARIO_BUDGET") == "long"
-GPT5 = ModelAlias("gpt-5", "gpt-5")
-UPSTREAM_URL = "https://api.openai.com/v1/responses"
-TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
 MAX_HISTORIES = 24  # the newest known visible histories; each is planned after every step
 MAX_PENDING = 3  # generations left in flight (or delivering) between steps
-MAX_CONCURRENT = 3  # REASONING_CACHE_MAX_CONCURRENT: one more request is bypassed
 MAX_MESSAGES = 14  # branches grow to about six assistant turns (plans of up to six blocks)
 # A real SQLite file (WAL, synchronous=FULL); on tmpfs when there is one, since every
 # commit's fsync otherwise dominates the run time.
 FAST_TMP = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-
-Message = dict[str, Any]
-
-
-def canonical(message: Message) -> str:
-    return json.dumps(message, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def payload_text(items: Sequence[Message]) -> str:
-    """The stored payload bytes of an output (capture's compact serialization)."""
-    return json.dumps(list(items), ensure_ascii=False, separators=(",", ":"))
-
-
-def parse(message: str) -> Message:
-    value: Message = json.loads(message)
-    return value
-
-
-def messages_of(history: History) -> list[Message]:
-    return [parse(message) for message in history]
-
-
-@functools.lru_cache(maxsize=4096)
-def assistant_positions(history: History) -> tuple[int, ...]:
-    return tuple(i for i, m in enumerate(messages_of(history)) if m["role"] == "assistant")
-
-
-def describe(history: History) -> str:
-    parts = []
-    for message in messages_of(history):
-        calls = message.get("tool_calls")
-        text = calls[0]["id"] if calls else message.get("content")
-        parts.append(f"{message['role'][0]}:{text}")
-    return " | ".join(parts)
-
-
-# --- synthetic upstream output --------------------------------------------------------------
-
-
-def output_items(visible: Message, tag: int, *, reasoning: bool) -> list[Message]:
-    """Original output whose client projection is ``visible`` (new item ids and ciphertext)."""
-    items: list[Message] = []
-    if reasoning:
-        items.append({"type": "reasoning", "id": f"rs_{tag}", "summary": [],
-                      "encrypted_content": f"gAAAAB{tag:06d}ciphertext"})  # fmt: skip
-    if visible.get("content"):
-        items.append({
-            "type": "message", "id": f"msg_{tag}", "status": "completed", "role": "assistant",
-            "content": [{"type": "output_text", "text": visible["content"], "annotations": []}],
-        })  # fmt: skip
-    for call in visible.get("tool_calls") or []:
-        items.append({
-            "type": "function_call", "id": f"fc_{tag}", "call_id": call["id"],
-            "name": call["function"]["name"], "arguments": call["function"]["arguments"],
-            "status": "completed",
-        })  # fmt: skip
-    return items
-
-
-def completed_events(items: Sequence[Message], snapshot: str) -> list[tuple[str, Message]]:
-    events: list[tuple[str, Message]] = [
-        ("response.output_item.done",
-         {"type": "response.output_item.done", "output_index": i, "item": copy.deepcopy(item)})
-        for i, item in enumerate(items)
-    ]  # fmt: skip
-    response = {"id": "resp_1", "object": "response", "status": "completed", "model": snapshot,
-                "output": copy.deepcopy(list(items))}  # fmt: skip
-    events.append(("response.completed", {"type": "response.completed", "response": response}))
-    return events
-
-
-def failed_events(items: Sequence[Message], snapshot: str) -> list[tuple[str, Message]]:
-    response = {"id": "resp_1", "object": "response", "status": "failed", "model": snapshot,
-                "output": [], "error": {"code": "server_error", "message": "boom"}}  # fmt: skip
-    return [
-        ("response.output_item.done",
-         {"type": "response.output_item.done", "output_index": 0, "item": copy.deepcopy(items[0])}),
-        ("response.failed", {"type": "response.failed", "response": response}),
-    ]  # fmt: skip
-
-
-def sent_to_client(items: Sequence[Message]) -> ClientProjection:
-    """What the client was sent for a completed output (the JSON answer's projection)."""
-    completion = response_to_chat_completion(
-        {"status": "completed", "output": list(items)},
-        completion_id="chatcmpl-1", created=0, model="gpt-5", reasoning_summaries=False,
-    )  # fmt: skip
-    return ClientProjection.from_completion(completion)
-
-
-# --- the real relay side ----------------------------------------------------------------------
-
-
-class FullDisk:
-    """A volume that is full while ``full`` is set: every store transaction fails as on
-    SQLITE_FULL (before it begins, so all or nothing, as SQLite guarantees) and the
-    volume reports no free bytes. With ``room_after_release`` the blocks the reserve gives
-    back hold the writes that follow; without, the disk stays full. The reserve and the
-    guard are the real files beside the store (real ENOSPC and EIO: the tmpfs and
-    countdown tests)."""
-
-    def __init__(self) -> None:
-        self.full = False
-        self.room_after_release = False
-        self.failures = 0
-
-    def install(self, store: ReasoningStore, guard: DiskGuard) -> None:
-        real_transaction, real_free = store.transaction, guard.free_bytes
-
-        @contextlib.contextmanager
-        def transaction() -> Iterator[None]:
-            if self.full and not (self.room_after_release and not guard.reserve.exists()):
-                self.failures += 1
-                raise StoreFull("simulated full disk", sqlite_error="SQLITE_FULL")
-            with real_transaction():
-                yield
-
-        store.transaction = transaction  # type: ignore[method-assign]
-        guard.free_bytes = lambda: 0 if self.full else real_free()  # type: ignore[method-assign]
-
-
-class Relay:
-    """ReplayCache → CacheSession → ReasoningStore on one SQLite file, as the handler uses them."""
-
-    def __init__(self, path: Path, clock: ManualClock) -> None:
-        self.path = path
-        self.clock = clock
-        self.count = 0
-        self.copies = 0  # offline backups restored
-        self.last_intent = ""
-        self.disk = FullDisk()
-        self.cache = self._open()
-        self.scope = self._scope()
-        self._digests: dict[History, HistoryDigests] = {}
-
-    def _new_id(self, prefix: str) -> str:
-        self.count += 1
-        ident = f"{prefix}{self.count}"
-        if prefix == "intent_":
-            self.last_intent = ident
-        return ident
-
-    def _open(self, *, enabled: bool = True) -> ReplayCache:
-        # Each open is a startup: the cache's clock begins a new deletion barrier.
-        self.watched = WatchedClock(self.clock)
-        config = Config(
-            reasoning_cache_enabled=enabled,
-            reasoning_cache_path=self.path,
-            reasoning_cache_max_concurrent=MAX_CONCURRENT,
-            reasoning_cache_reserve_bytes=MIN_RESERVE_BYTES,
-        )
-        cache = ReplayCache.open(
-            config, self.watched, upstream_url=UPSTREAM_URL, upstream_credential="sk-test",
-            relay_token="relay-token", new_id=self._new_id,
-        )  # fmt: skip
-        if cache.store is not None and cache.safety is not None:
-            self.disk.install(cache.store, cache.safety.guard)
-        return cache
-
-    @property
-    def cleanup(self) -> RetentionCleanup:
-        """The hourly cleanup of this incarnation (run by hand here)."""
-        return RetentionCleanup(self.store, self.watched, retention_s=30 * DAY)
-
-    def _scope(self) -> Scope:
-        probe = self.session((canonical({"role": "user", "content": "probe"}),))
-        probe.abort("probe")  # never dispatched: releases its lease, writes nothing
-        return probe._scope  # every request here has the same configuration, so one scope
-
-    @property
-    def store(self) -> ReasoningStore:
-        assert self.cache.store is not None
-        return self.cache.store
-
-    def restart(self, *, disabled: str | None = None) -> None:
-        """Close and reopen the same file (startup recovery runs); optionally run a while
-        with caching off first: ``"idle"`` forwards nothing (no gap), ``"serving"`` forwards
-        a direct Responses call (the coverage gap the next enabled open consumes)."""
-        self.cache.close()
-        if disabled is not None:
-            off = self._open(enabled=False)
-            if disabled == "serving":
-                off.fence("gpt-5", None, "req_off")  # before forwarding it: the gap
-                assert off.gap_recorded
-            off.close()
-        self.cache = self._open()
-        scope = self._scope()
-        assert scope.digest == self.scope.digest, "the cache secret must survive a restart"
-
-    def restore_from_backup(self) -> Path:
-        """With the relay stopped: back the store up, restore the backup into a new live
-        file (both with the offline commands' code) and start on that file. Returns the
-        backup's path."""
-        self.cache.close()
-        self.copies += 1
-        backup = self.path.with_name(f"backup-{self.copies}.sqlite")
-        restored = self.path.with_name(f"restored-{self.copies}.sqlite")
-        make_snapshot(self.path, backup, kind=SnapshotKind.BACKUP, clock=self.clock)
-        make_snapshot(backup, restored, kind=SnapshotKind.RESTORE, clock=self.clock)
-        self.path = restored
-        self.cache = self._open()
-        self.scope = self._scope()  # the copy's fresh secret: a new scope digest
-        self._digests.clear()
-        return backup
-
-    def close(self) -> None:
-        self.cache.close()
-
-    def begin(self, history: History) -> CacheSession | None:
-        """A session, or None when the request is served uncached (capacity bypass)."""
-        messages = messages_of(history)
-        body = {"model": "gpt-5", "messages": messages, "tools": TOOLS}
-        request = translate_request(body, GPT5, reasoning_summaries=False)
-        return self.cache.begin(request, body, self._new_id("req_"))
-
-    def session(self, history: History) -> CacheSession:
-        session = self.begin(history)
-        assert session is not None, "an ordinary gpt-5 chat request must be cache-eligible"
-        return session
-
-    def digests(self, history: History) -> HistoryDigests:
-        found = self._digests.get(history)
-        if found is None:
-            found = self._digests[history] = history_digests(self.scope, messages_of(history))
-        return found
-
-    def scope_id(self) -> int | None:
-        row = self.store.find_scope(self.scope.digest)
-        return None if row is None else row.id
-
-    def generation(self) -> int | None:
-        row = self.store.find_scope(self.scope.digest)
-        return None if row is None else row.generation
-
-    def plan(self, history: History) -> tuple[Plan, HistoryDigests]:
-        """What dispatch would plan right now, read-only (no intent, no touch)."""
-        digests = self.digests(history)
-        row = self.store.find_scope(self.scope.digest)
-        if row is None:
-            return Plan(), digests
-        plan = plan_replay(
-            digests,
-            messages_of(history),
-            ScopedSource(self.store, row.id),
-            generation=row.generation,
-            now=self.clock.wall(),
-            limits=PlanLimits(),
-        )  # fmt: skip  (PlanLimits() are the configuration defaults the cache uses)
-        return plan, digests
-
-    def tamper(self, observation_id: int, where: int) -> None:
-        """Change one ASCII letter/digit of a stored payload in place (same byte size)."""
-        conn = self.store._conn
-        assert conn is not None
-        (text,) = conn.execute(
-            "SELECT output_json FROM payloads WHERE observation_id = ?", (observation_id,)
-        ).fetchone()
-        spots = [i for i, c in enumerate(text) if c.isascii() and c.isalnum()]
-        i = spots[where % len(spots)]
-        damaged = text[:i] + ("x" if text[i] != "x" else "y") + text[i + 1 :]
-        conn.execute(
-            "UPDATE payloads SET output_json = ? WHERE observation_id = ?",
-            (damaged, observation_id),
-        )
 
 
 @dataclass
@@ -425,7 +165,7 @@ def check_plan(
 # Admissions are what the rest builds on: weighted up (sampled_from draws uniformly).
 outcomes = st.sampled_from(["admit", "admit", "admit", "noreason", "failed", "interrupted"])
 picks = st.integers(min_value=0, max_value=1000)
-shapes = st.sampled_from(["text", "tool", "text+tool"])
+shapes = st.sampled_from(["text", "tool", "text+tool", "custom", "text+custom"])
 
 
 class ReplayMachine(RuleBasedStateMachine):
@@ -479,17 +219,22 @@ class ReplayMachine(RuleBasedStateMachine):
         return found
 
     def new_visible(self, shape: str) -> tuple[Message, Message]:
-        """A new assistant message (``text``, ``tool`` call, or ``text+tool``) and the
-        message the client sends after it (its tool result, or a new question)."""
+        """A new assistant message (``text``, ``tool`` call, ``text+tool``, or a custom tool
+        call: ``custom``, ``text+custom``) and the message the client sends after it (its
+        tool result, or a new question)."""
         n = self.fresh()
         if shape == "text":
             return {"role": "assistant", "content": f"answer {n}"}, {
                 "role": "user",
                 "content": f"q{n}",
             }
-        call = {"id": f"call_{n}", "type": "function",
+        call: Message = {"id": f"call_{n}", "type": "function",
                 "function": {"name": "read", "arguments": f'{{"path":"f{n}.py"}}'}}  # fmt: skip
-        content = f"reading f{n}.py" if shape == "text+tool" else None
+        if shape.endswith("custom"):  # freeform input: a patch, not JSON
+            patch = f'*** Begin Patch\n*** Update File: f{n}.py\n+"x" \\ {n}\n*** End Patch'
+            call = {"id": f"call_{n}", "type": "custom",
+                    "custom": {"name": "ApplyPatch", "input": patch}}  # fmt: skip
+        content = f"reading f{n}.py" if shape.startswith("text+") else None
         return (
             {"role": "assistant", "content": content, "tool_calls": [call]},
             {"role": "tool", "tool_call_id": call["id"], "content": f"result {n}"},
@@ -714,6 +459,13 @@ class ReplayMachine(RuleBasedStateMachine):
         self.extend(growing[pick % len(growing)], "tool", outcome, hold)
 
     @precondition(lambda self: bool(self.growing()))
+    @rule(pick=picks, outcome=outcomes, hold=st.booleans())
+    def next_patch_turn(self, pick: int, outcome: str, hold: bool) -> None:
+        """The next assistant turn of a branch: a custom (ApplyPatch) call, its result next."""
+        growing = self.growing()
+        self.extend(growing[pick % len(growing)], "custom", outcome, hold)
+
+    @precondition(lambda self: bool(self.growing()))
     @rule(pick=picks, outcome=outcomes, shape=shapes,
           hold=st.booleans())  # fmt: skip
     def next_turn_of_a_long_branch(self, pick: int, outcome: str, shape: str, hold: bool) -> None:
@@ -823,8 +575,11 @@ class ReplayMachine(RuleBasedStateMachine):
         i = index % len(history)
         message = json.loads(history[i])
         n = self.fresh()
-        if message.get("tool_calls"):
-            message["tool_calls"][0]["function"]["arguments"] = f'{{"path":"edited{n}.py"}}'
+        calls = message.get("tool_calls")
+        if calls and calls[0]["type"] == "custom":
+            calls[0]["custom"]["input"] = f"*** Begin Patch\n+edited {n}\n*** End Patch"
+        elif calls:
+            calls[0]["function"]["arguments"] = f'{{"path":"edited{n}.py"}}'
         else:
             message["content"] = f"edited {n}"
         self.remember((*history[:i], canonical(message), *history[i + 1 :]))
@@ -957,7 +712,7 @@ class ReplayMachine(RuleBasedStateMachine):
         self.relay.cache.close()
         with pytest.raises(StoreLatched, match=r"\.guard exists"):
             self.relay._open()
-        guard.unlink()  # the operator's last step (README: disk pressure)
+        guard.unlink()  # the operator's last step (docs/replay-cache.md: disk pressure)
         self.relay.cache = self.relay._open()
         self.model.start_barrier(self.clock.wall(), self.clock.monotonic())  # a new start
         assert self.relay.store.stats() == before, "the latch changed the store"
@@ -1114,26 +869,10 @@ TestReplayStateMachine = ReplayMachine.TestCase
 # --- examples: the trickiest transitions, step by step -------------------------------------
 
 
-REFUSED = UpstreamHTTPError(
-    400,
-    {"error": {"message": "The encrypted content gAAAAABpZ0x1... could not be verified.",
-               "type": "invalid_request_error", "param": None,
-               "code": "invalid_encrypted_content"}},
-)  # fmt: skip
-
-
 def session_plan_is_empty(session: CacheSession) -> bool:
     """After a refusal the session's plan replays nothing and names why."""
     plan = session.plan
     return not plan.blocks and any(r.reason is Reason.UPSTREAM_REJECTED for r in plan.rejections)
-
-
-def user(text: str) -> str:
-    return canonical({"role": "user", "content": text})
-
-
-def said(text: str) -> str:
-    return canonical({"role": "assistant", "content": text})
 
 
 @pytest.fixture
@@ -1141,30 +880,6 @@ def relay(tmp_path: Path) -> Iterator[Relay]:
     opened = Relay(tmp_path / "cache.sqlite", ManualClock())
     yield opened
     opened.close()
-
-
-def answer(
-    relay: Relay, request: History, text: str, tag: int, *, deliver: bool = True,
-    items: list[Message] | None = None, session: CacheSession | None = None,
-) -> tuple[CacheSession, list[Message]]:  # fmt: skip
-    """One admitted text answer (``items``: exactly these output items, a retry)."""
-    if session is None:
-        session = relay.session(request)
-        session.dispatch()
-    if items is None:
-        items = output_items({"role": "assistant", "content": text}, tag, reasoning=True)
-    for event_type, data in completed_events(items, "gpt-5"):
-        session.feed(event_type, data)
-    assert session.complete(sent_to_client(items)).kind == "admit"
-    if deliver:
-        session.delivered()
-    return session, items
-
-
-def replayed(relay: Relay, history: History) -> tuple[list[str], list[Reason]]:
-    """The reasoning item ids the plan would replay, and its rejection reasons."""
-    plan, _ = relay.plan(history)
-    return [json.loads(b.text)[0]["id"] for b in plan.blocks], [r.reason for r in plan.rejections]
 
 
 @pytest.mark.parametrize("ancestor_first", [True, False], ids=["ancestor-first", "child-first"])

@@ -18,7 +18,7 @@ from relay.core.deletion_barrier import BARRIER_S, BarrierStart
 from relay.core.receipts import Reason
 from relay.core.records import TOUCH_GRANULARITY_S
 from relay.storage.replay_store import ReasoningStore
-from tests.unit.cache import test_replay_state_machine as sm
+from tests.support import replay_driver as sm
 
 DAY = 86_400.0
 

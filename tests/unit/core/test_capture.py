@@ -36,6 +36,7 @@ from relay.core.capture import (
 from relay.core.predict import SentToolCall, predict_envelope
 from relay.core.receipts import Reason
 from relay.errors import RelayError
+from relay.translate.events import CustomCallForm
 from relay.translate.responses_to_chat import response_to_chat_completion
 from relay.translate.stream_converter import ChatStreamConverter, Chunk
 
@@ -78,11 +79,16 @@ class Relayed:
 
 
 def relay(
-    events: list[Event], *, summaries: bool = False, max_bytes: int = DEFAULT_MAX_BYTES
+    events: list[Event],
+    *,
+    summaries: bool = False,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    form: CustomCallForm = "function",
 ) -> Relayed:
     capture = OutputCapture(max_bytes=max_bytes)
     converter = ChatStreamConverter(completion_id="chatcmpl-1", created=1, model="alias",
-                                    include_usage=True, reasoning_summaries=summaries)  # fmt: skip
+                                    include_usage=True, reasoning_summaries=summaries,
+                                    custom_tool_calls=form)  # fmt: skip
     streamed = ClientProjection(max_bytes=max_bytes)
     chunks: list[Chunk] = []
     failed = False
@@ -103,7 +109,7 @@ def relay(
         try:
             completion = response_to_chat_completion(
                 converter.final_response, completion_id="chatcmpl-1", created=1,
-                model="alias", reasoning_summaries=summaries)  # fmt: skip
+                model="alias", reasoning_summaries=summaries, custom_tool_calls=form)  # fmt: skip
             answered = ClientProjection.from_completion(completion, max_bytes=max_bytes)
         except RelayError:
             pass

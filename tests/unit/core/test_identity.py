@@ -944,6 +944,13 @@ SCOPE_CHANGES: list[tuple[str, dict[str, Any]]] = [
     ("output limit", {"upstream_body": {**BODY, "max_output_tokens": 10}}),
     ("temperature", {"upstream_body": {**BODY, "temperature": 0}}),
     ("include", {"upstream_body": {**BODY, "include": ["message.output_text.logprobs"]}}),
+    # Cursor's fields that change what the model reads or writes (design §2, scope)
+    (
+        "reasoning context",
+        {"upstream_body": {**BODY, "reasoning": {**BODY["reasoning"], "context": "all_turns"}}},
+    ),
+    ("truncation", {"upstream_body": {**BODY, "truncation": "auto"}}),
+    ("verbosity", {"upstream_body": {**BODY, "text": {"verbosity": "low"}}}),
     ("credential", {"credential": "sk-two"}),
     ("relay token", {"relay_token": "rr-other"}),
     ("caller", {"caller": "someone-else"}),
@@ -978,6 +985,9 @@ SCOPE_KEEPS: list[tuple[str, dict[str, Any]]] = [
     ("input", {**BODY, "input": [{"role": "user", "content": "x"}]}),
     ("raw user value", {**BODY, "user": "cursor-user"}),
     ("key order", dict(reversed(list(BODY.items())))),
+    # the upstream's prompt cache: where and how long, never what the model reads
+    ("prompt cache key", {**BODY, "prompt_cache_key": "cursor-conversation-7"}),
+    ("prompt cache retention", {**BODY, "prompt_cache_retention": "24h"}),
 ]
 
 

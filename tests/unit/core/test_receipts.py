@@ -10,7 +10,7 @@ import pytest
 from relay.core.receipts import Reason
 
 ROOT = Path(__file__).resolve().parents[3]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+REFERENCE = (ROOT / "docs" / "replay-cache.md").read_text(encoding="utf-8")
 SOURCES = "\n".join(
     p.read_text(encoding="utf-8") for p in (ROOT / "relay").rglob("*.py") if p.name != "receipts.py"
 )
@@ -18,11 +18,11 @@ SOURCES = "\n".join(
 
 @pytest.mark.parametrize("reason", list(Reason), ids=lambda r: r.value)
 def test_reason_is_documented_and_used(reason: Reason) -> None:
-    assert f"| `{reason.value}` |" in README, "add it to the README's reason table"
+    assert f"| `{reason.value}` |" in REFERENCE, "add it to docs/replay-cache.md's reason table"
     assert re.search(rf"Reason\.{reason.name}\b", SOURCES), "an unused code: remove it"
 
 
-def test_readme_lists_no_stale_codes() -> None:
-    table = README[README.index("| Code | Kind | Meaning |") :].split("\n\n", 1)[0]
+def test_the_reference_lists_no_stale_codes() -> None:
+    table = REFERENCE[REFERENCE.index("| Code | Kind | Meaning |") :].split("\n\n", 1)[0]
     documented = set(re.findall(r"^\| `([a-z_]+)` \|", table, re.MULTILINE))
     assert documented == {reason.value for reason in Reason}

@@ -239,3 +239,32 @@ def test_each_replayed_token_is_opened_once(monkeypatch: pytest.MonkeyPatch) -> 
         assert counts(report) == (3, 3, 0, 0)
     ids = [item["id"] for item in request if item.get("type") == "reasoning"]
     assert sorted(opened) == sorted(ids)  # three tokens, three opens in three requests
+
+
+PATCH_TOOLS = [*TOOLS, {"type": "custom", "name": "ApplyPatch", "format": {"type": "text"}}]
+PATCH_TURN = {
+    "output": [
+        {"type": "reasoning", "summary": ["patch it"]},
+        {"type": "custom_tool_call", "name": "ApplyPatch", "input": "*** Begin Patch\n+x\n"},
+    ]
+}
+
+
+def test_custom_tool_call_blocks_replay_intact_and_a_changed_input_misplaces():
+    upstream = Upstream()
+    out_1, _ = upstream.send([USER_1], PATCH_TURN, tools=PATCH_TOOLS)
+    call = {k: v for k, v in out_1[1].items() if k != "id"}  # visible: no output id
+    answer = {"type": "custom_tool_call_output", "call_id": call["call_id"], "output": "Done"}
+    _, report = upstream.send([USER_1, *replayed(out_1), answer, USER_3], tools=PATCH_TOOLS)
+    assert counts(report) == (1, 1, 0, 0)
+    # The same call in visible form (no reasoning) digests the same for a later block.
+    turn = {"output": [{"type": "reasoning", "summary": []}, {"type": "message", "text": "ok"}]}
+    out_2, _ = upstream.send([USER_1, call, answer, USER_3], turn, tools=PATCH_TOOLS)
+    request = [USER_1, *replayed(out_1), answer, USER_3, *replayed(out_2), USER_1]
+    _, report = upstream.send(request, tools=PATCH_TOOLS)
+    assert counts(report) == (2, 2, 0, 0)
+    # Another input, or the call sent as a function call, is another history.
+    edited = {**call, "input": "*** Begin Patch\n+y\n"}
+    request = [USER_1, edited, answer, USER_3, *replayed(out_2), USER_1]
+    _, report = upstream.send(request, tools=PATCH_TOOLS, store=False)
+    assert reasons(report) == ["history"]

@@ -23,10 +23,14 @@ from fakeupstream.scripts import parse_script
 
 EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
 TERMINAL = ("response.completed", "response.incomplete", "response.failed")
+PATCH_GRAMMAR = {"type": "grammar", "syntax": "lark", "definition": 'start: "*** Begin Patch"'}
 TOOLS = [
     {"type": "function", "name": "read_file", "parameters": {"type": "object"}, "strict": False},
     {"type": "function", "name": "grep", "description": "search", "parameters": {}},
+    {"type": "custom", "name": "ApplyPatch", "format": PATCH_GRAMMAR},
+    {"type": "custom", "name": "Shell", "description": "run", "format": {"type": "text"}},
 ]
+PATCH = '*** Begin Patch\n+caf\u00e9 "q" \\ {not json}\n*** End Patch\n'
 REQUEST = {
     "model": "gpt-5",
     "input": [{"role": "user", "content": "hello there"}],
@@ -68,6 +72,20 @@ BEHAVIOURS: dict[str, dict[str, Any]] = {
             {"type": "reasoning", "summary": ["s"]},
             {"type": "function_call", "name": "read_file", "arguments": "{}"},
             {"type": "function_call", "name": "grep", "arguments": '{"q": "x"}'},
+        ]
+    },
+    "custom-call": {
+        "output": [
+            {"type": "reasoning", "summary": ["patch"]},
+            {"type": "custom_tool_call", "name": "ApplyPatch", "input": PATCH},
+        ]
+    },
+    "custom-and-function": {
+        "output": [
+            {"type": "reasoning", "summary": []},
+            {"type": "message", "text": "Patching."},
+            {"type": "custom_tool_call", "name": "ApplyPatch", "input": PATCH, "call_id": "call_p"},
+            {"type": "function_call", "name": "grep", "arguments": "{}"},
         ]
     },
     "refusal": {"output": [{"type": "refusal", "text": "I can't help with that."}]},
@@ -217,6 +235,30 @@ def test_function_calls_have_ids_and_argument_deltas():
     assert args == "{}" + '{"q": "x"}'
 
 
+def test_custom_tool_calls_stream_their_input_as_custom_tool_call_input_events():
+    events = stream("custom-and-function")
+    added = by_type(events, "response.output_item.added")[2]
+    assert added["item"]["type"] == "custom_tool_call" and added["item"]["input"] == ""
+    deltas = by_type(events, "response.custom_tool_call_input.delta")
+    assert {d["output_index"] for d in deltas} == {2}
+    assert all(d["item_id"] == added["item"]["id"] for d in deltas)
+    assert "".join(d["delta"] for d in deltas) == PATCH
+    (done_event,) = by_type(events, "response.custom_tool_call_input.done")
+    assert (done_event["input"], done_event["output_index"]) == (PATCH, 2)
+    done = by_type(events, "response.output_item.done")[2]["item"]
+    assert done == {
+        "id": added["item"]["id"], "type": "custom_tool_call", "call_id": "call_p",
+        "input": PATCH, "name": "ApplyPatch",
+    }  # fmt: skip
+    assert done["id"].startswith("ctc_")
+    final = by_type(events, "response.completed")[0]["response"]
+    assert [item["type"] for item in final["output"]] == [
+        "reasoning", "message", "custom_tool_call", "function_call",
+    ]  # fmt: skip
+    assert final["output"][2] == done
+    assert final["tools"][2] == TOOLS[2]  # custom tools are echoed as sent
+
+
 def test_refusal_uses_refusal_parts_and_events():
     events = stream("refusal")
     assert by_type(events, "response.content_part.added")[0]["part"] == {
@@ -293,7 +335,7 @@ def test_response_echoes_the_request():
         "truncation": "disabled",
     }
     assert {k: response[k] for k in expected} == expected
-    assert [t["name"] for t in response["tools"]] == ["read_file", "grep"]
+    assert [t["name"] for t in response["tools"]] == ["read_file", "grep", "ApplyPatch", "Shell"]
     assert response["tools"][1] == {
         "type": "function",
         "description": "search",

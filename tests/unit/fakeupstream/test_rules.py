@@ -165,6 +165,44 @@ def test_parameter_errors(payload, message, param, code):
     assert (error.status, error.message, error.param, error.code) == (400, message, param, code)
 
 
+CURSOR_FIELDS = {
+    "store": False, "include": ["reasoning.encrypted_content"], "truncation": "auto",
+    "prompt_cache_retention": "24h", "prompt_cache_key": "k",
+    "reasoning": {"effort": "medium", "summary": "auto", "context": "all_turns"},
+    "text": {"verbosity": "low"}, "stream_options": {"include_obfuscation": False},
+}  # fmt: skip
+
+
+def test_todays_cursor_fields_are_accepted_as_openai_accepts_them():
+    run({"model": "gpt-5", "input": "hi", **CURSOR_FIELDS})
+
+
+@pytest.mark.parametrize(
+    ("extra", "message", "param", "code"),
+    [
+        ({"stream_options": {"include_usage": True}},
+         "Unknown parameter: 'stream_options.include_usage'.", "stream_options.include_usage",
+         "unknown_parameter"),
+        ({"truncation": "on"}, "Invalid value: 'on'. Supported values are: 'auto' and 'disabled'.",
+         "truncation", "invalid_value"),
+        ({"prompt_cache_retention": "1h"},
+         "Invalid value: '1h'. Supported values are: 'in-memory' and '24h'.",
+         "prompt_cache_retention", "invalid_value"),
+        ({"reasoning": {"context": "everything"}},
+         "Invalid value: 'everything'. Supported values are: 'auto', 'all_turns', and "
+         "'current_turn'.", "reasoning.context", "invalid_value"),
+        ({"reasoning": {"depth": 3}}, "Unknown parameter: 'reasoning.depth'.",
+         "reasoning.depth", "unknown_parameter"),
+        ({"text": {"verbosity": "chatty"}},
+         "Invalid value: 'chatty'. Supported values are: 'low', 'medium', and 'high'.",
+         "text.verbosity", "invalid_value"),
+    ],
+)  # fmt: skip
+def test_option_errors(extra, message, param, code):
+    error = reject({"model": "gpt-5", "input": "hi", **extra})
+    assert (error.status, error.message, error.param, error.code) == (400, message, param, code)
+
+
 @pytest.mark.parametrize(
     ("model", "name", "value", "shown"),
     [
@@ -352,6 +390,65 @@ def test_orphan_function_call_output():
     assert error.message == "No tool call found for function call output with call_id call_9."
     error = reject(body(USER, output("call_1"), call("call_1")))  # the output comes first
     assert error.message == "No tool call found for function call output with call_id call_1."
+
+
+def custom(call_id: str = "call_1") -> dict[str, Any]:
+    return {"type": "custom_tool_call", "call_id": call_id, "name": "ApplyPatch", "input": "p"}
+
+
+def custom_output(call_id: str = "call_1") -> dict[str, Any]:
+    return {"type": "custom_tool_call_output", "call_id": call_id, "output": "ok"}
+
+
+@pytest.mark.parametrize(
+    ("items", "message"),
+    [
+        # A custom call answered as a function (the relay must convert): both texts as OpenAI.
+        ([USER, custom("call_1"), output("call_1"), USER],
+         "No tool call found for function call output with call_id call_1."),
+        ([USER, custom("call_1"), USER], "No tool output found for custom tool call call_1."),
+        ([USER, call("call_1"), custom_output("call_1"), USER],
+         "No tool call found for custom tool call output with call_id call_1."),
+        ([USER, custom_output("call_7")],
+         "No tool call found for custom tool call output with call_id call_7."),
+    ],
+)  # fmt: skip
+def test_outputs_pair_only_with_calls_of_their_own_kind(items, message):
+    error = reject(body(*items))
+    assert (error.status, error.message, error.param) == (400, message, "input")
+
+
+def test_custom_calls_with_their_outputs_pass_and_trailing_ones_may_wait():
+    run(body(USER, custom("call_1"), call("call_2"), custom_output("call_1"), output("call_2")))
+    run(body(USER, custom("call_1"), call("call_2")))
+
+
+@pytest.mark.parametrize(
+    ("tool", "choice", "message"),
+    [
+        ({"type": "custom"}, None, "Missing required parameter: 'tools[0].name'."),
+        ({"type": "custom", "name": "P", "format": {"type": "json"}}, None,
+         "Invalid value: 'json'. Supported values are: 'text' and 'grammar'."),
+        ({"type": "custom", "name": "P", "format": {"type": "grammar", "syntax": "ebnf",
+                                                    "definition": "x"}}, None,
+         "Invalid value: 'ebnf'. Supported values are: 'lark' and 'regex'."),
+        ({"type": "custom", "name": "P", "format": {"type": "grammar", "syntax": "lark"}}, None,
+         "Missing required parameter: 'tools[0].format.definition'."),
+        ({"type": "custom", "name": "P"}, {"type": "custom", "name": "Q"},
+         "Tool choice 'custom' not found in 'tools' parameter."),
+    ],
+)  # fmt: skip
+def test_custom_tool_declarations_are_checked(tool, choice, message):
+    error = reject(body(USER, tools=[tool], tool_choice=choice))
+    assert error.message == message
+    grammar = {"type": "grammar", "syntax": "regex", "definition": "^a$"}
+    ok = {"type": "custom", "name": "P", "format": grammar}
+    run(body(USER, tools=[ok], tool_choice={"type": "custom", "name": "P"}))
+
+
+def test_a_custom_call_item_needs_its_input():
+    error = reject(body(USER, {"type": "custom_tool_call", "call_id": "c", "name": "P"}))
+    assert error.message == "Missing required parameter: 'input[1].input'."
 
 
 def test_function_call_without_output_when_more_input_follows():

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from fakeupstream.ciphertext import ContinuityReport, ReplayedReasoning
 from fakeupstream.scripts import (
+    CustomToolCall,
     ErrorEvent,
     Failure,
     FunctionCall,
@@ -15,6 +18,7 @@ from fakeupstream.scripts import (
     Refusal,
     Script,
     ScriptError,
+    custom_input,
     default_output,
     parse_script,
     parse_scripts,
@@ -201,3 +205,50 @@ def test_default_reply_reports_tool_output():
     ]
     out = default_output({"tools": TOOLS}, items, ContinuityReport(), reasoning=False)
     assert out == (Message("Tool output: 42\ncontinuity: replayed=0 intact=0 misplaced=0"),)
+
+
+CUSTOM = {"type": "custom", "name": "ApplyPatch", "format": {"type": "text"}}
+
+
+@pytest.mark.parametrize(
+    ("tools", "choice", "text", "expected"),
+    [
+        ([*TOOLS, CUSTOM], None, "CALL_CUSTOM please", "ApplyPatch"),
+        ([*TOOLS, CUSTOM], {"type": "custom", "name": "ApplyPatch"}, "hi", "ApplyPatch"),
+        ([CUSTOM], "required", "hi", "ApplyPatch"),
+        ([*TOOLS, CUSTOM], None, "CALL_TOOL", "read_file"),  # CALL_TOOL: functions only
+        ([*TOOLS], None, "CALL_CUSTOM", None),  # no custom tool: an ordinary answer
+    ],
+)
+def test_default_reply_calls_a_custom_tool_with_a_freeform_patch(tools, choice, text, expected):
+    body = {"tools": tools, "tool_choice": choice}
+    out = default_output(
+        body, [{"role": "user", "content": text}], ContinuityReport(), reasoning=False
+    )
+    if expected is None:
+        assert isinstance(out[0], Message)
+    elif expected == "read_file":
+        assert out == (FunctionCall("read_file", "{}"),)
+    else:
+        assert out == (CustomToolCall(expected, custom_input(text)),)
+        patch = custom_input(text)
+        assert patch.startswith("*** Begin Patch\n") and text in patch
+        with pytest.raises(ValueError):
+            json.loads(patch)  # freeform: never JSON
+
+
+def test_default_reply_reports_custom_tool_output():
+    items = [
+        {"role": "user", "content": "CALL_CUSTOM"},
+        {"type": "custom_tool_call", "call_id": "c", "name": "ApplyPatch", "input": "p"},
+        {"type": "custom_tool_call_output", "call_id": "c", "output": "Done!"},
+    ]
+    out = default_output({"tools": [CUSTOM]}, items, ContinuityReport(), reasoning=False)
+    assert out == (Message("Tool output: Done!\ncontinuity: replayed=0 intact=0 misplaced=0"),)
+
+
+def test_a_script_makes_the_model_call_a_custom_tool():
+    raw = {"output": [{"type": "custom_tool_call", "name": "ApplyPatch", "input": "x y"}]}
+    assert parse_script(raw).output == (CustomToolCall("ApplyPatch", "x y"),)
+    with pytest.raises(ScriptError, match="'input' must be a string"):
+        parse_script({"output": [{"type": "custom_tool_call", "name": "ApplyPatch"}]})

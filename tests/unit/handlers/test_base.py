@@ -3,37 +3,13 @@ headers every answer carries -- through a relay on a loopback port."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Callable, Coroutine
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 from tornado.httpclient import AsyncHTTPClient, HTTPResponse
 
-from relay.config import load_config
-from relay.server import RelayServer
-
-TOKEN = "rr-test-token-0123456789"
-
-
-def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    asyncio.run(test())
-
-
-@asynccontextmanager
-async def relay(tmp_path: Path, **env: str) -> AsyncIterator[tuple[RelayServer, str]]:
-    cfg = load_config({"RELAY_PORT": "0", "RELAY_DATA_DIR": str(tmp_path / "data"),
-                       "OPENAI_API_KEY": "sk-x", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
-                       **env})  # fmt: skip
-    server = RelayServer(cfg)
-    port = await server.start()
-    try:
-        yield server, f"http://127.0.0.1:{port}"
-    finally:
-        await server.stop()
+from tests.support.loopback import TOKEN, error_of, relay, run
 
 
 async def fetch(url: str, method: str = "GET", body: bytes | None = None,
@@ -45,15 +21,6 @@ async def fetch(url: str, method: str = "GET", body: bytes | None = None,
                                   raise_error=False, allow_nonstandard_methods=True)  # fmt: skip
     finally:
         client.close()
-
-
-def error_of(answer: HTTPResponse) -> dict[str, Any]:
-    assert answer.headers["Content-Type"] == "application/json"
-    envelope = json.loads(answer.body)
-    assert set(envelope) == {"error"}
-    assert set(envelope["error"]) == {"message", "type", "param", "code"}
-    error: dict[str, Any] = envelope["error"]
-    return error
 
 
 def test_a_missing_or_wrong_token_is_401_and_says_where_the_token_is(tmp_path: Path) -> None:

@@ -11,8 +11,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from tests.unit.handlers.loopback import loopback
-from tests.unit.handlers.test_base import error_of
+from tests.support.loopback import error_of, loopback
 
 CACHE = {"REASONING_CACHE_ENABLED": "1",
          "RELAY_PROVIDERS": json.dumps({"local": {"kind": "chat",

@@ -21,7 +21,7 @@ from tornado.netutil import bind_sockets
 
 from relay.handlers.chat_provider import outgoing_body
 from relay.model_alias import ModelAlias
-from tests.unit.handlers.test_base import TOKEN, error_of, relay, run
+from tests.support.loopback import TOKEN, error_of, relay, run
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 

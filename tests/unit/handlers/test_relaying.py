@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tornado.httpclient import AsyncHTTPClient, HTTPResponse
 
 from relay.handlers.relaying import _declares_more, _too_large
-from tests.unit.handlers.test_base import TOKEN, error_of, relay, run
+from tests.support.loopback import TOKEN, error_of, relay, run
 
 LIMIT = 2048
 

@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.handlers.loopback import loopback
-from tests.unit.handlers.test_base import error_of
+from tests.support.loopback import error_of, loopback
 
 CACHE = {"REASONING_CACHE_ENABLED": "1",
          "RELAY_MODEL_ALIASES": json.dumps({"fast": "gpt-5-mini"}),

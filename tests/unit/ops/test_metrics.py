@@ -85,3 +85,29 @@ def test_routes(path: str, label: str) -> None:
 def test_every_route_of_the_table_has_its_own_label() -> None:
     for route in ROUTES:
         assert route_of(route.path.replace("{id}", "x")) == route.label != "other"
+
+
+def test_refused_parameters_are_counted_by_a_bounded_name() -> None:
+    metrics = RelayMetrics()
+    for param in ("previous_response_id", "previous_response_id", "seed", "made_up", None):
+        metrics.parameter_refused(param)
+    got = samples(metrics)
+    counts = {
+        labels[0][1]: value
+        for (name, labels), value in got.items()
+        if name == "relay_refused_params_total"
+    }
+    assert counts == {"previous_response_id": 2, "seed": 1, "other": 2}
+
+
+def test_fences_of_the_last_hour_start_from_the_process_start() -> None:
+    metrics = RelayMetrics()
+    metrics.started(0.0, 1_000.0)
+    metrics.fence_history.record(100.0, {"item_type_reasoning": 2})
+    assert metrics.fence_history.growth(100.0, {"item_type_reasoning": 2}) == (
+        {"item_type_reasoning": 2}, 100.0,
+    )  # fmt: skip
+    # An hour on, only the fence after the last sample before the window counts.
+    totals = {"item_type_reasoning": 3}
+    metrics.fence_history.record(4_000.0, totals)
+    assert metrics.fence_history.growth(4_000.0, totals) == ({"item_type_reasoning": 1}, 3_900.0)

@@ -107,3 +107,31 @@ def test_tunnel_strict_providers_and_metrics_url_rows() -> None:
 def test_no_tunnel_no_metrics_no_rows() -> None:
     labels = {line.split(None, 1)[0] for line in render(doc(), colour=False).splitlines()}
     assert not labels & {"tunnel", "strict", "metrics"}
+
+
+@pytest.mark.parametrize(
+    ("fenced", "line"),
+    [
+        ({"count": 37, "windowSeconds": 3600.0,
+          "reasons": [{"code": "item_type_reasoning", "count": 37,
+                       "text": "input item type 'reasoning'"}]},
+         "replay fenced 37 times in the last hour: input item type 'reasoning'"),
+        ({"count": 1, "windowSeconds": 75.0,
+          "reasons": [{"code": "direct_responses", "count": 1,
+                       "text": "direct /v1/responses traffic"}]},
+         "replay fenced once in the last 1m 15s: direct /v1/responses traffic"),
+        ({"count": 5, "windowSeconds": 3600.0,
+          "reasons": [{"code": "item_type_unknown", "count": 3,
+                       "text": "an input item of an unknown type"},
+                      {"code": "message_role", "count": 2,
+                       "text": "a message item with an unknown role"}]},
+         "replay fenced 5 times in the last hour: an input item of an unknown type 3, "
+         "a message item with an unknown role 2"),
+    ],
+)  # fmt: skip
+def test_fences_of_the_last_hour_say_why(fenced: dict[str, Any], line: str) -> None:
+    text = render(doc(cache={**doc()["cache"], "fencedLastHour": fenced}), colour=False)
+    assert f"fenced       {line}" in text
+    quiet = {"count": 0, "windowSeconds": 3600.0, "reasons": []}
+    assert "fenced" not in render(doc(cache={**doc()["cache"], "fencedLastHour": quiet}),
+                                  colour=False)  # fmt: skip

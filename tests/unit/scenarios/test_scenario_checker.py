@@ -8,7 +8,7 @@ from typing import Any
 from relay.routing import resolve_model
 from relay.translate.request import translate_request
 from scenarios.visible import chat_segments, segments
-from tests.unit.scenarios.test_checker import (
+from tests.support.checker_history import (
     answer,
     assistant,
     call,

@@ -17,6 +17,15 @@ json_values = st.recursive(
     max_leaves=12,
 )
 
+# An input list: plain items, and runs of items stored as one RawItems.
+input_parts = st.lists(
+    st.one_of(
+        json_values.map(lambda value: ("plain", value)),
+        st.lists(json_values, min_size=1, max_size=3).map(lambda items: ("raw", items)),
+    ),
+    max_size=8,
+)
+
 
 def expanded(body: dict[str, Any]) -> dict[str, Any]:
     """What the encoded body must parse to: every RawItems replaced by its parsed items."""
@@ -69,13 +78,7 @@ def test_raw_items_never_show_their_content() -> None:
 
 
 @given(
-    st.lists(
-        st.one_of(
-            json_values.map(lambda value: ("plain", value)),
-            st.lists(json_values, min_size=1, max_size=3).map(lambda items: ("raw", items)),
-        ),
-        max_size=8,
-    ),
+    input_parts,
     st.dictionaries(st.text().filter(lambda key: key != "input"), json_values, max_size=3),
     st.sampled_from([(",", ":"), (", ", ": ")]),
 )
@@ -115,13 +118,7 @@ def test_a_lone_surrogate_goes_out_as_its_escape(
 
 
 @given(
-    st.lists(
-        st.one_of(
-            json_values.map(lambda value: ("plain", value)),
-            st.lists(json_values, min_size=1, max_size=3).map(lambda items: ("raw", items)),
-        ),
-        max_size=8,
-    ),
+    input_parts,
     st.dictionaries(st.text().filter(lambda key: key != "input"), json_values, max_size=3),
 )
 def test_blocks_in_json_dumps_spelling_give_exactly_json_dumps_of_the_expanded_body(
@@ -143,3 +140,40 @@ def test_raw_items_keep_a_view_of_the_stored_bytes_between_the_brackets() -> Non
     raw = RawItems(stored)
     assert bytes(raw.elements) == b'{"a":1},{"b":2}'
     assert raw.elements.obj is stored  # no copy
+
+
+@given(
+    st.one_of(
+        st.none(),
+        st.text(),
+        input_parts,
+    ),
+    st.dictionaries(st.text().filter(lambda key: key != "input"), json_values, max_size=3),
+    st.booleans(),
+)
+def test_the_piecewise_encoding_is_the_same_bytes(
+    parts: list[tuple[str, Any]] | str | None, rest: dict[str, Any], input_first: bool
+) -> None:
+    """One json.dumps call per value (a large body, on a worker thread) spells the body
+    exactly as one call for all does, key order and lone surrogates included."""
+    body: dict[str, Any] = dict(rest)
+    if parts is not None:
+        items = parts if isinstance(parts, str) else [
+            RawItems(json.dumps(value).encode()) if kind == "raw" else value
+            for kind, value in parts
+        ]  # fmt: skip
+        body = {"input": items, **rest} if input_first else {**rest, "input": items}
+    assert encode_body(body, piecewise=True) == encode_body(body)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"model": "é", "input": "a\ud800b"},
+        {"input": [{"t": "\udfff é"}, RawItems('[{"a":"é"}]'.encode())], "k\udc00": 1},
+        {"model": "m", "input": []},
+        {},
+    ],
+)
+def test_the_piecewise_encoding_of_edge_cases(body: dict[str, Any]) -> None:
+    assert encode_body(body, piecewise=True) == encode_body(body)

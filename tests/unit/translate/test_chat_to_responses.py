@@ -95,6 +95,7 @@ def test_user_becomes_caller_and_is_forwarded_as_user() -> None:
         ("store", False),
         ("include", ["reasoning.encrypted_content"]),
         ("parallel_tool_calls", False),
+        ("truncation", "auto"),
     ],
 )
 def test_passthrough_parameters(key: str, value: Any) -> None:
@@ -112,6 +113,7 @@ def test_passthrough_parameters(key: str, value: Any) -> None:
         ("include", [1]),
         ("user", 7),
         ("parallel_tool_calls", 1),
+        ("truncation", True),
     ],
 )
 def test_passthrough_parameters_are_type_checked(key: str, value: Any) -> None:
@@ -321,8 +323,8 @@ def test_invalid_messages_name_the_path(message: Any, param: str) -> None:
         ({"role": "assistant", "function_call": {"name": "f", "arguments": ""}},
          "messages[1].function_call"),
         ({"role": "assistant", "audio": {"id": "a"}}, "messages[1].audio"),
-        ({"role": "assistant", "tool_calls": [{"id": "c", "type": "custom",
-          "custom": {"name": "f", "input": ""}}]}, "messages[1].tool_calls[0].type"),
+        ({"role": "assistant", "tool_calls": [{"id": "c", "type": "web_search",
+          "web_search": {}}]}, "messages[1].tool_calls[0].type"),
     ],
 )  # fmt: skip
 def test_untranslatable_assistant_fields(message: Any, param: str) -> None:
@@ -433,8 +435,13 @@ def test_forced_tool_choice_without_tools_is_forwarded_for_upstream_to_judge() -
     [
         ({"tools": {}}, "tools", InvalidRequest),
         ({"tools": ["x"]}, "tools[0]", InvalidRequest),
-        ({"tools": [{"type": "custom", "custom": {"name": "x"}}]}, "tools[0].type",
-         UnsupportedParameter),
+        ({"tools": [{"type": "web_search"}]}, "tools[0].type", UnsupportedParameter),
+        ({"tools": [{"type": "custom", "custom": {}}]}, "tools[0].custom.name", InvalidRequest),
+        ({"tools": [{"type": "custom", "custom": {"name": "x", "format": {"type": "json"}}}]},
+         "tools[0].custom.format", InvalidRequest),
+        ({"tools": [{"type": "custom", "custom": {"name": "x", "format": {
+            "type": "grammar", "grammar": {"syntax": "ebnf", "definition": "x"}}}}]},
+         "tools[0].custom.format", InvalidRequest),
         ({"tools": [{"type": "function"}]}, "tools[0].function", InvalidRequest),
         ({"tools": [{"type": "function", "function": {}}]}, "tools[0].function.name",
          InvalidRequest),

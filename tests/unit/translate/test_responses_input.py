@@ -65,6 +65,7 @@ def test_cursor_codex_body() -> None:
         client_model="gpt-5-codex",
         caller="u1",
         shape="responses",
+        custom_tool_calls="function",
     )
     assert result.upstream_body["input"] is not body["input"]  # later stages may edit it
 
@@ -92,6 +93,60 @@ def test_stream_options_are_consumed() -> None:
     )
     assert (result.stream, result.include_usage) == (True, True)
     assert result.upstream_body == {"model": "gpt-5-codex", "input": "hi"}
+
+
+def test_todays_cursor_field_set_is_accepted() -> None:
+    """Every field Cursor 2.5+ sends GPT-5-family models: forwarded as sent, except
+    stream_options (consumed: the Responses API rejects include_usage; the relay makes
+    the usage chunk itself)."""
+    fields = {
+        "store": False,
+        "include": ["reasoning.encrypted_content"],
+        "previous_response_id": None,
+        "truncation": "auto",
+        "prompt_cache_retention": "24h",
+        "prompt_cache_key": "c-123",
+        "reasoning": {"effort": "medium", "summary": "auto", "context": "all_turns"},
+        "text": {"verbosity": "low"},
+    }
+    body = {"model": "x", "input": "hi", "stream": True,
+            "stream_options": {"include_usage": True}, **fields}  # fmt: skip
+    result = translate(body)
+    assert (result.stream, result.include_usage) == (True, True)
+    forwarded = {k: v for k, v in fields.items() if v is not None}
+    assert result.upstream_body == {"model": "gpt-5-codex", "input": "hi", **forwarded}
+
+
+@pytest.mark.parametrize(
+    ("reasoning", "alias_context", "expected"),
+    [
+        ({"context": "current_turn"}, None, "current_turn"),
+        ({}, "all_turns", "all_turns"),
+        ({"context": "auto"}, "all_turns", "auto"),  # the client's value wins
+        ({}, None, None),
+    ],
+)
+def test_reasoning_context_passes_through_or_comes_from_the_alias(
+    reasoning: dict[str, Any], alias_context: str | None, expected: str | None
+) -> None:
+    target = ModelAlias("c", "gpt-5.6", reasoning_context=alias_context)
+    for translated in (
+        translate({"model": "c", "input": "hi", "reasoning": reasoning}, target),
+        translate_request({"model": "c", "messages": [{"role": "user", "content": "hi"}],
+                           "reasoning": reasoning}, target, reasoning_summaries=False),
+    ):  # fmt: skip
+        sent = translated.upstream_body.get("reasoning") or {}
+        assert sent.get("context") == expected
+
+
+def test_previous_response_id_says_what_to_do() -> None:
+    with pytest.raises(UnsupportedParameter) as info:
+        translate({"model": "x", "input": "hi", "previous_response_id": "resp_1"})
+    message = info.value.message
+    assert message.startswith("'previous_response_id' is not supported: ")
+    assert "store:false" in message
+    assert "send the whole conversation in 'input'" in message
+    assert "turned off" in message
 
 
 @pytest.mark.parametrize(

@@ -75,13 +75,32 @@ function_tool = st.builds(
                           | ({"strict": strict} if strict is not None else {})},
     st.text(min_size=1, max_size=8), st.none() | st.booleans(),
 )  # fmt: skip
+
+
+def answering_earlier_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A tool message answers a call an earlier assistant message made (Chat refuses
+    others): each one takes such a call's id, or is left out when there is none yet."""
+    made: list[str] = []
+    kept: list[dict[str, Any]] = []
+    for message in messages:
+        if message["role"] == "assistant":
+            made += [call["id"] for call in message.get("tool_calls") or []]
+        elif message["role"] == "tool":
+            if not made:
+                continue
+            kept.append({**message, "tool_call_id": made[len(kept) % len(made)]})
+            continue
+        kept.append(message)
+    return kept
+
+
 chat_requests = st.fixed_dictionaries(
     {
         "model": st.sampled_from(["gpt-5", "gpt-4o", "o3-mini", "gpt-5-chat-latest"]),
         "messages": st.lists(
             system_message | user_message | assistant_message | tool_message,
             min_size=1, max_size=10,
-        ),
+        ).map(answering_earlier_calls).filter(bool),
     },
     optional={
         "temperature": st.none() | st.floats(0, 2) | st.sampled_from([0, 1]),

@@ -22,8 +22,10 @@ from tornado.http1connection import HTTP1Connection, HTTP1ConnectionParameters, 
 from tornado.iostream import IOStream, StreamClosedError, UnsatisfiableReadError
 
 from relay.transport.chunked import MAX_SIZE_LINE, BulkChunkedHTTP1Connection, ChunkedDecoder
+from relay.transport.protocol_errors import BARE_LF
 
 HEX = re.compile(rb"[0-9a-fA-F]+")
+SIZE_LINE_START = re.compile(rb"[0-9a-fA-F]*\r?")  # hex digits, then a CRLF's CR
 NEXT_ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 
 
@@ -35,11 +37,15 @@ class Outcome:
     consumed: int = 0  # bytes of the input the body took ("ok" only)
 
 
-def reference(wire: bytes, max_body_size: int = 2**62) -> Outcome:
-    """Tornado's rules, applied to the whole input at once."""
+def reference(wire: bytes, max_body_size: int = 2**62, *, early: bool = True) -> Outcome:
+    """Tornado's rules, applied to the whole input at once; with ``early``, the relay's
+    additions: a bare LF where a size line or a CRLF ends, and a byte no size line can
+    hold, are refused where they are."""
     i, out, total = 0, b"", 0
 
     def crlf_at(at: int, message: str) -> Outcome | None:
+        if early and wire[at : at + 1] == b"\n":
+            return Outcome("HTTPInputError", BARE_LF)
         if len(wire) - at < 2:
             return Outcome("eof", data=out)
         if wire[at : at + 2] != b"\r\n":
@@ -48,6 +54,17 @@ def reference(wire: bytes, max_body_size: int = 2**62) -> Outcome:
 
     while True:
         eol = wire.find(b"\r\n", i)
+        lf = wire.find(b"\n", i)
+        start = SIZE_LINE_START.match(wire, i, len(wire) if lf == -1 else lf)
+        assert start is not None
+        if early and start.end() < (len(wire) if lf == -1 else lf):
+            if start.end() + 1 - i <= MAX_SIZE_LINE:
+                return Outcome("HTTPInputError", "invalid chunk size")
+            return Outcome(
+                "UnsatisfiableReadError", "delimiter b'\\r\\n' not found within 64 bytes"
+            )
+        if early and lf != -1 and lf + 1 - i <= MAX_SIZE_LINE and (lf == i or eol != lf - 1):
+            return Outcome("HTTPInputError", BARE_LF)
         if (eol == -1 and len(wire) - i > MAX_SIZE_LINE) or eol + 2 - i > MAX_SIZE_LINE:
             return Outcome(
                 "UnsatisfiableReadError", "delimiter b'\\r\\n' not found within 64 bytes"
@@ -187,7 +204,7 @@ def test_a_valid_body_is_read_to_its_last_byte_and_no_further(
         # A CRLF is judged once both bytes are in, a size line at its CRLF or past 64 bytes.
         (b"5\r\nhelloX", "eof", ""),
         (b"5\r\nhello\r\n0\r\nX", "eof", ""),
-        (b"5;", "eof", ""),
+        (b"5;", "HTTPInputError", "invalid chunk size"),  # the relay's: at once
         (b"0" * 64, "eof", ""),
         (b"0" * 65, "UnsatisfiableReadError", "delimiter b'\\r\\n' not found within 64 bytes"),
     ],
@@ -196,6 +213,48 @@ def test_tornados_cases(wire: bytes, kind: str, message: str) -> None:
     got = decode(wire, [1, 7, 4096], max_body_size=5)
     assert (got.kind, got.message) == (kind, message)
     assert reference(wire, 5).kind == kind
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        b"3\nabc\n0\n\n",  # LF framing throughout: Tornado waits for a CRLF forever
+        b"\n",
+        b"3\r\nabc\n",  # after a chunk's data
+        b"3\r\nabc\r\n0\r\n\n",  # after the last chunk
+        b"3\r\nabc\r\n0\n",
+        b"0" * 63 + b"\n",  # the 64th byte of a size line
+    ],
+)
+def test_a_bare_lf_is_refused_where_it_arrives(wire: bytes) -> None:
+    for reads in ([1], [4096]):
+        assert decode(wire, reads) == Outcome("HTTPInputError", BARE_LF)
+    assert reference(wire, early=False).kind != "ok"  # Tornado would never accept it
+
+
+def test_a_bare_lf_past_the_size_line_limit_is_a_line_too_long() -> None:
+    assert decode(b"0" * 64 + b"\n", [4096]).kind == "UnsatisfiableReadError"
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        b"3\rabc\r0\r\r",  # CR framing: Tornado waits for a CRLF forever
+        b"3;",  # an extension
+        b"3 ",
+        b"x",
+        b"3\r\r",
+        b"0" * 63 + b";",  # the 64th byte
+    ],
+)
+def test_a_byte_no_size_line_can_hold_is_refused_where_it_arrives(wire: bytes) -> None:
+    for reads in ([1], [4096]):
+        assert decode(wire, reads) == Outcome("HTTPInputError", "invalid chunk size")
+    assert reference(wire, early=False).kind != "ok"
+
+
+def test_such_a_byte_past_the_size_line_limit_is_a_line_too_long() -> None:
+    assert decode(b"0" * 64 + b";", [4096]).kind == "UnsatisfiableReadError"
 
 
 def test_feeding_more_than_a_valid_body_can_hold_is_refused() -> None:
@@ -282,7 +341,17 @@ def test_the_connection_reads_as_tornado_does(
 
     tornado, bulk = asyncio.run(both())
     event(tornado.outcome.split(";")[0] + (" (more after)" if tornado.left else ""))
-    assert (bulk.outcome, bulk.data, bulk.left) == (tornado.outcome, tornado.data, tornado.left)
+    wire = b"".join(writes)
+    early = reference(wire, limit)
+    if early != reference(wire, limit, early=False):
+        # Refused where Tornado waits for a CRLF (or refuses it later).
+        assert bulk.outcome.startswith(f"{early.kind}: {early.message};"), (bulk, early)
+    else:
+        assert (bulk.outcome, bulk.data, bulk.left) == (
+            tornado.outcome,
+            tornado.data,
+            tornado.left,
+        )
     assert all(0 < size <= chunk_size for size in bulk.sizes)
 
 
@@ -359,7 +428,8 @@ def test_size_lines_are_accepted_as_tornado_accepts_them(line: bytes) -> None:
     try:
         expected: object = parse_hex_int(native_str(line))
     except ValueError:
-        expected = "invalid chunk size"
+        # A LF in it is a bare LF, refused where it is (Tornado waits for the CRLF after).
+        expected = BARE_LF if b"\n" in line else "invalid chunk size"
     decoder = ChunkedDecoder(2**70)
     wire = line + b"\r\n"
     try:

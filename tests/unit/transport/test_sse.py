@@ -133,7 +133,13 @@ def test_final_event_without_blank_line_is_accepted_when_its_json_is_complete(
 
 @pytest.mark.parametrize(
     "tail",
-    [b'data: {"type":"response.comp', b'data: {"type":"x"\n', b"data: not json\n", b"data:"],
+    [
+        b'data: {"type":"response.comp',
+        b'data: {"type":"x"\n',
+        b"data: not json\n",
+        b"data:",
+        b"data: " + b"[" * 100_000,  # nested past the recursion limit: malformed, not a crash
+    ],
 )
 def test_final_event_with_incomplete_data_is_a_protocol_error(tail: bytes) -> None:
     with pytest.raises(UpstreamProtocolError, match="middle of an event"):
@@ -215,6 +221,7 @@ def test_decode_event(event: SSEEvent, expected: tuple[str, dict[str, Any]]) -> 
         (SSEEvent(None, "{}"), "no type"),
         (SSEEvent(None, '{"type": 5}'), "no type"),
         (SSEEvent(None, '{"type": ""}'), "no type"),
+        (SSEEvent(None, '{"a":' * 100_000 + "1" + "}" * 100_000), "not valid JSON"),
     ],
 )
 def test_decode_event_errors(event: SSEEvent, message: str) -> None:

@@ -1,10 +1,12 @@
-"""A relay on a loopback port in front of an in-process fake upstream, for the handler
-tests: both are real Tornado servers on 127.0.0.1, driven from the test's event loop."""
+"""A relay on a loopback port for the handler tests: alone (:func:`relay`, its upstream
+unreachable) or in front of an in-process fake upstream (:func:`loopback`); both are real
+Tornado servers on 127.0.0.1, driven from the test's event loop."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,32 @@ from relay.runtime import Runtime
 from relay.server import RelayServer
 
 TOKEN = "rr-test-token-0123456789"
+
+
+def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(test())
+
+
+@asynccontextmanager
+async def relay(tmp_path: Path, **env: str) -> AsyncIterator[tuple[RelayServer, str]]:
+    cfg = load_config({"RELAY_PORT": "0", "RELAY_DATA_DIR": str(tmp_path / "data"),
+                       "OPENAI_API_KEY": "sk-x", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
+                       **env})  # fmt: skip
+    server = RelayServer(cfg)
+    port = await server.start()
+    try:
+        yield server, f"http://127.0.0.1:{port}"
+    finally:
+        await server.stop()
+
+
+def error_of(answer: HTTPResponse) -> dict[str, Any]:
+    assert answer.headers["Content-Type"] == "application/json"
+    envelope = json.loads(answer.body)
+    assert set(envelope) == {"error"}
+    assert set(envelope["error"]) == {"message", "type", "param", "code"}
+    error: dict[str, Any] = envelope["error"]
+    return error
 
 
 @dataclass

@@ -1,0 +1,104 @@
+"""``relay serve`` as a real subprocess against a fake upstream on a loopback port: its
+output read by threads, so a test waits on a line (an event) instead of sleeping."""
+
+from __future__ import annotations
+
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from fakeupstream.fake import FakeUpstream
+from tests.support.log_leaks import observe_process
+from tests.support.relay_cli import relay_env
+from tests.support.stack import TOKEN, UPSTREAM_KEY
+
+TIMEOUT = 30.0
+
+
+def env_for(tmp_path: Path, fake: FakeUpstream | None, **extra: str) -> dict[str, str]:
+    base = {"RELAY_TOKEN": TOKEN, "REASONING_CACHE_ENABLED": "1", "RELAY_SSE_KEEPALIVE_MS": "0"}
+    if fake is not None:
+        base |= {"OPENAI_API_KEY": UPSTREAM_KEY, "OPENAI_BASE_URL": fake.base_url}
+    return relay_env(tmp_path, **base, **extra)
+
+
+class Relay:
+    """``relay serve`` as a real process; its output read by threads, so a test waits on
+    a line (an event) instead of sleeping."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "relay", "serve"], env=env, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        self.readers = [
+            threading.Thread(target=self._read, args=(stream,), daemon=True)
+            for stream in (self.proc.stdout, self.proc.stderr)
+        ]
+        for reader in self.readers:
+            reader.start()
+        listening = self.wait_for(r"^relay listening on (\S+)")
+        self.base = listening.group(1)
+
+    def _read(self, stream: Any) -> None:
+        for line in stream:
+            self.lines.put(line)
+
+    def wait_for(self, pattern: str) -> re.Match[str]:
+        """The first line so far, or from now on, that matches ``pattern``."""
+        regex = re.compile(pattern)
+        for line in self.seen:
+            if match := regex.search(line):
+                return match
+        while True:
+            line = self.lines.get(timeout=TIMEOUT)
+            self.seen.append(line)
+            if match := regex.search(line):
+                return match
+
+    def chat(self, messages: list[dict[str, Any]]) -> str:
+        answer = requests.post(
+            f"{self.base}/chat/completions",
+            json={"model": "gpt-5", "messages": messages},
+            headers={"Authorization": f"Bearer {TOKEN}"}, timeout=TIMEOUT,
+        )  # fmt: skip
+        assert answer.status_code == 200, answer.text
+        return str(answer.json()["choices"][0]["message"]["content"])
+
+    def conversation(self, prompt: str) -> list[dict[str, Any]]:
+        text = self.chat([{"role": "user", "content": prompt}])
+        return [{"role": "user", "content": prompt}, {"role": "assistant", "content": text},
+                {"role": "user", "content": "and then?"}]  # fmt: skip
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        assert self.proc.wait(TIMEOUT) == 0
+        self.close()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for reader in self.readers:
+            reader.join(TIMEOUT)  # the pipes end with the process
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+        while not self.lines.empty():
+            self.seen.append(self.lines.get())
+        observe_process("test_cache_backup relay serve", "".join(self.seen), self.env)
+
+
+def start(relays: list[Relay], env: dict[str, str]) -> Relay:
+    relays.append(Relay(env))
+    return relays[-1]
