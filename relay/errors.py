@@ -227,8 +227,14 @@ class UpstreamHTTPError(UpstreamError):
 
 
 class SnapshotRefused(Exception):
-    """``relay cache backup|restore`` refused or failed (the destination exists, the copy
-    could not be made); the message says what to do. Never reaches a client."""
+    """A copy of the store was refused or failed: ``relay cache backup|restore`` (the
+    destination exists, the copy could not be made) or ``relay admin snapshot`` (one is
+    running, the directory is not private). ``code`` is a fixed reason code (the admin
+    protocol's error code); the message says what to do. Never reaches a client."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class ConfigError(Exception):

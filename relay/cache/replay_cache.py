@@ -130,8 +130,6 @@ class ReplayCache:
             new_id=new_id,
             capacity=self.capacity,
             hot_blocks=self.hot_blocks,
-            deadline_every_s=min(5.0, config.idle_timeout_ms / 4000),
-            idle_timeout_s=config.idle_timeout_ms / 1000,
             resend_rejected=config.replay_rejection_resend,
             safety=safety,
         )

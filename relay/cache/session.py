@@ -25,7 +25,6 @@ from relay.core.identity import AssistantBlockKey, HistoryDigests, Scope, merged
 from relay.core.planner import Plan, PlanLimits, Rejection, plan_replay
 from relay.core.receipts import Reason
 from relay.core.records import (
-    EMPTY_PLAN,
     MarkerKind,
     Observation,
     PriorPlan,
@@ -59,8 +58,6 @@ class SessionContext:
     new_id: Callable[[str], str]
     capacity: CapacityLedger
     hot_blocks: HotBlocks  # verified payloads shared by every plan (design §6 hot cache)
-    deadline_every_s: float  # persist intent deadline metadata at most this often
-    idle_timeout_s: float
     resend_rejected: bool  # RELAY_REPLAY_REJECTION_RESEND: resend once without replay
     safety: DiskSafety | None = None  # reserve, latch, admission (design §6 disk pressure)
 
@@ -136,7 +133,6 @@ class CacheSession:
         self._ctx = context
         self._store = store
         self._lease = lease
-        self._deadline_saved_at = context.clock.monotonic()
         self.request_id = request_id
         self._request = request
         self._scope = scope
@@ -198,9 +194,7 @@ class CacheSession:
                 scope_id=self._row.id,
                 position=self.position,
                 start_digest=self._history.final_state.digest,
-                prior_plan=self.plan.stored,
                 now=now,
-                deadline_at=now + self._ctx.idle_timeout_s,
             )
             self._store.pin(intent, ids)
             self._store.touch_payloads(validated, now)
@@ -230,7 +224,6 @@ class CacheSession:
             if self.plan.blocks:
                 self._count("accepted")
         self.capture.feed(event_type, data)
-        self._save_deadline()
 
     def refused(self, error: UpstreamHTTPError) -> ReplayRefusal | None:
         """See :meth:`_refused`."""
@@ -269,9 +262,7 @@ class CacheSession:
                     scope_id=self._row.id,
                     position=self.position,
                     start_digest=self._history.final_state.digest,
-                    prior_plan=EMPTY_PLAN,
                     now=now,
-                    deadline_at=now + self._ctx.idle_timeout_s,
                 )
         retired = tuple(
             Rejection(Reason.UPSTREAM_REJECTED, block.observation.position, block.observation.id)
@@ -294,20 +285,6 @@ class CacheSession:
         self._intent = intent  # the plan is empty now: a second refusal is an ordinary one
         self._count("resent")
         return ReplayRefusal(kind, _redacted(error), self._upstream_body())
-
-    def _save_deadline(self) -> None:
-        """Upstream progress renews the generation; the persisted deadline is diagnostic
-        metadata only, so it is written at most once per ``deadline_every_s``."""
-        now = self._ctx.clock.monotonic()
-        if self._intent is None or now - self._deadline_saved_at < self._ctx.deadline_every_s:
-            return
-        self._deadline_saved_at = now
-        try:
-            with self._store.transaction():
-                wall = self._ctx.clock.wall()
-                self._store.set_intent_deadline(self._intent, wall + self._ctx.idle_timeout_s)
-        except StoreError as err:
-            log.event("cache_deadline_not_saved", request_id=self.request_id, code=err.code)
 
     def complete(self, sent: ClientProjection) -> CaptureResult:
         """See :meth:`_complete`."""

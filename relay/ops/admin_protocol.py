@@ -12,8 +12,8 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from relay.errors import StoreError
-from relay.ops.snapshot import SnapshotRefused, Snapshotter
+from relay.errors import SnapshotRefused, StoreError
+from relay.ops.snapshot import Snapshotter
 from relay.ops.status import status_document
 from relay.ops.store_sample import StoreSampler
 

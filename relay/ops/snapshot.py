@@ -1,7 +1,7 @@
 """``relay admin snapshot``: a private inspection copy of the live store (spec §11).
 
-One copy at a time, through SQLite's online backup API on the owner's connection, 32 pages
-per step in lockstep with the IOLoop (relay.storage.inspection_copy): the loop hands the
+One copy at a time, through the copy engine (relay.storage.sqlite_copy) on the owner's
+connection, 32 pages per step in lockstep with the IOLoop: the loop hands the
 worker thread one step, waits for it, then yields, so requests keep flowing and a step
 never overlaps the loop's own use of the connection. Before starting: the source must be
 at most 256 MiB and the destination must have the source's size plus 64 MiB free.
@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import os
 import secrets
-import shutil
 import stat
 import threading
 from collections.abc import Callable
@@ -29,22 +28,23 @@ from pathlib import Path
 from typing import Any, Final
 
 from relay.clock import Clock
-from relay.errors import StoreError
-from relay.storage.inspection_copy import CopyFailed, finish_copy
+from relay.errors import SnapshotRefused, StoreError
 from relay.storage.replay_store import ReasoningStore
+from relay.storage.sqlite_copy import (
+    ONLINE_PAGES_PER_STEP,
+    CopyFailed,
+    check_room,
+    create_private,
+    fsync_file,
+    make_inspection_export,
+    publish,
+    remove_copy,
+)
 
-PAGES_PER_STEP: Final = 32
+PAGES_PER_STEP: Final = ONLINE_PAGES_PER_STEP
 FREE_MARGIN_BYTES: Final = 64 * 1024 * 1024
 SOURCE_CEILING_BYTES: Final = 256 * 1024 * 1024
 STEP_TIMEOUT_S: Final = 60.0  # one 32-page step; far more means something is stuck
-
-
-class SnapshotRefused(Exception):
-    """A snapshot was not started (or did not complete); ``code`` is a fixed reason code."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass
@@ -110,14 +110,8 @@ class Snapshotter:
                 f"{SOURCE_CEILING_BYTES} bytes",
             )
         self._private_directory()
-        free = shutil.disk_usage(self.directory).free
-        if free < source + FREE_MARGIN_BYTES:
-            raise SnapshotRefused(
-                "no_space",
-                f"{self.directory} has {free} bytes free; a copy needs the store's {source} "
-                f"bytes plus a {FREE_MARGIN_BYTES}-byte margin",
-            )
-        temp = self._temp_file()
+        check_room(self.directory, source, FREE_MARGIN_BYTES)
+        temp = create_private(self.directory / f".partial-{secrets.token_hex(8)}.sqlite")
         self.progress = Progress(started_wall=self.clock.wall())
         self._task = asyncio.ensure_future(self._run(store, temp, listener))
         return self._task
@@ -141,7 +135,7 @@ class Snapshotter:
             final = await loop.run_in_executor(None, self._publish, temp, marked_at)
         except BaseException:
             with contextlib.suppress(OSError):
-                os.unlink(temp)  # nothing half-made is left behind
+                remove_copy(temp)  # nothing half-made is left behind
             raise
         finally:
             self.progress = None
@@ -208,33 +202,20 @@ class Snapshotter:
     def _publish(self, temp: Path, marked_at: float) -> Path:
         """Worker thread: make ``temp`` an inspection export and publish it."""
         try:
-            finish_copy(temp, marked_at=marked_at)
+            make_inspection_export(temp, marked_at=marked_at)
         except CopyFailed as exc:
             raise SnapshotRefused("copy_failed", f"the copy failed: {exc}") from None
-        fd = os.open(temp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-            os.fchmod(fd, 0o400)
-        finally:
-            os.close(fd)
+        fsync_file(temp, read_only=True)
         stamp = datetime.fromtimestamp(marked_at, UTC).strftime("%Y%m%dT%H%M%SZ")
         for n in range(1, 1000):
             suffix = "" if n == 1 else f"-{n}"
             final = self.directory / f"reasoning-cache-{stamp}{suffix}.sqlite"
             try:
-                os.link(temp, final)  # never replaces an earlier snapshot
+                publish(temp, final)  # never replaces an earlier snapshot
             except FileExistsError:
                 continue
-            break
-        else:
-            raise SnapshotRefused("no_name", f"too many snapshots at {stamp} in {self.directory}")
-        temp.unlink()
-        dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-        return final
+            return final
+        raise SnapshotRefused("no_name", f"too many snapshots at {stamp} in {self.directory}")
 
     # --- the destination ---------------------------------------------------------------
 
@@ -258,14 +239,3 @@ class Snapshotter:
                 f"{directory} is accessible to others (mode {stat.S_IMODE(info.st_mode):o}); "
                 "chmod 700 it: snapshots hold encrypted payloads",
             )
-
-    def _temp_file(self) -> Path:
-        temp = self.directory / f".partial-{secrets.token_hex(8)}.sqlite"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:
-            os.close(os.open(temp, flags, 0o600))
-        except OSError as exc:
-            raise SnapshotRefused(
-                "directory_unusable", f"cannot create a file in {self.directory}: {exc.strerror}"
-            ) from None
-        return temp

@@ -17,8 +17,9 @@ Crash safety. The destination is never overwritten or activated: the command ref
 ``DEST`` or any of its siblings (``-wal``, ``-shm``, ``-journal``, ``.guard``, ``.reserve``,
 ``.blocked``) exists. It writes ``DEST.blocked`` first (``O_EXCL``, fsynced with its
 directory), builds the copy under a temporary name in ``DEST``'s directory
-(``.<name>.partial-<hex>``) with SQLite's backup API from a connection on the source
-(relay.storage.offline: no relay owns it, none can start on it meanwhile), fsyncs it and
+(``.<name>.partial-<hex>``) with the copy engine (relay.storage.sqlite_copy) from a
+connection on the source (relay.storage.offline: no relay owns it, none can start on it
+meanwhile), fsyncs it and
 the directory, publishes it by ``link`` (which never replaces a file), fsyncs the
 directory again and only then removes ``DEST.blocked`` (and fsyncs once more). A relay
 refuses a store whose ``.blocked`` exists (relay.storage.disk_guard), so a copy killed at
@@ -31,7 +32,6 @@ import contextlib
 import json
 import os
 import secrets
-import shutil
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -59,8 +59,19 @@ from relay.storage.offline import open_stopped
 from relay.storage.recovery import COVERAGE_GAP_KEY, recover_intents
 from relay.storage.replay_store import ReasoningStore, store_error
 from relay.storage.schema import SchemaRefused, check_version
+from relay.storage.sqlite_copy import (
+    OFFLINE_PAGES_PER_STEP,
+    OPEN_COPY,
+    check_room,
+    copy_pages,
+    create_private,
+    fsync_file,
+    publish,
+    remove_copy,
+    scrub_secret,
+)
 
-PAGES_PER_STEP: Final = 256  # 1 MiB of 4 KiB pages between progress reports
+PAGES_PER_STEP: Final = OFFLINE_PAGES_PER_STEP
 FREE_MARGIN_BYTES: Final = 16 * 1024 * 1024  # the copy's own WAL and journal, and slack
 SNAPSHOT_KEY: Final = "snapshot"  # meta: "backup" or "restore"
 SNAPSHOT_AT_KEY: Final = "snapshot-at"  # meta: wall time the copy was made
@@ -154,7 +165,9 @@ def replace_with_snapshot(
     if not resuming:
         _refuse_destination(live, allow=_LIVE_FILES)
     if os.path.lexists(live) and os.path.lexists(source) and os.path.samefile(source, live):
-        raise SnapshotRefused(f"{source} is the live store itself; name a backup file")
+        raise SnapshotRefused(
+            "source_is_live", f"{source} is the live store itself; name a backup file"
+        )
     conn = _open_source(source)  # checked before anything is done to the live store
     try:
         schema_from = _source_schema(conn, source)
@@ -209,11 +222,11 @@ def _build(
         pages = _copy(conn, source, temp, progress)
         recovered = _prepare(temp, kind, clock)
         crash_point("backup_prepared")
-        _fsync_file(temp)
+        fsync_file(temp)
         fsync_dir(dest.parent)
         _publish(temp, dest, publication)
     except BaseException:
-        _remove_copy(temp)
+        remove_copy(temp)
         raise
     return pages, recovered
 
@@ -262,14 +275,15 @@ def _refuse_destination(dest: Path, *, allow: tuple[str, ...] = ()) -> None:
     (of :func:`destination_siblings`) that may exist (a replacing restore moves them)."""
     message = blocked_message(dest)
     if message is not None:
-        raise SnapshotRefused(message)
+        raise SnapshotRefused("destination_blocked", message)
     allowed = {dest.with_name(dest.name + suffix) for suffix in allow}
     for sibling in destination_siblings(dest):
         if sibling not in allowed and os.path.lexists(sibling):
             raise SnapshotRefused(
+                "destination_exists",
                 f"{sibling} exists: a backup or restore never replaces or reuses a store; "
                 "choose a new destination path (or `relay cache restore --replace SRC`, "
-                "which keeps the live store under a new name)"
+                "which keeps the live store under a new name)",
             )
 
 
@@ -279,9 +293,11 @@ def _make_parent(dest: Path) -> None:
             dest.parent.mkdir(mode=0o700, parents=True)
             dest.parent.chmod(0o700)  # mkdir's mode is filtered by the umask
     except OSError as exc:
-        raise SnapshotRefused(f"cannot create {dest.parent}: {exc.strerror}") from None
+        raise SnapshotRefused(
+            "directory_unusable", f"cannot create {dest.parent}: {exc.strerror}"
+        ) from None
     if not dest.parent.is_dir():
-        raise SnapshotRefused(f"{dest.parent} is not a directory")
+        raise SnapshotRefused("directory_unusable", f"{dest.parent} is not a directory")
 
 
 def _check_room(conn: sqlite3.Connection, dest: Path) -> None:
@@ -289,12 +305,7 @@ def _check_room(conn: sqlite3.Connection, dest: Path) -> None:
         conn.execute("PRAGMA page_count").fetchone()[0]
         * conn.execute("PRAGMA page_size").fetchone()[0]
     )
-    free = shutil.disk_usage(dest.parent).free
-    if free < size + FREE_MARGIN_BYTES:
-        raise SnapshotRefused(
-            f"{dest.parent} has {free} bytes free; the copy needs the store's {size} bytes "
-            f"plus {FREE_MARGIN_BYTES}"
-        )
+    check_room(dest.parent, size, FREE_MARGIN_BYTES)
 
 
 @dataclass
@@ -337,9 +348,13 @@ def _create_blocked(blocked: Path, note: dict[str, str]) -> None:
     try:
         fd = os.open(blocked, flags, 0o600)
     except FileExistsError:
-        raise SnapshotRefused(f"{blocked} appeared meanwhile: another copy is running") from None
+        raise SnapshotRefused(
+            "copy_in_progress", f"{blocked} appeared meanwhile: another copy is running"
+        ) from None
     except OSError as exc:
-        raise SnapshotRefused(f"cannot create {blocked}: {exc.strerror}") from None
+        raise SnapshotRefused(
+            "directory_unusable", f"cannot create {blocked}: {exc.strerror}"
+        ) from None
     try:
         what = {"what": "a backup or restore is writing this store", "pid": os.getpid()}
         os.write(fd, json.dumps({**what, **note}).encode() + b"\n")
@@ -349,42 +364,21 @@ def _create_blocked(blocked: Path, note: dict[str, str]) -> None:
 
 
 def _temp_file(dest: Path) -> Path:
-    temp = dest.with_name(partial_pattern(dest).replace("*", secrets.token_hex(8)))
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        os.close(os.open(temp, flags, 0o600))
-    except OSError as exc:
-        raise SnapshotRefused(f"cannot create a file in {dest.parent}: {exc.strerror}") from None
-    return temp
-
-
-def _remove_copy(temp: Path) -> None:
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        with contextlib.suppress(FileNotFoundError):
-            temp.with_name(temp.name + suffix).unlink()
+    return create_private(dest.with_name(partial_pattern(dest).replace("*", secrets.token_hex(8))))
 
 
 def _publish(temp: Path, dest: Path, publication: _Publication) -> None:
+    def linked() -> None:
+        publication.linked = True
+
     try:
-        os.link(temp, dest)  # never replaces: a file that appeared meanwhile stays
+        publish(temp, dest, linked=linked)
     except FileExistsError:
-        raise SnapshotRefused(f"{dest} appeared meanwhile; it was left alone") from None
-    except OSError as exc:
-        raise SnapshotRefused(f"cannot publish {dest}: {exc.strerror}") from None
-    publication.linked = True
-    with contextlib.suppress(FileNotFoundError):
-        temp.unlink()
-    fsync_dir(dest.parent)
+        raise SnapshotRefused(
+            "destination_exists", f"{dest} appeared meanwhile; it was left alone"
+        ) from None
     publication.durable = True
     crash_point("backup_published")
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # --- the copy ----------------------------------------------------------------------------
@@ -405,26 +399,17 @@ def _source_schema(conn: sqlite3.Connection, source: Path) -> int:
 
 
 def _copy(conn: sqlite3.Connection, source: Path, temp: Path, progress: Progress | None) -> int:
-    """SQLite's online backup of ``source`` into ``temp``; the page count."""
-    copied = [0]
+    """The engine's copy of ``source`` into ``temp``; the page count."""
 
-    def step(status: int, remaining: int, total: int) -> None:
-        copied[0] = total
+    def stepped(remaining: int, total: int) -> None:
         if progress is not None:
             progress(total - remaining, total)
         crash_point("backup_copying")
 
-    try:
-        target = sqlite3.connect(temp, isolation_level=None)
-    except sqlite3.Error as exc:
-        raise store_error(exc, temp, "open the copy") from None
-    try:
-        conn.backup(target, pages=PAGES_PER_STEP, progress=step)
-    except sqlite3.Error as exc:
-        raise store_error(exc, source, "copy") from None
-    finally:
-        target.close()
-    return copied[0]
+    def failed(exc: sqlite3.Error, step: str) -> Exception:
+        return store_error(exc, temp, step) if step == OPEN_COPY else store_error(exc, source, step)
+
+    return copy_pages(conn, temp, pages=PAGES_PER_STEP, stepped=stepped, failed=failed)
 
 
 def _prepare(temp: Path, kind: SnapshotKind, clock: Clock) -> int:
@@ -435,8 +420,7 @@ def _prepare(temp: Path, kind: SnapshotKind, clock: Clock) -> int:
         raw = sqlite3.connect(temp, isolation_level=None)
         try:
             raw.execute("PRAGMA locking_mode = EXCLUSIVE")  # no -shm beside the copy
-            raw.execute("PRAGMA secure_delete = ON")  # the old secret's bytes are zeroed
-            raw.execute("DELETE FROM meta WHERE key = 'secret'")
+            scrub_secret(raw)  # the old secret's bytes are zeroed
         finally:
             raw.close()
     except sqlite3.Error as exc:

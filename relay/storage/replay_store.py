@@ -50,14 +50,15 @@ from relay.core.records import (
 from relay.errors import StoreCorrupt, StoreError, StoreFull, StoreIOError, StoreLocked
 from relay.storage.aggregates import StoreAggregates, read_aggregates, source_bytes
 from relay.storage.cleanup import PayloadCleanup, has_retained_descendant
-from relay.storage.inspection_copy import copy_pages
 from relay.storage.schema import (
     TABLES,
+    VACUUM_PENDING_KEY,
     SchemaRefused,
     in_batches,
     migrate,
     placeholders,
 )
+from relay.storage.sqlite_copy import copy_pages
 from relay.storage.strict_store import StrictEntries
 
 SECRET_BYTES: Final = 32
@@ -79,8 +80,7 @@ _LINEAGE: Final = f"""WITH RECURSIVE walk (wid, depth) AS (
     )
     SELECT {_OBSERVATION_COLUMNS} FROM walk JOIN observations ON id = wid
     WHERE scope_id = ? ORDER BY depth"""  # noqa: S608
-_SELECT_INTENTS: Final = """SELECT id, scope_id, phase, position, start_digest, parent_id,
-    prior_plan_count, prior_chain, created_at, deadline_at
+_SELECT_INTENTS: Final = """SELECT id, scope_id, phase, position, start_digest, created_at
     FROM intents ORDER BY created_at, id"""
 
 
@@ -91,16 +91,32 @@ class IntentPhase(StrEnum):
 
 @dataclass(frozen=True)
 class IntentRow:
-    """An unresolved generation; resolved intents are deleted."""
+    """An unresolved generation; resolved intents are deleted. Recovery needs no more: it
+    poisons the position whatever the plan was (the plan's blocks are pinned through
+    ``dependencies`` while the intent lives)."""
 
     id: str
     scope_id: int
     phase: IntentPhase
     position: int
     start_digest: str
-    prior_plan: PriorPlan  # as stored (not well formed when damaged)
     created_at: float
-    deadline_at: float | None
+
+
+def _vacuum_if_pending(conn: sqlite3.Connection) -> None:
+    """Reclaim the pages a committed migration freed (schema.DROPS_DATA), once: VACUUM
+    cannot run inside the migration's transaction, so the flag that transaction wrote says
+    it is still to do. VACUUM is atomic; a crash before it or before the flag's deletion
+    only means the next start does it (again). Without room for VACUUM's temporary copy
+    (SQLITE_FULL) the store is used as it is and the next start tries again."""
+    if conn.execute("SELECT 1 FROM meta WHERE key = ?", (VACUUM_PENDING_KEY,)).fetchone():
+        try:
+            conn.execute("VACUUM")
+        except sqlite3.Error as exc:
+            if getattr(exc, "sqlite_errorcode", -1) & 0xFF != sqlite3.SQLITE_FULL:
+                raise
+            return
+        conn.execute("DELETE FROM meta WHERE key = ?", (VACUUM_PENDING_KEY,))
 
 
 def store_error(exc: sqlite3.Error, path: Path, action: str) -> StoreError:
@@ -221,7 +237,7 @@ class ReasoningStore:
             ) from None
         try:
             # check_same_thread off for one caller only: the inspection copy's worker thread,
-            # which steps the backup while the IOLoop waits (relay.storage.inspection_copy).
+            # which steps the backup while the IOLoop waits (relay.storage.sqlite_copy).
             conn = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
             raise store_error(exc, path, "open") from None
@@ -281,6 +297,8 @@ class ReasoningStore:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+            action = "the post-migration VACUUM"
+            _vacuum_if_pending(conn)
         except SchemaRefused as exc:
             raise StoreCorrupt(
                 f"{path} is not a usable reasoning cache: {exc}; move it aside or set "
@@ -691,18 +709,15 @@ class ReasoningStore:
     # --- intents -----------------------------------------------------------------------
 
     def create_intent(
-        self, intent_id: str, *, scope_id: int, position: int, start_digest: str,
-        prior_plan: PriorPlan, now: float, deadline_at: float | None,
-    ) -> None:  # fmt: skip
+        self, intent_id: str, *, scope_id: int, position: int, start_digest: str, now: float
+    ) -> None:
         """Record a generation about to be dispatched (phase ``dispatch``)."""
         with self._writer("record an intent") as conn:
             conn.execute(
-                "INSERT INTO intents (id, scope_id, phase, position, start_digest, "
-                "parent_id, prior_plan_count, prior_chain, created_at, deadline_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (intent_id, scope_id, IntentPhase.DISPATCH.value, position, start_digest,
-                 prior_plan.parent_id, prior_plan.count, prior_plan.chain, now, deadline_at),
-            )  # fmt: skip
+                "INSERT INTO intents (id, scope_id, phase, position, start_digest, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (intent_id, scope_id, IntentPhase.DISPATCH.value, position, start_digest, now),
+            )
 
     def pin(self, intent_id: str, observation_ids: Iterable[int]) -> None:
         """Keep these observations' payloads from cleanup while the intent lives."""
@@ -721,15 +736,6 @@ class ReasoningStore:
                 conn.execute(
                     "UPDATE intents SET phase = ? WHERE id = ?",
                     (IntentPhase(phase).value, intent_id),
-                ).rowcount
-            )
-
-    def set_intent_deadline(self, intent_id: str, deadline_at: float | None) -> bool:
-        """Diagnostic deadline metadata (coalesced by the caller); ``False`` if absent."""
-        with self._writer("update an intent") as conn:
-            return bool(
-                conn.execute(
-                    "UPDATE intents SET deadline_at = ? WHERE id = ?", (deadline_at, intent_id)
                 ).rowcount
             )
 
@@ -756,15 +762,10 @@ class ReasoningStore:
         """Every intent still in the table, oldest first (startup recovery poisons them)."""
         with self._sqlite("read intents") as conn:
             rows = conn.execute(_SELECT_INTENTS).fetchall()
-        intents = []
-        for id_, scope_id, phase, position, start, parent, count, chain, created, deadline in rows:
-            plan = PriorPlan(parent, count, chain)
-            if not plan.well_formed:
-                self._malformed_plans += 1
-            intents.append(IntentRow(
-                id_, scope_id, IntentPhase(phase), position, start, plan, created, deadline,
-            ))  # fmt: skip
-        return intents
+        return [
+            IntentRow(id_, scope_id, IntentPhase(phase), position, start, created)
+            for id_, scope_id, phase, position, start, created in rows
+        ]
 
     # --- meta and diagnostics ----------------------------------------------------------
 
@@ -830,7 +831,7 @@ class ReasoningStore:
         stepped: Callable[[int, int], None],
     ) -> None:
         """The online backup into ``target`` (on a worker thread, in lockstep with the
-        IOLoop: relay.storage.inspection_copy)."""
+        IOLoop: relay.storage.sqlite_copy)."""
         if self._conn is None:
             raise StoreError(f"reasoning cache {self._path} is closed")
         copy_pages(self._conn, target, pages=pages, wait_turn=wait_turn, stepped=stepped)

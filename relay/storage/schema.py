@@ -197,11 +197,45 @@ _VERSION_6: Final = (
         AND NOT EXISTS (SELECT 1 FROM payloads WHERE observation_id = observations.id)""",  # noqa: S608
 )
 
+# Dead schema dropped. Since v5 no dependencies row is held by an observation, so
+# observation_id is always NULL: the table is rebuilt with the intent pins only (SQLite
+# cannot drop a column named in a foreign key, a CHECK or an index). An intent's plan
+# (parent_id, prior_plan_count, prior_chain) was written and never read: startup recovery
+# poisons an open intent's position whatever its plan was. deadline_at was diagnostic
+# metadata nothing read. strict_entries_by_created served no query (EXPLAIN QUERY PLAN of
+# relay.storage.strict_store's statements) and cost every insert. Opening a store that
+# this step migrated runs VACUUM once, after the migration committed (VACUUM_PENDING_KEY).
+_VERSION_7: Final = (
+    """CREATE TABLE dependencies_v7 (
+        intent_id TEXT NOT NULL REFERENCES intents (id) ON DELETE CASCADE,
+        ancestor_id INTEGER NOT NULL REFERENCES observations (id)
+    ) STRICT""",
+    """INSERT INTO dependencies_v7 (intent_id, ancestor_id)
+        SELECT intent_id, ancestor_id FROM dependencies WHERE intent_id IS NOT NULL""",
+    "DROP TABLE dependencies",
+    "ALTER TABLE dependencies_v7 RENAME TO dependencies",
+    "CREATE UNIQUE INDEX dependencies_of_intent ON dependencies (intent_id, ancestor_id)",
+    "CREATE INDEX dependencies_by_ancestor ON dependencies (ancestor_id)",
+    "ALTER TABLE intents DROP COLUMN parent_id",
+    "ALTER TABLE intents DROP COLUMN prior_plan_count",
+    "ALTER TABLE intents DROP COLUMN prior_chain",
+    "ALTER TABLE intents DROP COLUMN deadline_at",
+    "DROP INDEX strict_entries_by_created",
+)
+
 Step = str | Callable[[sqlite3.Connection], None]
 MIGRATIONS: Final[tuple[tuple[Step, ...], ...]] = (
-    _VERSION_1, _VERSION_2, _VERSION_3, _VERSION_4, _VERSION_5, _VERSION_6,
+    _VERSION_1, _VERSION_2, _VERSION_3, _VERSION_4, _VERSION_5, _VERSION_6, _VERSION_7,
 )  # fmt: skip
 SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+# The versions whose step drops stored data (rows, columns, an index): a file migrated
+# through one is left with free pages, which the store reclaims with one VACUUM after the
+# migration committed (VACUUM cannot run inside a transaction). The migration's own
+# transaction records VACUUM_PENDING_KEY in meta; the store deletes it once VACUUM is
+# done, so a crash in between only leaves the free pages for the next start to reclaim.
+DROPS_DATA: Final = frozenset({5, 7})
+VACUUM_PENDING_KEY: Final = "vacuum-pending"
 
 TABLES: Final = ("scopes", "observations", "payloads", "markers", "dependencies", "intents")
 
@@ -217,11 +251,19 @@ class SchemaTooNew(SchemaRefused):
 def migrate(conn: sqlite3.Connection) -> int:
     """Bring the schema to :data:`SCHEMA_VERSION` inside the caller's transaction.
 
-    Returns the version found. Raises :class:`SchemaRefused` for a newer schema or a
+    Returns the version found. A migration through a step that dropped data
+    (:data:`DROPS_DATA`) leaves :data:`VACUUM_PENDING_KEY` in meta, for the caller to
+    VACUUM once it committed. Raises :class:`SchemaRefused` for a newer schema or a
     foreign database; ``sqlite3.Error`` propagates for the caller to translate.
     """
     found = check_version(conn)
     migrate_to(conn, SCHEMA_VERSION, found)
+    # A new file too: its tables were made by the same steps, drops included.
+    if DROPS_DATA.intersection(range(found + 1, SCHEMA_VERSION + 1)):
+        conn.execute(
+            "INSERT INTO meta (key, value) VALUES (?, 1) ON CONFLICT (key) DO NOTHING",
+            (VACUUM_PENDING_KEY,),
+        )
     return found
 
 

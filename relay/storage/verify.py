@@ -4,7 +4,8 @@ The reading lives here; every conclusion is :mod:`relay.core.store_audit`'s (pur
 read transaction on the connection of :func:`relay.storage.offline.open_stopped` (so no
 relay owns the file, and none starts on it meanwhile), in this order:
 
-1. the schema: a reasoning cache of version 5 (no reclaim marks yet) or the current one;
+1. the schema: a reasoning cache of version 5 (no reclaim marks yet) up to the current
+   one (v7 only dropped what verify never reads);
 2. ``PRAGMA integrity_check`` and ``PRAGMA foreign_key_check``;
 3. every observation, oldest first, streamed with its payload's bytes (one row in memory
    at a time: a payload may be megabytes), its parent read by id;

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 import itertools
+import os
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from relay.config import Config
 from relay.core.capture import ClientProjection
 from relay.core.disk_policy import MIN_RESERVE_BYTES
 from relay.model_alias import ModelAlias
+from relay.storage.schema import migrate_to
 from relay.translate.request import translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion
 
@@ -112,3 +115,35 @@ def build_store(path: Path, *conversations: str) -> None:
             builder.conversation(turns, prompt=f"hello {index}")
     finally:
         builder.close()
+
+
+def rewrite_at_version(path: Path, version: int) -> None:
+    """Rewrite the closed store at ``path`` exactly as schema ``version`` (5 or later)
+    lays a file out: a new file made by the migrations up to ``version``, every row
+    copied column by column. Columns the later schema dropped must be nullable or empty
+    in the rows copied (a closed store built here has no open intent; a test adds its
+    own, in the old layout). Its free pages are gone, as after a VACUUM."""
+    old = path.with_name(f"{path.name}.v{version}")
+    conn = sqlite3.connect(old, isolation_level=None)
+    try:
+        migrate_to(conn, version)
+        conn.execute("ATTACH DATABASE ? AS built", (str(path),))
+        conn.execute("BEGIN")
+        tables = [row[0] for row in conn.execute(
+            "SELECT name FROM main.sqlite_master WHERE type = 'table' "
+            "AND name != 'sqlite_sequence'"  # the ids copied set it
+        )]  # fmt: skip
+        for table in tables:
+            theirs = {row[1] for row in conn.execute(f"PRAGMA built.table_info({table})")}
+            columns = ", ".join(
+                row[1] for row in conn.execute(f"PRAGMA main.table_info({table})")
+                if row[1] in theirs
+            )  # fmt: skip
+            conn.execute(
+                f"INSERT INTO main.{table} ({columns}) SELECT {columns} FROM built.{table}"
+            )
+        conn.execute("COMMIT")
+        conn.execute("DETACH DATABASE built")
+    finally:
+        conn.close()
+    os.replace(old, path)

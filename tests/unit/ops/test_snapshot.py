@@ -14,8 +14,9 @@ import pytest
 from relay.clock import ManualClock
 from relay.core.identity import ScopeTargeting
 from relay.core.records import EMPTY_PLAN
+from relay.errors import SnapshotRefused
 from relay.ops import snapshot
-from relay.ops.snapshot import PAGES_PER_STEP, Progress, SnapshotRefused, Snapshotter
+from relay.ops.snapshot import PAGES_PER_STEP, Progress, Snapshotter
 from relay.storage.replay_store import ReasoningStore
 from tests.support.tmpfs import size_limited_tmpfs
 

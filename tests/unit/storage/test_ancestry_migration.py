@@ -293,8 +293,16 @@ def test_open_intents_and_their_pins_survive_and_are_recovered(tmp_path: Path) -
     conn.close()
     with ReasoningStore.open(path, clock=ManualClock()) as store:
         (intent,) = store.unresolved_intents()
-        assert intent.prior_plan == PriorPlan(None, 2, plan_chain([s.ref for s in specs]))
-        assert store.stats()["dependencies"] == 2  # the pins; a3's ancestry row is gone
+        assert (intent.id, intent.position, intent.start_digest) == (
+            "open",
+            5,
+            KEYS[5].start_digest,
+        )
+        # Its plan is held by its pins, all kept; a3's ancestry row is gone.
+        live = store._conn
+        assert live is not None
+        pins = live.execute("SELECT intent_id, ancestor_id FROM dependencies").fetchall()
+        assert sorted(pins) == [("open", 1), ("open", 2)]
         assert open_enabled(store, NOW).recovered_intents == 1
         assert store.poisoned_starts(1, [KEYS[5].start_digest]) == {KEYS[5].start_digest}
 

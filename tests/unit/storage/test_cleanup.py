@@ -74,10 +74,7 @@ def kept(store: ReasoningStore, *recs: Rec) -> list[bool]:
 
 def pin(store: ReasoningStore, scope_id: int, intent_id: str, *recs: Rec) -> None:
     with store.transaction():
-        store.create_intent(
-            intent_id, scope_id=scope_id, position=99, start_digest=h(7),
-            prior_plan=recs[-1].plan if recs else EMPTY_PLAN, now=NOW, deadline_at=None,
-        )  # fmt: skip
+        store.create_intent(intent_id, scope_id=scope_id, position=99, start_digest=h(7), now=NOW)
         store.pin(intent_id, [r.id for r in recs])
 
 
@@ -166,7 +163,7 @@ def test_the_producing_intent_pins_its_record(store: ReasoningStore) -> None:
     assert producer is not None and producer.intent_id is not None
     with store.transaction():
         store.create_intent(producer.intent_id, scope_id=sid, position=1, start_digest=h(6),
-                            prior_plan=EMPTY_PLAN, now=NOW, deadline_at=None)  # fmt: skip
+                            now=NOW)  # fmt: skip
     assert store.cleanup.reclaim(CUTOFF).pinned == 1
     assert kept(store, a) == [True]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from relay.core.identity import ScopeTargeting
-from relay.core.records import EMPTY_PLAN
 from relay.storage.recovery import (
     COVERAGE_GAP_KEY,
     fence,
@@ -29,9 +28,8 @@ def scope(store: ReasoningStore, digest: str, *, model: str = "gpt-5", caller: s
 def intent(store: ReasoningStore, scope_id: int, intent_id: str, start: str, position: int) -> None:
     with store.transaction():
         store.create_intent(
-            intent_id, scope_id=scope_id, position=position, start_digest=start, prior_plan=EMPTY_PLAN,
-            now=1.0, deadline_at=None,
-        )  # fmt: skip
+            intent_id, scope_id=scope_id, position=position, start_digest=start, now=1.0
+        )
 
 
 def generation(store: ReasoningStore, scope_id: int) -> int:

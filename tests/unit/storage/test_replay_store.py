@@ -84,10 +84,7 @@ def scope_id(store: ReasoningStore, digest: str = h("a")) -> int:
 
 def simple_intent(store: ReasoningStore, sid: int, intent_id: str = "i") -> None:
     """An intent at position 1 with an empty plan (inside a transaction)."""
-    store.create_intent(
-        intent_id, scope_id=sid, position=1, start_digest=h(0), prior_plan=EMPTY_PLAN, now=1.0,
-        deadline_at=None,
-    )  # fmt: skip
+    store.create_intent(intent_id, scope_id=sid, position=1, start_digest=h(0), now=1.0)
 
 
 def observe(
@@ -251,7 +248,7 @@ def test_reopen_after_close_keeps_data(db_path: Path, clock: ManualClock) -> Non
 
 def test_fresh_file_gets_current_schema(store: ReasoningStore) -> None:
     conn = conn_of(store)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
     assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
 
 
@@ -420,11 +417,9 @@ WRITES: list[tuple[str, Callable[[ReasoningStore], object]]] = [
     ("add_marker", lambda s: s.add_marker(1, MarkerKind.END_CONFLICT, h(1), 1, 1.0)),
     ("touch_payloads", lambda s: s.touch_payloads([1], 1.0)),
     ("create_intent", lambda s: s.create_intent(
-        "i", scope_id=1, position=1, start_digest=h(0), prior_plan=EMPTY_PLAN, now=1.0,
-        deadline_at=None)),
+        "i", scope_id=1, position=1, start_digest=h(0), now=1.0)),
     ("pin", lambda s: s.pin("i", [1])),
     ("set_intent_phase", lambda s: s.set_intent_phase("i", IntentPhase.DELIVERY)),
-    ("set_intent_deadline", lambda s: s.set_intent_deadline("i", 5.0)),
     ("delete_intent", lambda s: s.delete_intent("i")),
     ("advance_generations", lambda s: s.advance_generations()),
     ("set_meta", lambda s: s.set_meta("coverage-gap", 1)),
@@ -656,8 +651,7 @@ def test_batched_reads_cross_the_in_list_bound(store: ReasoningStore) -> None:
     with store.transaction():
         for i in range(count):
             store.create_intent(
-                f"intent-{i}", scope_id=sid, position=1, start_digest=h(10_000 + i),
-                prior_plan=EMPTY_PLAN, now=1.0, deadline_at=None,
+                f"intent-{i}", scope_id=sid, position=1, start_digest=h(10_000 + i), now=1.0,
             )  # fmt: skip
     starts = [h(10_000 + i) for i in range(count)]
     assert store.unresolved_intents_at(sid, starts) == {
@@ -716,19 +710,24 @@ def test_add_observation_refuses_plans_that_would_not_read_back(
     assert store.stats()["observations"] == 0
 
 
-def test_dependency_needs_exactly_one_holder(store: ReasoningStore) -> None:
+def test_a_dependency_is_a_pin_of_an_open_intent_on_an_existing_record(
+    store: ReasoningStore,
+) -> None:
     sid = scope_id(store)
     obs = observe(store, sid, end=h(1))
     with store.transaction():
         simple_intent(store, sid)
     conn = conn_of(store)
-    for holders in [(None, None), (obs.id, "i")]:
+    for holder, ancestor in [(None, obs.id), ("missing", obs.id), ("i", obs.id + 100)]:
         with pytest.raises(sqlite3.IntegrityError):
             conn.execute(
-                "INSERT INTO dependencies (observation_id, intent_id, ancestor_id) "
-                "VALUES (?, ?, ?)",
-                (*holders, obs.id),
+                "INSERT INTO dependencies (intent_id, ancestor_id) VALUES (?, ?)",
+                (holder, ancestor),
             )
+    with store.transaction():
+        store.pin("i", [obs.id])
+        store.pin("i", [obs.id])  # idempotent
+    assert conn.execute("SELECT * FROM dependencies").fetchall() == [("i", obs.id)]
 
 
 # --- malformed stored plans ----------------------------------------------------------
@@ -761,19 +760,6 @@ def test_malformed_stored_plan_never_replays(
         # Read as stored, so a walk through it fails its digest check too.
         assert (read.replayable, read.prior_plan) == (False, PriorPlan(parent, count, chain))
     assert store.malformed_plans_seen == 2
-
-
-def test_malformed_intent_plan_reads_as_stored_and_is_counted(store: ReasoningStore) -> None:
-    sid = scope_id(store)
-    with store.transaction():
-        store.create_intent(
-            "i", scope_id=sid, position=1, start_digest=h(0),
-            prior_plan=PriorPlan(3, 1, h(4)), now=1.0, deadline_at=None,
-        )  # fmt: skip
-    conn_of(store).execute("UPDATE intents SET prior_chain = 'nope'")
-    (intent,) = store.unresolved_intents()
-    assert intent.prior_plan == PriorPlan(3, 1, "nope") and not intent.prior_plan.well_formed
-    assert store.malformed_plans_seen == 1
 
 
 # --- payloads ------------------------------------------------------------------------
@@ -965,8 +951,7 @@ def test_markers_and_intents_read_whole_or_matched_agree(store: ReasoningStore, 
         for digest in present:
             store.add_marker(sid, MarkerKind.START_POISON, digest, 1, 1.0)
             store.create_intent(
-                f"intent-{digest[-4:]}", scope_id=sid, position=1, start_digest=digest,
-                prior_plan=EMPTY_PLAN, now=1.0, deadline_at=None,
+                f"intent-{digest[-4:]}", scope_id=sid, position=1, start_digest=digest, now=1.0,
             )  # fmt: skip
         store.add_marker(other, MarkerKind.START_POISON, h(10_000), 1, 1.0)
         store.add_marker(sid, MarkerKind.END_CONFLICT, h(10_001), 1, 1.0)
@@ -994,33 +979,28 @@ def test_intent_lifecycle(store: ReasoningStore) -> None:
     ancestor = observe(store, sid, end=h(1))
     plan = ancestor.chain_plan
     with store.transaction():
-        store.create_intent(
-            "intent-1", scope_id=sid, position=3, start_digest=h(2), prior_plan=plan,
-            now=10.0, deadline_at=910.0,
-        )  # fmt: skip
-        store.create_intent(
-            "intent-2", scope_id=sid, position=3, start_digest=h(2), prior_plan=EMPTY_PLAN,
-            now=11.0, deadline_at=None,
-        )  # fmt: skip
+        store.create_intent("intent-1", scope_id=sid, position=3, start_digest=h(2), now=11.0)
+        store.create_intent("intent-2", scope_id=sid, position=3, start_digest=h(2), now=10.0)
         store.pin("intent-1", [ancestor.id, ancestor.id])
     assert store.unresolved_intents_at(sid, [h(2), h(9)]) == {h(2): {"intent-1", "intent-2"}}
-    assert store.unresolved_intents() == [
-        IntentRow("intent-1", sid, IntentPhase.DISPATCH, 3, h(2), plan, 10.0, 910.0),
-        IntentRow("intent-2", sid, IntentPhase.DISPATCH, 3, h(2), EMPTY_PLAN, 11.0, None),
+    assert store.unresolved_intents() == [  # oldest first
+        IntentRow("intent-2", sid, IntentPhase.DISPATCH, 3, h(2), 10.0),
+        IntentRow("intent-1", sid, IntentPhase.DISPATCH, 3, h(2), 11.0),
     ]
-    assert store.stats()["dependencies"] == 1
+    # The plan an intent was dispatched with is held by its pins, once per block.
+    pins = conn_of(store).execute("SELECT intent_id, ancestor_id FROM dependencies").fetchall()
+    assert pins == [("intent-1", ancestor.id)]
 
     with store.transaction():
         assert store.set_intent_phase("intent-1", IntentPhase.DELIVERY)
-        assert store.set_intent_deadline("intent-1", 940.0)
         assert not store.set_intent_phase("missing", IntentPhase.DELIVERY)
         produced = store.add_observation(
             scope_id=sid, generation=1, position=3, start_digest=h(2), end_digest=h(3),
             envelope_fingerprint=h(4), payload_fingerprint=h(5), output_hash=h(6),
             prior_plan=plan, intent_id="intent-1", snapshot=None, replayable=True, now=12.0,
         )  # fmt: skip
-    first = store.unresolved_intents()[0]
-    assert (first.phase, first.deadline_at) == (IntentPhase.DELIVERY, 940.0)
+    phases = {intent.id: intent.phase for intent in store.unresolved_intents()}
+    assert phases == {"intent-1": IntentPhase.DELIVERY, "intent-2": IntentPhase.DISPATCH}
 
     with store.transaction():
         assert store.delete_intent("intent-1")

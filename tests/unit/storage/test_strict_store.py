@@ -211,7 +211,7 @@ def test_a_version_1_file_is_migrated(db_path: Path) -> None:
         assert store.find_scope("d" * 64) is not None
         migrated = store._conn
         assert migrated is not None
-        assert migrated.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+        assert migrated.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
         assert put(store.strict, 1).id == 1
         assert store.integrity_check() == ["ok"]
     with ReasoningStore.open(db_path, clock=ManualClock()) as again:  # idempotent

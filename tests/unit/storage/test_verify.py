@@ -18,7 +18,7 @@ from relay.errors import NotACache, StoreCorrupt, StoreLocked
 from relay.storage.replay_store import ReasoningStore
 from relay.storage.schema import migrate_to
 from relay.storage.verify import verify_store
-from tests.support.store_builder import build_store
+from tests.support.store_builder import build_store, rewrite_at_version
 
 DAY = 86_400.0
 
@@ -75,7 +75,7 @@ def first_with_parent(conn: sqlite3.Connection) -> tuple[int, int]:
 def test_a_clean_store_exits_0(store_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out = run_verify(store_path, capsys)
     assert code == 0
-    assert out.splitlines()[0] == f"verified {store_path} (schema 6): 5 records, 5 payloads"
+    assert out.splitlines()[0] == f"verified {store_path} (schema 7): 5 records, 5 payloads"
     assert out.splitlines()[-1] == "result: clean"
     code, out = run_verify(store_path, capsys, "--json")
     report = json.loads(out)
@@ -183,19 +183,18 @@ def test_a_payload_cleanup_reclaimed_is_a_note_not_damage(
 def test_a_v5_store_is_read_and_its_missing_payloads_are_unprovable(tmp_path: Path) -> None:
     path = tmp_path / "v5.sqlite"
     build_store(path, "tt")
+    rewrite_at_version(path, 5)  # v5 kept no reclaim marks
     conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("ALTER TABLE observations DROP COLUMN reclaimed_at")  # v5 had none
-    conn.execute("PRAGMA user_version = 5")
     conn.execute("DELETE FROM payloads WHERE observation_id = 2")
     conn.close()
     report = verify_store(path)
     assert report.schema_version == 5 and not report.damaged
     assert report.tally.notes == {"payload_gone_before_v6": 1}
-    # Migrating to v6 marks it so: verify then says the same.
+    # Migrating (to v6, then v7) marks it so: verify then says the same.
     with ReasoningStore.open(path, clock=ManualClock()):
         pass
     migrated = verify_store(path)
-    assert (migrated.schema_version, migrated.tally.notes) == (6, {"payload_gone_before_v6": 1})
+    assert (migrated.schema_version, migrated.tally.notes) == (7, {"payload_gone_before_v6": 1})
 
 
 def test_a_damaged_file_is_an_integrity_error(store_path: Path) -> None:
