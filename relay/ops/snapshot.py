@@ -1,4 +1,4 @@
-"""``relay admin snapshot``: a private inspection copy of the live store (spec §11).
+"""``relay admin snapshot``: a private inspection copy of the live store (design §18).
 
 One copy at a time, through SQLite's online backup API on the owner's connection, 32 pages
 per step in lockstep with the IOLoop (relay.storage.inspection_copy): the loop hands the

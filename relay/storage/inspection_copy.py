@@ -1,4 +1,4 @@
-"""An inspection copy of the live store through SQLite's online backup API (spec §11).
+"""An inspection copy of the live store through SQLite's online backup API (design §18).
 
 The copy is read from the owner's own connection (no second connection could read the
 exclusively locked file), ``pages`` pages per step. :func:`copy_pages` runs on a worker
