@@ -3,7 +3,8 @@
 Each check raises :class:`ApiError`; the first failing check wins, in this order:
 auth, JSON body, required/unknown/typed parameters, input item shapes, model-specific
 parameters, then the replay rules (duplicate ids, ciphertext, missing reasoning items,
-tool call pairing). Texts come from ``shared/notes/wire-formats.md``.
+tool call pairing). The texts and where each was seen: docs/development.md, *The fake
+upstream's refusals*.
 """
 
 from __future__ import annotations
@@ -579,7 +580,7 @@ def _check_required_reasoning(items: Sequence[Mapping[str, Any]], ledger: Ledger
 
 def _check_tool_pairs(items: Sequence[Mapping[str, Any]]) -> None:
     """Every output answers an earlier call of its own kind; every call has its output,
-    unless only calls (and reasoning) follow it. Sources of the texts (wire-formats note):
+    unless only calls (and reasoning) follow it. Sources of the texts (docs/development.md):
     ``No tool call found for function call output with call_id call_...`` and ``No tool
     output found for function call call_...`` (OpenAI, 400, param input);
     ``No tool output found for custom tool call call_...`` (seen in the field: Codex and

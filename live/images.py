@@ -3,8 +3,9 @@
 Each picture is a coloured square centred on a white canvas. Its edges fall on 8-pixel
 boundaries, so every 8x8 block is one flat colour: that keeps the baseline JPEG writer
 tiny (only DC coefficients; every block ends at once) and the PNG exact. The canvas is
-128 pixels wide on purpose: the spec records an unexplained answer on a *tiny* flat PNG
-sent directly to OpenAI, so these are neither tiny nor a single colour.
+128 pixels wide on purpose: a *tiny* flat PNG once got an unexplained answer sent directly
+to OpenAI (docs/live-acceptance.md, the ``images_*`` row), so these are neither tiny nor
+a single colour.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ slows, fails or changes a model call. Per request, up to four *artifacts*:
 (the upstream's bytes as read) and ``-client-response`` (the bytes queued for the client),
 in ``RELAY_LOG_BODIES_DIR`` (default ``<RELAY_DATA_DIR>/bodies``).
 
-Bounds (design §8 of the spec this implements):
+Bounds (design §18):
 
 - an artifact holds at most :data:`ARTIFACT_LIMIT` bytes (8 MiB), then
   :data:`TRUNCATION_MARKER`, and takes nothing more;

@@ -13,7 +13,7 @@ it. Two marks still find it:
 Only processes of this user are considered, and a process found earlier is signalled
 only if it still has the start time it had then (a pid the kernel reused is left alone).
 Without ``/proc`` (macOS, the BSDs) nothing is found: there only the group is stopped,
-and a daemonizing descendant survives the relay (README, *Tunnel*).
+and a daemonizing descendant survives the relay (design §19; docs/operating.md, *Tunnel*).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Operating the relay (spec §8, §11): counters and Prometheus metrics (``metrics``,
+"""Operating the relay (design §14, §18): counters and Prometheus metrics (``metrics``,
 ``collector``), the private admin socket (``admin_socket``, ``admin_client``) with its
 status (``status``, ``store_sample``) and inspection snapshots (``snapshot``), ``/metrics``
 on loopback (``metrics_http``), the ``relay admin`` / ``relay status`` commands

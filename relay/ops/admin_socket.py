@@ -1,5 +1,5 @@
 """``RELAY_ADMIN_SOCKET`` (default ``<data dir>/run/admin.sock``, bound early by
-relay.listeners): the private Unix-domain listener (spec §11).
+relay.listeners): the private Unix-domain listener (design §18).
 
 Separate from the HTTP server, so nothing that reaches the relay's port (a tunnel, a LAN
 client) can reach it. Access is the filesystem's: the socket's directory must be owned by

@@ -1,4 +1,4 @@
-"""``relay admin snapshot``: a private inspection copy of the live store (spec §11).
+"""``relay admin snapshot``: a private inspection copy of the live store (design §18).
 
 One copy at a time, through the copy engine (relay.storage.sqlite_copy) on the owner's
 connection, 32 pages per step in lockstep with the IOLoop: the loop hands the

@@ -1,4 +1,4 @@
-"""The store's aggregates, read at most once per five seconds (spec §11).
+"""The store's aggregates, read at most once per five seconds (design §18).
 
 Polling status or scraping /metrics in a loop costs one bounded scan per TTL, not one per
 poll. Time is the injected clock's monotonic time.

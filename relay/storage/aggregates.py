@@ -1,4 +1,4 @@
-"""Read-only aggregates of the store for the admin socket's status (spec §11).
+"""Read-only aggregates of the store for the admin socket's status (design §18).
 
 Every query here is a ``SELECT`` or a read-only PRAGMA run with ``PRAGMA query_only`` on,
 so an admin poll can never touch a payload, renew an intent, move a retention clock,

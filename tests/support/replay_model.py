@@ -3,7 +3,7 @@
 Used by ``tests/unit/cache/test_replay_state_machine.py`` as the oracle for the real planner,
 session and store. It deliberately imports nothing from ``relay``: it speaks of visible
 messages (canonical JSON text, as the client sends them) and exact payload bytes, never
-of digests, and every rule below is a sentence of the spec:
+of digests, and every rule below is a sentence of docs/design.md (§2-§4, §7):
 
 - a record is one observed generation: the request history it was made for (``start``),
   the visible assistant message the client got (``envelope``), the exact original output

@@ -256,7 +256,8 @@ def test_a_foreign_database_is_refused(tmp_path: Path) -> None:
 def test_a_latched_or_blocked_store_is_still_verified_with_a_note(
     store_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Checking a latched store is step 3 of the README's latch procedure."""
+    """Checking a latched store is step 3 of the latch procedure (docs/replay-cache.md,
+    *Disk pressure*)."""
     for suffix, meaning in ((".guard", "the cache latched"), (".blocked", "did not finish")):
         latch = store_path.with_name(store_path.name + suffix)
         latch.write_bytes(b"")
