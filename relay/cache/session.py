@@ -28,10 +28,10 @@ from relay.core.records import (
     EMPTY_PLAN,
     MarkerKind,
     Observation,
+    OversizedPayload,
     PriorPlan,
     ScopeRow,
     StoredPayload,
-    StoredSizeExceeded,
 )
 from relay.core.rejection import RejectionKind, classify_rejection, redact_ciphertext
 from relay.core.replace import replace_blocks
@@ -115,7 +115,7 @@ class ScopedSource:
 
     def load_payloads(
         self, observation_ids: Iterable[int], *, max_bytes: int
-    ) -> Mapping[int, StoredPayload | StoredSizeExceeded]:
+    ) -> Mapping[int, StoredPayload | OversizedPayload]:
         return self._store.load_payloads(observation_ids, max_bytes=max_bytes)
 
 

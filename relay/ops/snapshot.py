@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from relay.clock import Clock
-from relay.errors import StoreError
+from relay.errors import OperatorError, StoreError
 from relay.storage.inspection_copy import CopyFailed, finish_copy
 from relay.storage.replay_store import ReasoningStore
 
@@ -39,7 +39,7 @@ SOURCE_CEILING_BYTES: Final = 256 * 1024 * 1024
 STEP_TIMEOUT_S: Final = 60.0  # one 32-page step; far more means something is stuck
 
 
-class SnapshotRefused(Exception):
+class SnapshotRefused(OperatorError):
     """A snapshot was not started (or did not complete); ``code`` is a fixed reason code."""
 
     def __init__(self, code: str, message: str) -> None:

@@ -22,8 +22,10 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
+from relay.errors import OperatorError
 
-class CopyFailed(Exception):
+
+class CopyFailed(OperatorError):
     """The copy could not be made; the message names the step, never a stored value."""
 
 
