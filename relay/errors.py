@@ -15,7 +15,7 @@ every module under ``relay/`` to keep it so), in three branches by who reads it:
     │                           UpstreamFailed (UpstreamReportedError), UpstreamTimeout, …
     ├── OperatorError           stops startup or an operator command; never a client's
     │   ├── ConfigError         BudgetTooSmall, CrashPointSpecError
-    │   ├── ListenError
+    │   ├── ListenError         (also an OSError)
     │   ├── SnapshotRefused     (relay.errors and relay.ops.snapshot)
     │   ├── SchemaRefused       SchemaTooNew
     │   ├── CopyFailed, AdminUnavailable
@@ -280,6 +280,7 @@ class ConfigError(OperatorError):
     """
 
 
-class ListenError(OperatorError):
+class ListenError(OperatorError, OSError):
     """A listener could not be opened (a port in use, an address this host lacks); the
-    message names the address and the setting. Raised before the store is touched."""
+    message names the address and the setting. Raised before the store is touched. Still
+    an ``OSError``: a caller starting a server catches a bind failure as one."""
