@@ -25,6 +25,8 @@ import os
 import signal
 import threading
 
+from relay.errors import ConfigError
+
 ENV_VAR = "RELAY_TEST_CRASH_AT"
 
 # Every point a request passes, in request order. Add a name here when you add a call, so
@@ -55,7 +57,7 @@ REPLACE_POINTS: tuple[str, ...] = (
 KNOWN_POINTS: tuple[str, ...] = REQUEST_POINTS + BACKUP_POINTS + GAP_POINTS + REPLACE_POINTS
 
 
-class CrashPointSpecError(ValueError):
+class CrashPointSpecError(ConfigError):
     """``RELAY_TEST_CRASH_AT`` names an unknown point or has a bad hit count."""
 
 

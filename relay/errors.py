@@ -1,8 +1,36 @@
 """The relay's one exception tree.
 
-Every failure a client can see is a :class:`RelayError`. Its subclass decides the HTTP
-status and the OpenAI error ``type``; :meth:`RelayError.envelope` renders the OpenAI error
-envelope. Messages say what to fix and never carry credentials, tokens or ciphertext.
+Every exception the relay defines descends from :class:`RelayException` (a test walks
+every module under ``relay/`` to keep it so), in three branches by who reads it::
+
+    RelayException
+    ├── RelayError              a client sees it: status, OpenAI error type, envelope
+    │   ├── ClientError         4xx: InvalidRequest, UnsupportedParameter, Unauthorized,
+    │   │                       NotFound, MethodNotAllowed, PayloadTooLarge, …
+    │   ├── CacheUnavailable    503
+    │   │   └── StoreError      (also an OperatorError) StoreLocked, StoreCorrupt
+    │   │                       (NotACache), StoreFull, StoreIOError, StoreLatched, …
+    │   ├── ShuttingDown, TooManyConnections    503
+    │   └── UpstreamError       502/504/upstream's status: UpstreamProtocolError,
+    │                           UpstreamFailed (UpstreamReportedError), UpstreamTimeout, …
+    ├── OperatorError           stops startup or an operator command; never a client's
+    │   ├── ConfigError         BudgetTooSmall, CrashPointSpecError
+    │   ├── ListenError         (also an OSError)
+    │   ├── SnapshotRefused     (relay.errors and relay.ops.snapshot)
+    │   ├── SchemaRefused       SchemaTooNew
+    │   ├── CopyFailed, AdminUnavailable
+    │   └── StoreError          (above: a store fault is both the client's 503 and the
+    │                           operator's to fix)
+    └── InternalSignal          raised and caught inside the relay; the catcher decides
+        ├── ClientGone, StreamFinished      (transport)
+        ├── CanonicalRefused    CanonicalLimitExceeded, NotCanonicalizable
+        ├── PipelineStateError, StoredSizeExceeded, ModelsUnavailable, MalformedModelList
+        └── private control flow: the planner's, the predictor's, the HTTP server's, …
+
+A :class:`RelayError`'s subclass decides the HTTP status and the OpenAI error ``type``;
+:meth:`RelayError.envelope` renders the OpenAI error envelope. Messages say what to fix
+and never carry credentials, tokens or ciphertext. A class keeps a builtin base (as
+``ValueError``) only where code catches it by that base.
 """
 
 from __future__ import annotations
@@ -10,7 +38,11 @@ from __future__ import annotations
 from typing import Any
 
 
-class RelayError(Exception):
+class RelayException(Exception):
+    """The root: every exception the relay defines descends from it."""
+
+
+class RelayError(RelayException):
     """Base of every error the relay reports to a client."""
 
     status = 500
@@ -32,6 +64,16 @@ class RelayError(Exception):
                 "code": self.code,
             }
         }
+
+
+class OperatorError(RelayException):
+    """For the operator: it stops startup or an operator command (``relay cache ...``,
+    ``relay admin``), or needs the operator's hand; the message says what to do."""
+
+
+class InternalSignal(RelayException):
+    """Raised and caught inside the relay: the catch site turns it into a path, a log line
+    or a :class:`RelayError`; it never reaches a client or an operator as such."""
 
 
 # --- client faults: 4xx -------------------------------------------------------------
@@ -100,7 +142,7 @@ class CacheUnavailable(RelayError):
     default_code = "cache_unavailable"
 
 
-class StoreError(CacheUnavailable):
+class StoreError(CacheUnavailable, OperatorError):
     """The replay store (SQLite) failed. Messages name the database path and SQLite's
     error code only: never payload JSON, secrets or SQL parameters."""
 
@@ -226,7 +268,7 @@ class UpstreamHTTPError(UpstreamError):
         return self._envelope
 
 
-class SnapshotRefused(Exception):
+class SnapshotRefused(OperatorError):
     """A copy of the store was refused or failed: ``relay cache backup|restore`` (the
     destination exists, the copy could not be made) or ``relay admin snapshot`` (one is
     running, the directory is not private). ``code`` is a fixed reason code (the admin
@@ -237,13 +279,14 @@ class SnapshotRefused(Exception):
         self.code = code
 
 
-class ConfigError(Exception):
+class ConfigError(OperatorError):
     """A configuration value is invalid; the message names the variable and what it accepts.
 
     Not a :class:`RelayError`: it stops startup and never reaches a client.
     """
 
 
-class ListenError(OSError):
+class ListenError(OperatorError, OSError):
     """A listener could not be opened (a port in use, an address this host lacks); the
-    message names the address and the setting. Raised before the store is touched."""
+    message names the address and the setting. Raised before the store is touched. Still
+    an ``OSError``: a caller starting a server catches a bind failure as one."""

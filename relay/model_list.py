@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from relay.errors import InternalSignal
+
 ALIAS_OWNER: Final = "relay"
 UNKNOWN_OWNER: Final = "upstream"  # an upstream entry that does not say
 
@@ -24,7 +26,7 @@ class UpstreamModel:
     owned_by: str = UNKNOWN_OWNER
 
 
-class MalformedModelList(ValueError):
+class MalformedModelList(InternalSignal):
     """The answer is not OpenAI's model list. The message names what is wrong, never the
     answer's text."""
 

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any, Final, NoReturn
 
-from relay.errors import InvalidRequest, UnsupportedMediaType
+from relay.errors import InternalSignal, InvalidRequest, UnsupportedMediaType
 
 # A \uD800-\uDFFF escape anywhere in the text: only then can a parsed string hold a
 # surrogate (the text itself is valid UTF-8, which has none). Valid pairs match too.
@@ -34,7 +34,7 @@ _JSON_ARRAY: Final[Callable[..., tuple[Any, int]]] = json.decoder.JSONArray  # t
 _WHITESPACE: Final[re.Pattern[str]] = json.decoder.WHITESPACE  # type: ignore[attr-defined]
 
 
-class _UnrepresentableNumber(ValueError):
+class _UnrepresentableNumber(InternalSignal, ValueError):  # json's hook must raise ValueError
     """A number literal no Python number (or no finite float) can hold."""
 
     def __init__(self, description: str) -> None:

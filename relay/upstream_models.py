@@ -24,6 +24,7 @@ from tornado.simple_httpclient import HTTPTimeoutError, SimpleAsyncHTTPClient
 
 from relay import log
 from relay.clock import Clock
+from relay.errors import InternalSignal
 from relay.model_list import (
     MalformedModelList,
     UpstreamModel,
@@ -45,7 +46,7 @@ FETCH_TIMEOUT_S: Final = 5.0  # a listing is small: a slower upstream is treated
 Fetch = Callable[[], Awaitable[tuple[UpstreamModel, ...]]]
 
 
-class ModelsUnavailable(Exception):
+class ModelsUnavailable(InternalSignal):
     """The upstream did not give its model list. ``reason``: ``unreachable``, ``timeout``,
     ``http_status``, ``malformed`` or ``too_large``."""
 

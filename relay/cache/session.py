@@ -27,10 +27,10 @@ from relay.core.receipts import Reason
 from relay.core.records import (
     MarkerKind,
     Observation,
+    OversizedPayload,
     PriorPlan,
     ScopeRow,
     StoredPayload,
-    StoredSizeExceeded,
 )
 from relay.core.rejection import RejectionKind, classify_rejection, redact_ciphertext
 from relay.core.replace import replace_blocks
@@ -112,7 +112,7 @@ class ScopedSource:
 
     def load_payloads(
         self, observation_ids: Iterable[int], *, max_bytes: int
-    ) -> Mapping[int, StoredPayload | StoredSizeExceeded]:
+    ) -> Mapping[int, StoredPayload | OversizedPayload]:
         return self._store.load_payloads(observation_ids, max_bytes=max_bytes)
 
 

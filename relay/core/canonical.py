@@ -45,6 +45,7 @@ from typing import Any, Final, Protocol
 import orjson
 
 from relay.core.limits import CANONICAL_LIMITS, CHUNK_BYTES, CanonicalLimits
+from relay.errors import InternalSignal
 
 _dumps: Final = orjson.dumps
 _SORTED: Final = orjson.OPT_SORT_KEYS
@@ -99,7 +100,7 @@ def _weights() -> bytes:
 _WEIGHTS: Final = _weights()
 
 
-class CanonicalRefused(Exception):
+class CanonicalRefused(InternalSignal):
     """A deterministic refusal: the same value always gets it, so callers skip caching
     without an intent or a marker. Not a ``RelayError``: the request itself is fine."""
 

@@ -28,12 +28,13 @@ from relay.core.records import (
     EMPTY_PLAN,
     BlockRef,
     Observation,
+    OversizedPayload,
     PriorPlan,
     StoredPayload,
-    StoredSizeExceeded,
     chain_digest,
     idle_window_s,
 )
+from relay.errors import InternalSignal
 
 DAY_S: Final = 24 * 3600.0
 REPLAYABLE_ITEM_TYPES: Final = frozenset(
@@ -70,8 +71,8 @@ class RecordSource(Protocol):
     def snapshot_last_seen(self, snapshot: str) -> float | None: ...
     def load_payloads(
         self, observation_ids: Iterable[int], *, max_bytes: int
-    ) -> Mapping[int, StoredPayload | StoredSizeExceeded]:
-        """Each stored payload (absent: none), or the refusal to load one over ``max_bytes``."""
+    ) -> Mapping[int, StoredPayload | OversizedPayload]:
+        """Each stored payload (absent: none), or :class:`OversizedPayload` over ``max_bytes``."""
 
 
 @dataclass(frozen=True)
@@ -135,14 +136,14 @@ class Plan:
         return sum(block.size for block in self.blocks)
 
 
-class _Rejected(Exception):
+class _Rejected(InternalSignal):
     def __init__(self, reason: Reason, observation: Observation | None = None) -> None:
         super().__init__(reason.value)
         self.reason = reason
         self.observation = observation
 
 
-class _BudgetExhausted(Exception):
+class _BudgetExhausted(InternalSignal):
     pass
 
 
@@ -179,7 +180,7 @@ class _Planning:
             for digest in unread:
                 self.ending_at[digest] = found.get(digest, ())
 
-    payloads: dict[int, StoredPayload | StoredSizeExceeded | None] = field(default_factory=dict)
+    payloads: dict[int, StoredPayload | OversizedPayload | None] = field(default_factory=dict)
 
     def ancestors(self, record: Observation, count: int) -> list[Observation]:
         """Up to ``count`` records up ``record``'s parent links, nearest first; fewer where
@@ -423,7 +424,7 @@ def _verified_block(state: _Planning, record: Observation) -> SelectedBlock:
     if cached is not None:
         return cached
     row = state.payloads[record.id]  # read by _plan_for, with the rest of its chain
-    if isinstance(row, StoredSizeExceeded):
+    if isinstance(row, OversizedPayload):
         raise _Rejected(Reason.REPLAY_TOO_LARGE, record)
     if row is None:
         raise _Rejected(Reason.PAYLOAD_MISSING, record)

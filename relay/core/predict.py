@@ -58,6 +58,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from relay.core.envelope import normalize_assistant
+from relay.errors import InternalSignal
 
 _SAFE_INTEGER: Final = 2**53 - 1
 _INDEX_KEY: Final = re.compile(r"(?:0|[1-9][0-9]*)\Z")
@@ -75,7 +76,7 @@ class SentToolCall:
     kind: str = "function"
 
 
-class _Respelled(Exception):
+class _Respelled(InternalSignal):
     """The client could write this value back differently."""
 
 

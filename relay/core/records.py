@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final, NamedTuple
 
+from relay.errors import InternalSignal
+
 HEX_DIGEST_LENGTH: Final = 64
 
 # Retention touches are coarse (design §6 Retention): a touch rewrites a payload's
@@ -49,8 +51,24 @@ class BlockRef(NamedTuple):  # a named tuple: plans build and hash hundreds per 
     payload_fingerprint: str
 
 
-class StoredSizeExceeded(ValueError):
+class StoredSizeExceeded(InternalSignal):
     """A stored value is larger than the caller may load (checked before loading it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OversizedPayload:
+    """In a batch load, stands for a stored payload over the load limit (decided on its
+    size column, so its text was never read): a value, not an exception to be raised."""
+
+    observation_id: int
+    size: int
+    max_bytes: int
+
+    def describe(self) -> str:
+        return (
+            f"stored payload of observation {self.observation_id} is {self.size} bytes, "
+            f"over the {self.max_bytes} byte load limit"
+        )
 
 
 _HEX_DIGEST = re.compile(f"[0-9a-f]{{{HEX_DIGEST_LENGTH}}}")

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from relay.errors import ConfigError
+
 KIB: Final = 1024
 MIB: Final = 1024 * KIB
 SESSION_BASE: Final = 64 * KIB
@@ -24,7 +26,7 @@ SCRATCH_BYTES: Final = 16 * MIB
 HOT_CACHE_CAP: Final = 4 * MIB
 
 
-class BudgetTooSmall(ValueError):
+class BudgetTooSmall(ConfigError):
     """The configuration cannot fit the shared work plus one minimal session."""
 
 

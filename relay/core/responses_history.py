@@ -79,6 +79,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
+from relay.errors import InternalSignal
 from relay.translate.responses_input import custom_tool_names
 
 # Item types of the Responses API's input (openai-python ``ResponseInputItemParam``) that
@@ -132,7 +133,7 @@ class Underivable:
 Spans = tuple[tuple[int, int] | None, ...]
 
 
-class _Refused(Exception):
+class _Refused(InternalSignal):
     def __init__(self, code: str, where: str | None = None) -> None:
         super().__init__(code)
         self.reason = Underivable(code, where)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from relay.clock import Clock, SystemClock
+from relay.errors import OperatorError
 
 TIMEOUT_S: Final = 10.0  # connect and each answer; ``--timeout`` changes it
 SNAPSHOT_TIMEOUT_S: Final = 300.0  # between a snapshot's lines (its VACUUM and fsync included)
@@ -31,7 +32,7 @@ _BSDS: Final = ("darwin", "freebsd")
 _SOL_LOCAL: Final = 0  # macOS/BSD: the level of LOCAL_PEERCRED
 
 
-class AdminUnavailable(Exception):
+class AdminUnavailable(OperatorError):
     """No relay answers on the socket, or what answers is not to be trusted; the message
     (one line) says what to check."""
 

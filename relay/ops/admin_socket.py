@@ -22,7 +22,7 @@ from tornado.iostream import IOStream, StreamClosedError
 from tornado.tcpserver import TCPServer
 
 from relay import log
-from relay.errors import ConfigError
+from relay.errors import ConfigError, InternalSignal
 from relay.ops.admin_protocol import MAX_REQUEST_BYTES, AdminService, encode, refusal
 
 READ_TIMEOUT_S: Final = 5.0
@@ -152,5 +152,5 @@ class AdminSocket(TCPServer):
                 raise _Overlong
 
 
-class _Overlong(Exception):
+class _Overlong(InternalSignal):
     """The request line did not end within :data:`MAX_REQUEST_BYTES`."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from relay.errors import RelayError
+from relay.errors import InternalSignal, RelayError
 from relay.pipeline.actions import Action, Flush, StartStream
 
 
@@ -20,7 +20,7 @@ class Phase(StrEnum):
     DONE = "done"  # finished, failed or abandoned: every later input is ignored
 
 
-class PipelineStateError(RuntimeError):
+class PipelineStateError(InternalSignal):
     """An input the pipeline's state does not accept: a bug in the shell driving it."""
 
 

@@ -42,6 +42,7 @@ from relay.core.records import (
     TOUCH_GRANULARITY_S,
     MarkerKind,
     Observation,
+    OversizedPayload,
     PriorPlan,
     ScopeRow,
     StoredPayload,
@@ -611,21 +612,21 @@ class ReasoningStore:
         """The stored payload, or ``None``; raises :class:`StoredSizeExceeded` (see
         :meth:`load_payloads`)."""
         loaded = self.load_payloads([observation_id], max_bytes=max_bytes).get(observation_id)
-        if isinstance(loaded, StoredSizeExceeded):
-            raise loaded
+        if isinstance(loaded, OversizedPayload):
+            raise StoredSizeExceeded(loaded.describe())
         return loaded
 
     def load_payloads(
         self, observation_ids: Iterable[int], *, max_bytes: int
-    ) -> dict[int, StoredPayload | StoredSizeExceeded]:
+    ) -> dict[int, StoredPayload | OversizedPayload]:
         """Each stored payload of these observations (absent: none stored), read in a few
-        queries, or the refusal to load one over ``max_bytes`` — decided on the stored
+        queries, or :class:`OversizedPayload` for one over ``max_bytes`` — decided on the stored
         size column, so oversize text is never loaded. The text comes as its stored UTF-8
         bytes (a cast, not a decode: neither SQLite nor Python converts it, and the
         planner hashes and replays exactly those bytes). The hash is not checked here:
         the planner does, to name the refusal (a damaged row, valid UTF-8 or not, fails
         it)."""
-        loaded: dict[int, StoredPayload | StoredSizeExceeded] = {}
+        loaded: dict[int, StoredPayload | OversizedPayload] = {}
         with self._sqlite("load payloads") as conn:
             for batch in in_batches(dict.fromkeys(observation_ids)):
                 rows = conn.execute(
@@ -639,10 +640,7 @@ class ReasoningStore:
                     # larger text through.
                     actual = size if text is None else len(text)
                     if text is None or actual > max_bytes:
-                        loaded[observation_id] = StoredSizeExceeded(
-                            f"stored payload of observation {observation_id} is {actual} "
-                            f"bytes, over the {max_bytes} byte load limit"
-                        )
+                        loaded[observation_id] = OversizedPayload(observation_id, actual, max_bytes)
                     else:
                         loaded[observation_id] = StoredPayload(
                             observation_id, text, actual, touched_at

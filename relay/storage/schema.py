@@ -18,6 +18,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from typing import Final, TypeVar
 
+from relay.errors import OperatorError
 from relay.storage.ancestry_migration import migrate_to_links
 
 APPLICATION_ID: Final = 0x52525231  # "RRR1"
@@ -240,7 +241,7 @@ VACUUM_PENDING_KEY: Final = "vacuum-pending"
 TABLES: Final = ("scopes", "observations", "payloads", "markers", "dependencies", "intents")
 
 
-class SchemaRefused(Exception):
+class SchemaRefused(OperatorError):
     """The file is SQLite but not a reasoning cache this code may use; the message says why."""
 
 

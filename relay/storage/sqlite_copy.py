@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from relay.errors import SnapshotRefused
+from relay.errors import OperatorError, SnapshotRefused
 from relay.storage.disk_guard import fsync_dir
 
 OFFLINE_PAGES_PER_STEP: Final = 256  # 1 MiB of 4 KiB pages between progress reports
@@ -41,7 +41,7 @@ OPEN_COPY: Final = "open the copy"  # the SQLite steps a ``failed`` translation 
 COPY: Final = "copy"
 
 
-class CopyFailed(Exception):
+class CopyFailed(OperatorError):
     """The copy could not be made; the message names the step, never a stored value."""
 
 

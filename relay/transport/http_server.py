@@ -57,7 +57,7 @@ from tornado.netutil import _DEFAULT_BACKLOG
 
 from relay import log
 from relay.clock import Clock, SystemClock
-from relay.errors import RelayError, TooManyConnections
+from relay.errors import InternalSignal, RelayError, TooManyConnections
 from relay.transport.chunked import BulkChunkedHTTP1Connection
 from relay.transport.protocol_errors import (
     CHUNK_LINE_TOO_LONG,
@@ -110,7 +110,7 @@ class HeadRules:
         self.pattern = head_ready_pattern(limit)
 
 
-class _Refused(Exception):
+class _Refused(InternalSignal):
     """Carries the client's error past Tornado's ``except HTTPInputError``."""
 
     def __init__(self, error: RelayError) -> None:

@@ -41,6 +41,7 @@ from tornado.simple_httpclient import HTTPStreamClosedError, SimpleAsyncHTTPClie
 from relay.clock import Clock
 from relay.crashpoints import crash_point
 from relay.errors import (
+    InternalSignal,
     RelayError,
     UpstreamError,
     UpstreamHTTPError,
@@ -74,11 +75,11 @@ class Dialect(StrEnum):
     CHAT_JSON = "chat_json"  # one chat.completion JSON body
 
 
-class StreamFinished(Exception):
+class StreamFinished(InternalSignal):
     """Ends a connection whose body did not end cleanly after the terminal event."""
 
 
-class ClientGone(Exception):
+class ClientGone(InternalSignal):
     """The downstream client disconnected; the upstream request is abandoned."""
 
 

@@ -1,21 +1,57 @@
-"""relay.errors: one exception tree; each class decides the status, the OpenAI error type
-and the default code, and every error renders the OpenAI envelope."""
+"""relay.errors: one exception tree under one root, in three branches (client-visible,
+operator, internal); each client-visible class decides the status, the OpenAI error type
+and the default code, and every such error renders the OpenAI envelope."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import pkgutil
+
 import pytest
 
+import relay
 from relay import errors
 from relay.errors import (
     CacheUnavailable,
     ClientError,
     ConfigError,
+    InternalSignal,
+    OperatorError,
     RelayError,
+    RelayException,
     StoreError,
     UpstreamError,
     UpstreamHTTPError,
     UpstreamReportedError,
 )
+
+BRANCHES: tuple[type[RelayException], ...] = (RelayError, OperatorError, InternalSignal)
+
+
+def _relay_exceptions() -> set[type[BaseException]]:
+    """Every exception class defined in a module under ``relay/``, private ones included."""
+    found: set[type[BaseException]] = set()
+    for info in pkgutil.walk_packages(relay.__path__, "relay."):
+        if info.name.endswith("__main__"):
+            continue  # importing it runs the CLI
+        module = importlib.import_module(info.name)
+        found.update(
+            value
+            for value in vars(module).values()
+            if inspect.isclass(value)
+            and issubclass(value, BaseException)
+            and value.__module__ == module.__name__
+        )
+    return found
+
+
+RELAY_EXCEPTIONS = _relay_exceptions()
+
+
+def _name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
 
 # class → (status, type, default code)
 TABLE: list[tuple[type[RelayError], int, str, str | None]] = [
@@ -146,3 +182,102 @@ def test_a_reported_error_that_is_not_an_object_gets_openai_s_shape(
 
 def test_a_config_error_never_reaches_a_client() -> None:
     assert not issubclass(ConfigError, RelayError)
+
+
+def test_the_walk_reaches_every_package() -> None:
+    """Not a vacuous walk: it finds classes in the subpackages, private ones too."""
+    names = {_name(cls) for cls in RELAY_EXCEPTIONS}
+    assert {
+        "relay.transport.upstream.ClientGone",
+        "relay.core.canonical.CanonicalRefused",
+        "relay.storage.schema.SchemaRefused",
+        "relay.ops.admin_client.AdminUnavailable",
+        "relay.core.planner._Rejected",
+        "relay.request_body._UnrepresentableNumber",
+    } <= names
+    assert len(RELAY_EXCEPTIONS) > 40
+
+
+@pytest.mark.parametrize("cls", sorted(RELAY_EXCEPTIONS, key=str), ids=_name)
+def test_every_exception_the_relay_defines_descends_from_the_root(
+    cls: type[BaseException],
+) -> None:
+    assert issubclass(cls, RelayException)
+    branches = {branch for branch in BRANCHES if issubclass(cls, branch)}
+    if cls is RelayException:
+        assert not branches
+        return
+    assert branches, f"{_name(cls)} is in no branch: derive it from one of {BRANCHES}"
+    # Internal signals are never also shown to a client or an operator; the one overlap
+    # of the other two is the store's faults (a client's 503, the operator's to fix).
+    assert branches == {InternalSignal} or InternalSignal not in branches
+    if branches == {RelayError, OperatorError}:
+        assert issubclass(cls, StoreError)
+
+
+def test_a_builtin_base_is_kept_only_where_code_catches_by_it() -> None:
+    """``json``'s parse hooks must raise ValueError, and a server's start fails on a taken
+    port with an OSError; nothing else needs a builtin base (a new one is added here with
+    the catch site that relies on it)."""
+    builtin = {
+        _name(cls): base.__name__
+        for cls in RELAY_EXCEPTIONS
+        for base in cls.__mro__
+        if base.__module__ == "builtins" and base not in (Exception, BaseException, object)
+    }
+    assert builtin == {
+        "relay.request_body._UnrepresentableNumber": "ValueError",
+        "relay.errors.ListenError": "OSError",
+    }
+
+
+# dotted name → its branch: the operator's and the internal classes named in the design
+BRANCH_OF: list[tuple[str, type[RelayException]]] = [
+    ("relay.errors.ConfigError", OperatorError),
+    ("relay.errors.ListenError", OperatorError),
+    ("relay.errors.SnapshotRefused", OperatorError),
+    ("relay.core.resources.BudgetTooSmall", ConfigError),
+    ("relay.crashpoints.CrashPointSpecError", ConfigError),
+    ("relay.ops.admin_client.AdminUnavailable", OperatorError),
+    ("relay.storage.schema.SchemaRefused", OperatorError),
+    ("relay.storage.schema.SchemaTooNew", OperatorError),
+    ("relay.storage.sqlite_copy.CopyFailed", OperatorError),
+    ("relay.errors.StoreError", OperatorError),
+    ("relay.errors.StoreLatched", OperatorError),
+    ("relay.transport.upstream.ClientGone", InternalSignal),
+    ("relay.transport.upstream.StreamFinished", InternalSignal),
+    ("relay.core.canonical.CanonicalRefused", InternalSignal),
+    ("relay.core.canonical.CanonicalLimitExceeded", InternalSignal),
+    ("relay.core.canonical.NotCanonicalizable", InternalSignal),
+    ("relay.pipeline.base.PipelineStateError", InternalSignal),
+    ("relay.core.records.StoredSizeExceeded", InternalSignal),
+    ("relay.upstream_models.ModelsUnavailable", InternalSignal),
+    ("relay.model_list.MalformedModelList", InternalSignal),
+]
+
+
+@pytest.mark.parametrize(("name", "branch"), BRANCH_OF, ids=[n for n, _ in BRANCH_OF])
+def test_each_class_sits_on_its_branch(name: str, branch: type[RelayException]) -> None:
+    module, _, attr = name.rpartition(".")
+    cls = getattr(importlib.import_module(module), attr)
+    assert issubclass(cls, branch)
+    assert cls in RELAY_EXCEPTIONS  # the walk saw it too
+    client_visible = issubclass(cls, RelayError)
+    assert client_visible == issubclass(cls, StoreError)  # only the store's reach a client
+
+
+def test_catching_a_branch_catches_its_members() -> None:
+    """What the branches are for: one ``except`` per audience."""
+    from relay.core.canonical import NotCanonicalizable
+    from relay.storage.schema import SchemaTooNew
+
+    with pytest.raises(InternalSignal):
+        raise NotCanonicalizable("number")
+    with pytest.raises(OperatorError):
+        raise SchemaTooNew("written by a newer relay")
+    with pytest.raises(RelayException):
+        raise errors.NotFound("no such route")
+    with pytest.raises(OperatorError) as store:
+        raise errors.StoreFull("the disk is full")
+    assert isinstance(store.value, errors.StoreFull)
+    assert (store.value.status, store.value.code) == (503, "cache_unavailable")  # unchanged

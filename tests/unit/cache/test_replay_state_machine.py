@@ -68,7 +68,7 @@ from relay.core.capture import ClientProjection
 from relay.core.identity import HistoryDigests
 from relay.core.planner import Plan, plan_replay
 from relay.core.receipts import Reason
-from relay.core.records import BlockRef, plan_chain
+from relay.core.records import BlockRef, StoredPayload, plan_chain
 from relay.errors import StoreLatched
 from relay.storage.disk_guard import guard_path
 from relay.storage.verify import verify_store
@@ -822,7 +822,7 @@ class ReplayMachine(RuleBasedStateMachine):
         assert set(loaded) == kept
         for key in kept:
             row = loaded[key]
-            assert not isinstance(row, Exception) and row.touched_at == model.touched[key], key
+            assert isinstance(row, StoredPayload) and row.touched_at == model.touched[key], key
         assert self.relay.watched.barrier.open == model.barrier_open
 
     @invariant()

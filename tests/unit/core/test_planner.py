@@ -19,9 +19,9 @@ from relay.core.receipts import Reason
 from relay.core.records import (
     EMPTY_PLAN,
     Observation,
+    OversizedPayload,
     PriorPlan,
     StoredPayload,
-    StoredSizeExceeded,
     plan_chain,
 )
 from tests.support.canonical_reference import identity_scope
@@ -94,15 +94,19 @@ class MemorySource:
 
     def load_payloads(
         self, observation_ids: Iterable[int], *, max_bytes: int
-    ) -> dict[int, StoredPayload | StoredSizeExceeded]:
-        loaded: dict[int, StoredPayload | StoredSizeExceeded] = {}
+    ) -> dict[int, StoredPayload | OversizedPayload]:
+        loaded: dict[int, StoredPayload | OversizedPayload] = {}
         observation_ids = list(observation_ids)
         self.payload_batches.append(len(observation_ids))
         for observation_id in observation_ids:
             payload = self.payloads.get(observation_id)
             if payload is not None:
                 too_large = payload.size > max_bytes
-                loaded[observation_id] = StoredSizeExceeded("too large") if too_large else payload
+                loaded[observation_id] = (
+                    OversizedPayload(observation_id, payload.size, max_bytes)
+                    if too_large
+                    else payload
+                )
                 self.loads += 1
         return loaded
 

@@ -81,7 +81,7 @@ def pin(store: ReasoningStore, scope_id: int, intent_id: str, *recs: Rec) -> Non
 def test_only_payloads_idle_longer_than_the_window_go(store: ReasoningStore) -> None:
     sid = scope(store)
     idle, fresh = admit(store, sid, 1, touched=OLD), admit(store, sid, 3, touched=FRESH)
-    size = store.load_payloads([idle.id], max_bytes=1 << 20)[idle.id].size  # type: ignore[union-attr]
+    size = store.load_payloads([idle.id], max_bytes=1 << 20)[idle.id].size
     assert store.cleanup.eligible(CUTOFF) == 1
     result = store.cleanup.reclaim(CUTOFF)
     assert result == CleanupResult(reclaimed=1, reclaimed_bytes=size, examined=1)
