@@ -42,6 +42,7 @@ with longer runs. A failure prints the shrunk step sequence (a runnable program)
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import os
@@ -165,7 +166,19 @@ def check_plan(
 # Admissions are what the rest builds on: weighted up (sampled_from draws uniformly).
 outcomes = st.sampled_from(["admit", "admit", "admit", "noreason", "failed", "interrupted"])
 picks = st.integers(min_value=0, max_value=1000)
-shapes = st.sampled_from(["text", "tool", "text+tool", "custom", "text+custom"])
+shapes = st.sampled_from(["text", "tool", "text+tool", "custom", "text+custom", "screenshot"])
+
+
+def screenshot_turn(n: int) -> list[Message]:
+    """A user turn with a screenshot, as Cursor sends one: text plus an ``image_url`` part.
+    Each image is distinct (its bytes name ``n``), and the ``detail`` varies, so two
+    questions that differ only in their image must never share a replay."""
+    image = base64.b64encode(f"png-{n}".encode()).decode()
+    return [
+        {"type": "text", "text": f"what is on screen {n % 3}?"},  # texts repeat: only the image tells
+        {"type": "image_url",
+         "image_url": {"url": f"data:image/png;base64,{image}", "detail": ("low", "high")[n % 2]}},
+    ]  # fmt: skip
 
 
 class ReplayMachine(RuleBasedStateMachine):
@@ -221,12 +234,13 @@ class ReplayMachine(RuleBasedStateMachine):
     def new_visible(self, shape: str) -> tuple[Message, Message]:
         """A new assistant message (``text``, ``tool`` call, ``text+tool``, or a custom tool
         call: ``custom``, ``text+custom``) and the message the client sends after it (its
-        tool result, or a new question)."""
+        tool result, or a new question; after ``screenshot``, a question with an image)."""
         n = self.fresh()
-        if shape == "text":
+        if shape in ("text", "screenshot"):
+            question = screenshot_turn(n) if shape == "screenshot" else f"q{n}"
             return {"role": "assistant", "content": f"answer {n}"}, {
                 "role": "user",
-                "content": f"q{n}",
+                "content": question,
             }
         call: Message = {"id": f"call_{n}", "type": "function",
                 "function": {"name": "read", "arguments": f'{{"path":"f{n}.py"}}'}}  # fmt: skip
@@ -422,11 +436,12 @@ class ReplayMachine(RuleBasedStateMachine):
     def first_conversation(self) -> None:
         self.new_conversation(system=False)
 
-    @rule(system=st.booleans())
-    def new_conversation(self, system: bool) -> None:
+    @rule(system=st.booleans(), screenshot=st.booleans())
+    def new_conversation(self, system: bool, screenshot: bool = False) -> None:
         n = self.fresh()
         messages = [{"role": "system", "content": f"sys {n}"}] if system else []
-        messages.append({"role": "user", "content": f"hello {n}"})
+        messages.append({"role": "user", "content": screenshot_turn(n) if screenshot
+                         else f"hello {n}"})  # fmt: skip
         self.remember(tuple(canonical(m) for m in messages))
 
     def growing(self) -> list[History]:
