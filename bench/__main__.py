@@ -1,5 +1,11 @@
 """``nox -s bench``: the relay and its cache as ratios measured in one run.
 
+First row: what the relay adds to the time to the first content byte (relay - direct,
+cache off and on, in ms and as ratios), measured with raw HTTP at a small history and at
+201 and 1,000 messages, against issue 29's targets, with the load average beside it (the
+machine is shared). The cache-on relay's profile at each conversation size is kept in the
+output's folder (``relay-cache-<n>.prof``, ``profile-cache-<n>.md``).
+
 Relay vs direct-to-fake: both servers run as real subprocesses (as in production); the
 client is a raw streaming HTTP client in this process that keeps one connection to each
 server alive, as Cursor does. Each round sends one request directly, one through the
