@@ -1,5 +1,11 @@
 """``nox -s bench``: the relay and its cache as ratios measured in one run.
 
+First row: what the relay adds to the time to the first content byte (relay - direct,
+cache off and on, in ms and as ratios), measured with raw HTTP at a small history and at
+201 and 1,000 messages, against issue 29's targets, with the load average beside it (the
+machine is shared). The cache-on relay's profile at each conversation size is kept in the
+output's folder (``relay-cache-<n>.prof``, ``profile-cache-<n>.md``).
+
 Relay vs direct-to-fake: both servers run as real subprocesses (as in production); the
 client is a raw streaming HTTP client in this process that keeps one connection to each
 server alive, as Cursor does. Each round sends one request directly, one through the
@@ -42,8 +48,10 @@ from bench.servers import (
     KEY,
     TOKEN,
     Sample,
+    added_time,
     enqueue,
     events_to_first_delta,
+    load_average,
     process,
     relay_env,
     relay_profile,
@@ -62,6 +70,7 @@ SERVER_ROWS = {
     "total_burst_s": "total, burst (ms)", "events_per_s": "events/s, burst",
 }  # fmt: skip
 LABELS = {"direct": "direct", "relay": "relay (cache off)", "relay_cache": "relay (cache on)"}
+ADDED_TARGETS_MS = {"small": 3.0, "201": 4.0}  # relay (cache on) - direct, issue 29
 
 
 def run_servers(iterations: int, *, profile: Path | None = None) -> dict[str, Any]:
@@ -94,6 +103,7 @@ def run_servers(iterations: int, *, profile: Path | None = None) -> dict[str, An
     samples: dict[str, dict[str, list[Sample]]] = {
         stream: {mode: [] for mode in MODES} for stream in STREAMS
     }
+    load = [load_average()]
     with (
         tempfile.TemporaryDirectory() as off_data,
         tempfile.TemporaryDirectory() as on_data,
@@ -135,7 +145,8 @@ def run_servers(iterations: int, *, profile: Path | None = None) -> dict[str, An
                         samples[stream][mode].append(sample)
         for conn in conns.values():
             conn.close()
-    return summarize(samples, leading)
+    load.append(load_average())
+    return {**summarize(samples, leading), "load_average": load}
 
 
 def summarize(samples: dict[str, dict[str, list[Sample]]], leading: int) -> dict[str, Any]:
@@ -151,7 +162,8 @@ def summarize(samples: dict[str, dict[str, list[Sample]]], leading: int) -> dict
                 "ratio_cache": paired_ratio(times, ["relay_cache"], "direct")}  # fmt: skip
 
     total = seconds("burst", 1)
-    rows = {"ttft_s": row(seconds("paced", 0)), "ttft_burst_s": row(seconds("burst", 0)),
+    ttft = seconds("paced", 0)
+    rows = {"ttft_s": row(ttft), "ttft_burst_s": row(seconds("burst", 0)),
             "total_burst_s": row(total)}  # fmt: skip
     rows["events_per_s"] = {
         **{mode: DELTAS / rows["total_burst_s"][mode] for mode in MODES},
@@ -162,7 +174,7 @@ def summarize(samples: dict[str, dict[str, list[Sample]]], leading: int) -> dict
     return {
         "deltas": DELTAS, "pace_ms": PACE_MS, "unpaced_leading_events": leading,
         "iterations": len(samples["burst"]["relay"]), "content_frames": sorted(frames),
-        "rows": rows, "target_ttft_ratio_cache": 1.5,
+        "rows": rows, "target_ttft_ratio_cache": 1.5, "added": added_time(ttft),
     }  # fmt: skip
 
 
@@ -183,8 +195,72 @@ def x(ratio: float) -> str:
     return f"{ratio:.2f}x"
 
 
+def load(values: list[float]) -> str:
+    return " → ".join(f"{value:.2f}" for value in values)
+
+
+def added_report(result: dict[str, Any]) -> list[str]:
+    """The paired raw-HTTP row: what the relay adds to the time to the first content byte,
+    small history (:func:`run_servers`) and long conversations (:mod:`bench.conversation`),
+    against issue 29's targets for the cache-on relay."""
+    rows = []
+    servers = result.get("servers")
+    if servers:
+        rows.append(("small", servers["iterations"], servers["rows"]["ttft_s"],
+                     servers["added"], servers["load_average"]))  # fmt: skip
+    for row in (result.get("conversations") or {}).get("rows", []):
+        rows.append((str(row["messages"]), result["conversations"]["iterations"],
+                     row, row["added"], row["load_average"]))  # fmt: skip
+    if not rows:
+        return []
+    body = []
+    for name, rounds, times, added, loads in rows:
+        key = "" if name == "small" else "_s"
+        target = ADDED_TARGETS_MS.get(name)
+        on = added["relay_cache_s"] * 1000
+        verdict = "-" if target is None else f"≤ {target:g}: {'met' if on <= target else 'MISSED'}"
+        body.append([
+            name, str(rounds), *(ms(times[f"{mode}{key}"]) for mode in MODES),
+            ms(added["relay_s"]), ms(added["relay_cache_s"]),
+            ms(added.get("relay_cache_net_s", added["relay_cache_s"])),
+            x(added["relay_ratio"]), x(added["relay_cache_ratio"]), verdict, load(loads),
+        ])  # fmt: skip
+    return [
+        "### Raw HTTP: what the relay adds to the time to the first content byte "
+        "(paired interleaved rounds; medians)",
+        table(
+            [
+                "history",
+                "rounds",
+                "direct ms",
+                "cache off ms",
+                "cache on ms",
+                "added, off ms",
+                "added, on ms",
+                "added, on, net of the replaying body ms",
+                "off/direct",
+                "on/direct",
+                "target, added on (ms)",
+                "load average (1 min)",
+            ],
+            body,
+        ),
+        "http.client on a kept-alive connection, no SDK; the first content byte is the "
+        "read that completes the first SSE frame with content (direct: the first "
+        "`output_text.delta`; relay: the first chunk with `content`). Each round sends "
+        "direct, cache off and cache on back to back; added = median of the rounds' "
+        "(relay - direct), the ratios the median of the rounds' relay / direct. Small: "
+        "the paced stream of the first table; 201 and 1,000: the long conversations, the "
+        "cache-on relay replaying every earlier reasoning item. Added, on includes the "
+        "upstream's own extra time on the larger replaying body (the fake parses it too); "
+        "net of the replaying body = median of the rounds' (cache on - direct with the "
+        "cache-on relay's upstream body), what the relay itself adds (small: nothing is "
+        "replayed, the same as added, on). The target is judged on added, on.",
+    ]
+
+
 def report(result: dict[str, Any]) -> str:
-    out = []
+    out = added_report(result)
     servers = result.get("servers")
     if servers:
         out.append(f"### Relay vs direct-to-fake ({servers['iterations']} runs, "
@@ -290,19 +366,20 @@ def conversation_report(result: dict[str, Any]) -> list[str]:
         probe = row["continuity"]["before"]["relay_cache"]
         target = row["target_ms"]
         difference = row["on_minus_off_s"] * 1000
+        share = row["relay_share_s"] * 1000
         verdict = "-" if target is None else (
-            f"≤ {target:g}: {'met' if difference <= target else 'MISSED'}"
+            f"≤ {target:g}: {'met' if share <= target else 'MISSED'}"
         )  # fmt: skip
         body.append([
             str(row["messages"]), f"{row['history_bytes'] / 1000:.0f}",
             f"{row['assistant_turns']} / {probe['replayed']}",
             *(ms(row[f"{mode}_s"]) for mode in ("direct", "direct_replay", "relay", "relay_cache")),
-            f"{difference:.3f}", f"{row['relay_share_s'] * 1000:.3f}", verdict,
+            f"{difference:.3f}", f"{share:.3f}", verdict, load(row["load_average"]),
         ])  # fmt: skip
     out.append(table(
         ["messages", "history KB", "assistant turns / replayed", "direct ms",
          "direct, replaying body ms", "cache off ms", "cache on ms", "on - off ms",
-         "relay's share ms", "target (ms)"], body,
+         "cache's own share ms", "target, own share (ms)", "load average (1 min)"], body,
     ))  # fmt: skip
     out.append(
         "The conversation was grown through a cache-on relay first (each assistant turn "
@@ -311,9 +388,10 @@ def conversation_report(result: dict[str, Any]) -> list[str]:
         "reasoning items, all intact (cache off: none). on - off is the median of the "
         "rounds' differences. Direct, replaying body: the fake sent what the cache-on relay "
         "sends it (the same history plus the replayed items), so that minus direct is the "
-        "upstream's share of on - off and the relay's share is the rest (median of the "
-        "rounds' (on - off) - (replaying - direct)). "
-        "Target: on - off ≤ 2 ms at 201 messages, ≤ 8 ms at 1,000."
+        "upstream's share of on - off and the cache's own share is the rest (median of "
+        "the rounds' (on - off) - (replaying - direct)). The plan bound is raised to the "
+        "conversation's length, so every earlier block is replayed (checked: replayed = "
+        "assistant turns). Target: own share ≤ 2 ms at 201 messages, ≤ 6 ms at 1,000."
     )
     out.append(table(
         ["messages", "upstream body KB, cache off / on", "grow s", "rounds s", "profile s"],
@@ -340,12 +418,27 @@ def conversation_report(result: dict[str, Any]) -> list[str]:
                 [[r["function"], f"{r['cumulative_ms']:.3f}", f"{r['own_ms']:.3f}",
                   f"{r['on_cumulative_ms']:.3f}"] for r in profile[key]],
             ))  # fmt: skip
+        out += left_report(row["messages"], result["profile_rounds"], profile)
+    return out
+
+
+def left_report(messages: int, requests: int, profile: dict[str, Any]) -> list[str]:
+    """What is left: the cache-on relay's own profile, not a difference."""
+    out = [f"#### What is left at {messages} messages: the cache-on relay's profile "
+           f"(cProfile, {requests} requests, per request, all own time "
+           f"{profile['on_total_own_ms']:.2f} ms; profiled times inflated by cProfile)"]  # fmt: skip
+    for key, what in (("on_relay_by_cumulative", "cumulative (relay code)"),
+                      ("on_by_own", "own (all code)")):  # fmt: skip
+        out.append(f"Top by {what}:")
+        out.append(table(["function", "cumulative ms", "own ms"],
+                         [[r["function"], f"{r['cumulative_ms']:.3f}", f"{r['own_ms']:.3f}"]
+                          for r in profile[key]]))  # fmt: skip
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--iterations", type=int, default=25, help="relay rounds")
+    parser.add_argument("--iterations", type=int, default=30, help="relay rounds")
     parser.add_argument("--repeat", type=int, default=7, help="in-process samples per row")
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--no-servers", action="store_true", help="in-process sections only")
@@ -365,8 +458,16 @@ def main() -> None:
         result["servers"] = run_servers(args.iterations)
         if args.conversation_sizes:
             result["conversations"] = run_conversations(
-                tuple(args.conversation_sizes), iterations=args.conversation_iterations
+                tuple(args.conversation_sizes),
+                iterations=args.conversation_iterations,
+                keep=args.out.parent,
             )
+            for row in result["conversations"]["rows"]:
+                left = left_report(row["messages"], result["conversations"]["profile_rounds"],
+                                   row["profile"])  # fmt: skip
+                (args.out.parent / f"profile-cache-{row['messages']}.md").write_text(
+                    "\n\n".join(left) + "\n"
+                )
     result["canonical"] = bench_canonical_vs_stdlib(cursor_history(sizes[-1]), repeat=args.repeat)
     result["identity"] = bench_identity_scaling(sizes, repeat=args.repeat)
     result["cache_path"] = bench_cache_scaling(sizes, repeat=args.repeat)

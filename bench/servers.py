@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import pstats
+import statistics
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from bench.identity import paired_ratio
 
 TOKEN = "bench-relay-token-0123456789"
 KEY = "sk-bench"
@@ -54,6 +58,26 @@ def process(
 Sample = tuple[float, float, int]  # seconds to first content, total seconds, content frames
 
 
+def load_average() -> float:
+    """The machine's 1-minute load average, recorded beside each timed section: the CPU
+    is shared, and a row measured at load 3 on 2 cores is not one measured idle."""
+    return os.getloadavg()[0]
+
+
+def added_time(times: dict[str, list[float]]) -> dict[str, float]:
+    """What a relay adds to ``direct``, from paired rounds of ``direct``, ``relay`` (cache
+    off) and ``relay_cache`` (cache on): the median of the rounds' differences (seconds)
+    and the median of their ratios, so each round's relay is compared with its own direct
+    request and the machine's drift between rounds cancels."""
+    return {
+        **{f"{mode}_s": statistics.median(
+            relay - direct for relay, direct in zip(times[mode], times["direct"], strict=True)
+        ) for mode in ("relay", "relay_cache")},
+        **{f"{mode}_ratio": paired_ratio(times, [mode], "direct")
+           for mode in ("relay", "relay_cache")},
+    }  # fmt: skip
+
+
 def stream_once(
     conn: http.client.HTTPConnection,
     path: str,
@@ -62,7 +86,10 @@ def stream_once(
     is_content: Callable[[bytes], bool],
 ) -> Sample:
     """(seconds to first content frame, total seconds, content frames) over ``conn``, a
-    connection the caller keeps alive between requests, as Cursor does."""
+    connection the caller keeps alive between requests, as Cursor does. Raw HTTP, no SDK:
+    the first time is taken when the read that completes the first SSE frame carrying
+    content returns (a frame is a few hundred bytes, one read), so it is the time to the
+    first content byte plus at most that frame's own transfer."""
     payload = json.dumps(body).encode()
     start = time.perf_counter()
     conn.request("POST", path, payload, {**headers, "Content-Type": "application/json"})
@@ -124,10 +151,16 @@ def profile_costs(path: Path, requests: int) -> dict[str, tuple[float, float]]:
     return costs
 
 
-def relay_profile(path: Path, requests: int, *, top: int = 15) -> list[dict[str, Any]]:
-    """Top functions of a profiled relay by own time per request."""
+def relay_profile(
+    path: Path, requests: int, *, top: int = 15, by: str = "own_ms", relay_code: bool = False
+) -> list[dict[str, Any]]:
+    """Top functions of a profiled relay per request, by ``by`` (``own_ms`` or
+    ``cumulative_ms``); with ``relay_code``, only the relay's own functions (``relay/``),
+    whose cumulative time includes the library code they call."""
     rows: list[dict[str, Any]] = [
         {"function": label, "own_ms": own, "cumulative_ms": cumulative}
-            for label, (own, cumulative) in profile_costs(path, requests).items()]  # fmt: skip
-    rows.sort(key=lambda row: row["own_ms"], reverse=True)
+        for label, (own, cumulative) in profile_costs(path, requests).items()
+        if not relay_code or label.startswith("relay/")
+    ]
+    rows.sort(key=lambda row: row[by], reverse=True)
     return rows[:top]

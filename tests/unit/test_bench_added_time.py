@@ -1,0 +1,40 @@
+"""The bench's paired added-time row: per-round differences and ratios, and its verdicts."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.__main__ import added_report
+from bench.servers import added_time
+
+# Three rounds whose machine speed drifts. Cache on: the rounds' own differences are 1, 10
+# and 10 ms (median 10), while the difference of the modes' medians, 15 - 10, would mix
+# rounds taken at different speeds.
+DRIFTING = {
+    "direct": [0.010, 0.020, 0.005],
+    "relay": [0.012, 0.022, 0.007],
+    "relay_cache": [0.011, 0.030, 0.015],
+}
+
+
+def test_added_time_is_the_median_of_each_rounds_own_difference() -> None:
+    added = added_time(DRIFTING)
+    assert added["relay_s"] == pytest.approx(0.002)
+    assert added["relay_cache_s"] == pytest.approx(0.010)
+    assert added["relay_ratio"] == pytest.approx(1.2)  # ratios 1.2, 1.1, 1.4
+    assert added["relay_cache_ratio"] == pytest.approx(1.5)  # ratios 1.1, 1.5, 3.0
+
+
+@pytest.mark.parametrize(("added_on_s", "verdict"), [(0.0029, "≤ 3: met"), (0.0031, "≤ 3: MISSED")])
+def test_the_small_row_is_judged_against_the_cache_on_target(
+    added_on_s: float, verdict: str
+) -> None:
+    added = {"relay_s": 0.001, "relay_cache_s": added_on_s, "relay_ratio": 1.1,
+             "relay_cache_ratio": 1.3}  # fmt: skip
+    ttft = {"direct": 0.010, "relay": 0.011, "relay_cache": 0.013}
+    servers = {"iterations": 30, "rows": {"ttft_s": ttft}, "added": added,
+               "load_average": [1.5, 1.25]}  # fmt: skip
+    lines = added_report({"servers": servers})
+    row = next(line for line in lines[1].splitlines() if line.startswith("| small"))
+    assert verdict in row
+    assert "1.50 → 1.25" in row
