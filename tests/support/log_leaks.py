@@ -1,6 +1,6 @@
 """Every relay log line the test run produces, scanned for the run's secrets (a pytest plugin).
 
-The relay must never log a credential, a token or ciphertext (relay/log.py). This plugin
+The relay must never log a credential, a token or ciphertext (relay/observability/log.py). This plugin
 gathers what it logged during the whole session and fails the run if any of it holds:
 
 - a *secret* of the run: the suite's fixed tokens and keys (``tests.support.stack``, the
@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from relay.log import TextFormatter
+from relay.observability.log import TextFormatter
 
 # Shorter values are not treated as secrets: a test's "sk-x" would match innocent text.
 MIN_SECRET_CHARS = 12
@@ -154,13 +154,13 @@ class LogCollector:
 
     def register_relay(self, relay: Any) -> None:
         """The secrets of an in-process relay (its config and runtime), once started."""
-        config = relay.config
+        config = relay.settings.config
         self.scanner.add("RELAY_TOKEN", config.relay_token)
         self.scanner.add("RELAY_ADMIN_TOKEN", config.admin_token)
         self.scanner.add("OPENAI_API_KEY", config.openai_api_key)
         for provider in config.providers.values():
             self.scanner.add(provider.api_key_env, provider.api_key)
-        runtime = relay.runtime
+        runtime = relay.app.runtime
         if runtime is not None:
             self.scanner.add("relay token", runtime.relay_token)
             self.scanner.add("upstream key", runtime.upstream_api_key)
@@ -188,7 +188,7 @@ def _generated_token(data_dir: Path | None) -> str | None:
 
 def suite_secrets() -> dict[str, str]:
     """The suite's fixed credentials: ``{label: value}``."""
-    from relay.server import EMBEDDED_FAKE_KEY
+    from relay.app.server import EMBEDDED_FAKE_KEY
     from tests.support import stack
 
     return {
@@ -229,7 +229,7 @@ class LogLeakPlugin:
         procs.EXIT_OBSERVERS.append(self.collector.observe_managed)
         self._undo.append(lambda: procs.EXIT_OBSERVERS.remove(self.collector.observe_managed))
 
-        from relay.server import RelayServer
+        from relay.app.server import RelayServer
 
         original = RelayServer.start
         collector = self.collector

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from relay.auth import (
+from relay.errors import ConfigError
+from relay.http.auth import (
     bearer_matches,
     ensure_private_dir,
     load_or_create_secret,
     load_or_create_token,
 )
-from relay.errors import ConfigError
 
 
 def test_token_created_private_and_stable(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""relay.body_log: each bound holds (artifact size, write timeout, outstanding writes), a
+"""relay.observability.body_log: each bound holds (artifact size, write timeout, outstanding writes), a
 failure disables only its writer, and nothing is written through a symlink or outside the
 directory. Writes blocked on purpose wait on a threading.Event, never on time."""
 
@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 
-from relay.body_log import (
+from relay.clock import ManualClock
+from relay.errors import ConfigError
+from relay.observability.body_log import (
     ARTIFACT_LIMIT,
     KINDS,
     MAX_OUTSTANDING,
@@ -26,8 +28,6 @@ from relay.body_log import (
     check_name,
     write_file,
 )
-from relay.clock import ManualClock
-from relay.errors import ConfigError
 from tests.support.tmpfs import size_limited_tmpfs
 
 

@@ -1,4 +1,4 @@
-"""relay.cli in-process: the command line, and how a failed start becomes one line and an
+"""relay.app.cli in-process: the command line, and how a failed start becomes one line and an
 exit status (the running relay is tested as a subprocess in tests/integration/test_cli.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from relay import __version__
-from relay.cli import main
+from relay.app.cli import main
 
 
 @pytest.fixture

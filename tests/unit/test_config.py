@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from relay.config import Config, connection_room, default_max_connections, load_config
 from relay.errors import ConfigError
-from relay.model_alias import ModelAlias
+from relay.settings.config import Config, connection_room, default_max_connections, load_config
+from relay.settings.model_alias import ModelAlias
 
 
 def test_defaults() -> None:

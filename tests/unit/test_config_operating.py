@@ -1,4 +1,4 @@
-"""The operating variables of relay.config (the admin socket, snapshots, /metrics)."""
+"""The operating variables of relay.settings.config (the admin socket, snapshots, /metrics)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from relay.config import load_config
 from relay.errors import ConfigError
+from relay.settings.config import load_config
 
 
 def test_the_admin_socket_is_on_in_the_data_dir_and_metrics_off_by_default() -> None:

@@ -1,4 +1,4 @@
-"""relay.crashpoints: off by default, env-only, SIGKILL on the armed hit, nothing flushed."""
+"""relay.settings.crashpoints: off by default, env-only, SIGKILL on the armed hit, nothing flushed."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from relay import crashpoints
-from relay.crashpoints import KNOWN_POINTS, CrashPointSpecError, parse_spec
+from relay.settings import crashpoints
+from relay.settings.crashpoints import KNOWN_POINTS, CrashPointSpecError, parse_spec
 from scenarios.requirements import crash_points_missing
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ def run_child(code: str, crash_at: str | None) -> subprocess.CompletedProcess[st
 
 CHILD = """
     import os, sys
-    from relay.crashpoints import crash_point
+    from relay.settings.crashpoints import crash_point
     print("buffered output that a SIGKILL must lose", end="")  # stdout is a pipe: buffered
     for name in sys.argv[1:] or ["after_upstream_headers", "before_terminal_frame"] * 3:
         os.write(2, f"at {name}\\n".encode())
@@ -81,7 +81,7 @@ def test_several_points_first_reached_wins() -> None:
 
 
 def test_unknown_point_fails_at_import_naming_the_known_ones() -> None:
-    result = run_child("import relay.crashpoints", "before_termnal_frame")
+    result = run_child("import relay.settings.crashpoints", "before_termnal_frame")
     assert result.returncode == 1
     assert "unknown crash point 'before_termnal_frame'" in result.stderr
     assert "before_terminal_frame" in result.stderr
@@ -90,7 +90,7 @@ def test_unknown_point_fails_at_import_naming_the_known_ones() -> None:
 def test_environment_is_read_once_at_import() -> None:
     code = """
         import os
-        from relay.crashpoints import crash_point, armed_points
+        from relay.settings.crashpoints import crash_point, armed_points
         os.environ["RELAY_TEST_CRASH_AT"] = "before_terminal_frame"
         crash_point("before_terminal_frame")
         print(armed_points())

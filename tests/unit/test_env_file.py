@@ -1,4 +1,4 @@
-"""relay.env_file: ``--env-file``'s syntax, and flags > environment > env file."""
+"""relay.settings.env_file: ``--env-file``'s syntax, and flags > environment > env file."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from relay.config import load_config
-from relay.env_file import layered, parse_env_file
 from relay.errors import ConfigError
+from relay.settings.config import load_config
+from relay.settings.env_file import layered, parse_env_file
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -1,4 +1,4 @@
-"""relay.log: both renderings, one line per record, and nothing a value or an exception
+"""relay.observability.log: both renderings, one line per record, and nothing a value or an exception
 message could smuggle in (input quoted by an exception, a library's arguments)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from relay import log
+from relay.observability import log
 from scenarios.relaylog import parse_relay_events
 
 SECRET = "sk-never-in-a-log-0123456789"

@@ -100,7 +100,7 @@ def test_a_subprocess_log_is_checked_against_its_own_and_its_generated_token(
 # --- the plugin, end to end: a pytest run that logs a secret fails ---------------------------
 
 PLANTED_IN_PROCESS = """
-from relay import log
+from relay.observability import log
 from tests.support.stack import TOKEN
 
 def test_logs_a_token():
@@ -122,7 +122,7 @@ def test_a_relay_subprocess_prints_its_key(tmp_path):
 """
 
 CLEAN = """
-from relay import log
+from relay.observability import log
 
 def test_logs_nothing_secret():
     log.event("probe", count=1)

@@ -1,4 +1,4 @@
-"""relay.model_list: reading an upstream's model list and merging it with the aliases."""
+"""relay.upstream.model_list: reading an upstream's model list and merging it with the aliases."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from openai.types import Model
 
-from relay.model_list import (
+from relay.upstream.model_list import (
     MalformedModelList,
     UpstreamModel,
     models_page,

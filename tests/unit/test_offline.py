@@ -1,4 +1,4 @@
-"""relay.offline: the offline upstream comes from the relay.offline_upstream entry point
+"""relay.app.offline: the offline upstream comes from the relay.offline_upstream entry point
 (the relay never imports the fake), and a missing one is one clear configuration error."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from fakeupstream.embedded import create
 from fakeupstream.fake import FakeUpstream
-from relay import offline
+from relay.app import offline
 from relay.clock import ManualClock
 from relay.errors import ConfigError
 

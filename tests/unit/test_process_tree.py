@@ -1,4 +1,4 @@
-"""Finding a tunnel's descendants through /proc (relay.process_tree), on real processes."""
+"""Finding a tunnel's descendants through /proc (relay.tunnel.process_tree), on real processes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from relay.process_tree import MARK_VARIABLE, Process, left_behind, signal_all
+from relay.tunnel.process_tree import MARK_VARIABLE, Process, left_behind, signal_all
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]

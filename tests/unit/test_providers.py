@@ -1,4 +1,4 @@
-"""RELAY_PROVIDERS parsing (relay.providers) and how aliases name providers (relay.config)."""
+"""RELAY_PROVIDERS parsing (relay.settings.providers) and how aliases name providers (relay.settings.config)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from relay.config import load_config
 from relay.errors import ConfigError
-from relay.model_alias import ModelAlias
-from relay.providers import Provider
+from relay.settings.config import load_config
+from relay.settings.model_alias import ModelAlias
+from relay.settings.providers import Provider
 
 DEEPSEEK = {
     "kind": "chat",

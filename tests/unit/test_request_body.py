@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from relay.errors import InvalidRequest, UnsupportedMediaType
-from relay.request_body import check_content_encoding, parse_json_object
+from relay.http.request_body import check_content_encoding, parse_json_object
 
 DIGIT_LIMIT = sys.get_int_max_str_digits()
 

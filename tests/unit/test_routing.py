@@ -1,12 +1,12 @@
-"""relay.routing.resolve_model: aliases, <provider>/<model>, and plain names."""
+"""relay.settings.routing.resolve_model: aliases, <provider>/<model>, and plain names."""
 
 from __future__ import annotations
 
 import pytest
 
 from relay.errors import InvalidRequest
-from relay.model_alias import ModelAlias
-from relay.routing import resolve_model
+from relay.settings.model_alias import ModelAlias
+from relay.settings.routing import resolve_model
 
 ALIASES = {
     "ds": ModelAlias("ds", "deepseek-chat", provider="deepseek"),

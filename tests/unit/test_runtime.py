@@ -1,4 +1,4 @@
-"""relay.runtime: what every handler shares, and the per-provider views built from it."""
+"""relay.app.runtime: what every handler shares, and the per-provider views built from it."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from relay.app.runtime import Runtime
 from relay.cache.replay_cache import ReplayCache, UpstreamIdentity
 from relay.clock import ManualClock
-from relay.config import load_config
-from relay.providers import BUILTIN, Provider
-from relay.runtime import Runtime
+from relay.settings.config import load_config
+from relay.settings.providers import BUILTIN, Provider
 from relay.strict.strict_cache import StrictCache
 from relay.transport.upstream import make_http_client
 

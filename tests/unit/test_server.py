@@ -1,4 +1,4 @@
-"""relay.server: start (with the offline upstream when there is no key), the banner, and
+"""relay.app.server: start (with the offline upstream when there is no key), the banner, and
 shutdown in order -- in-process, on real loopback sockets, SQLite files and the real
 offline fake (``relay serve`` as a process is tested in tests/integration/test_cli.py)."""
 
@@ -16,11 +16,11 @@ from typing import Any, cast
 import pytest
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
-from relay.config import load_config
+from relay.app.offline import load_offline_upstream
+from relay.app.server import RelayServer, serve_forever
 from relay.errors import ConfigError, ListenError, StoreError, StoreLocked
-from relay.offline import load_offline_upstream
-from relay.routes import ROUTES
-from relay.server import RelayServer, serve_forever
+from relay.http.routes import ROUTES
+from relay.settings.config import load_config
 
 TOKEN = "rr-test-token-0123456789"
 
@@ -257,7 +257,7 @@ def test_serve_forever_prints_the_banner_and_stops_when_told(
 
 
 def test_each_route_reaches_its_handler_and_anything_else_is_no_route(tmp_path: Path) -> None:
-    """Every path of relay.routes' table is served (none answers "no route"); the 404 lists
+    """Every path of relay.http.routes' table is served (none answers "no route"); the 404 lists
     them all, from the same table."""
 
     async def test() -> None:

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from relay.config import load_config
 from relay.errors import ConfigError
-from relay.tunnel_command import TunnelCommand, parse_tunnel_command
+from relay.settings.config import load_config
+from relay.tunnel.command import TunnelCommand, parse_tunnel_command
 
 
 @pytest.fixture

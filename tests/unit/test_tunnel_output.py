@@ -8,7 +8,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from relay.tunnel_output import (
+from relay.tunnel.output import (
     MAX_SHOWN_CHARS,
     REDACTED,
     LineSplitter,

@@ -1,4 +1,4 @@
-"""relay.upstream_health: what a model exchange or a ``GET /models`` probe says about the
+"""relay.upstream.health: what a model exchange or a ``GET /models`` probe says about the
 upstream's reachability (table-driven), and how long that evidence counts."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from relay.errors import (
     UpstreamProtocolError,
     UpstreamTimeout,
 )
-from relay.upstream_health import FRESH_S, UpstreamHealth, exchange_outcome, probe_outcome
+from relay.upstream.health import FRESH_S, UpstreamHealth, exchange_outcome, probe_outcome
 
 
 def http(status: int) -> UpstreamHTTPError:

@@ -1,4 +1,4 @@
-"""relay.upstream_models.UpstreamModels: the cache in front of the upstream's model list
+"""relay.upstream.models.UpstreamModels: the cache in front of the upstream's model list
 (fresh for TTL_S, a failure remembered for RETRY_S, one fetch shared by concurrent callers,
 never an error), on a manual clock with a scripted fetch."""
 
@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from relay.clock import ManualClock
-from relay.model_list import UpstreamModel
 from relay.transport.upstream import origin_of
-from relay.upstream_models import RETRY_S, TTL_S, ModelsUnavailable, UpstreamModels
+from relay.upstream.model_list import UpstreamModel
+from relay.upstream.models import RETRY_S, TTL_S, ModelsUnavailable, UpstreamModels
 
 GPT5 = (UpstreamModel("gpt-5", 1, "system"),)
 O3 = (UpstreamModel("o3", 2, "system"),)

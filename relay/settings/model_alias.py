@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from relay.providers import BUILTIN
+from relay.settings.providers import BUILTIN
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The relay's routes, stated once: the server's URL table (relay.server), the metrics'
+"""The relay's routes, stated once: the server's URL table (relay.app.server), the metrics'
 route labels (relay.ops.metrics) and the 404 message's list are all read from here."""
 
 from __future__ import annotations

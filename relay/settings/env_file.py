@@ -1,6 +1,6 @@
 """Where ``relay serve``'s settings come from: ``--env-file FILE``, the environment and the
 flags (``--data-dir``, ``--host``, ``--port``), layered into one mapping that
-:func:`relay.config.load_config` validates as it validates the environment.
+:func:`relay.settings.config.load_config` validates as it validates the environment.
 
 Precedence: a flag beats the environment, which beats the env file (an exported variable
 is the deliberate, per-run choice; the file is the standing default). Pure apart from

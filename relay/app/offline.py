@@ -27,7 +27,7 @@ class OfflineUpstream(Protocol):
 
 class OfflineUpstreamFactory(Protocol):
     """``secret``: the upstream's sealing key, the same on every start over one data
-    directory (:func:`relay.auth.load_or_create_secret`), so what it sealed before a
+    directory (:func:`relay.http.auth.load_or_create_secret`), so what it sealed before a
     restart still opens after it."""
 
     def __call__(self, *, clock: Clock, secret: bytes) -> OfflineUpstream: ...

@@ -50,9 +50,9 @@ from typing import Final
 
 from tornado.ioloop import IOLoop
 
-from relay import log
 from relay.clock import Clock
 from relay.errors import ConfigError
+from relay.observability import log
 from relay.transport.deadline import Deadline
 
 ARTIFACT_LIMIT: Final = 8 * 1024 * 1024

@@ -53,7 +53,7 @@ def exchange_outcome(error: RelayError | None) -> tuple[bool, str] | None:
 
 
 def probe_outcome(reason: str | None, status: int | None) -> tuple[bool, str]:
-    """A ``GET /models`` probe's evidence (``reason``: relay.upstream_models' codes)."""
+    """A ``GET /models`` probe's evidence (``reason``: relay.upstream.models' codes)."""
     if reason is None:
         return True, "answered"
     if status is not None:

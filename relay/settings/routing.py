@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from relay.errors import InvalidRequest
-from relay.model_alias import ModelAlias
+from relay.settings.model_alias import ModelAlias
 
 
 def resolve_model(

@@ -18,10 +18,10 @@ from typing import Any
 from relay.core.disk_policy import DEFAULT_DISK_BYTES, DEFAULT_RESERVE_BYTES, MIN_RESERVE_BYTES
 from relay.core.resources import BudgetTooSmall, CacheBudget
 from relay.errors import ConfigError
-from relay.model_alias import ModelAlias
-from relay.providers import BUILTIN, Provider, check_base_url, parse_providers
+from relay.settings.model_alias import ModelAlias
+from relay.settings.providers import BUILTIN, Provider, check_base_url, parse_providers
 from relay.translate.events import CUSTOM_CALL_FORMS, CustomCallForm
-from relay.tunnel_command import TunnelCommand, parse_tunnel_command
+from relay.tunnel.command import TunnelCommand, parse_tunnel_command
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 # File descriptors kept out of RELAY_MAX_CONNECTIONS: the store's files, pooled upstream
@@ -74,15 +74,17 @@ class Config:
     delivery_timeout_ms: int = 30_000
     sse_keepalive_ms: int = 15_000
     log_level: str = "info"
-    tunnel_command: TunnelCommand | None = None  # RELAY_TUNNEL_CMD (relay.tunnel)
+    tunnel_command: TunnelCommand | None = None  # RELAY_TUNNEL_CMD (relay.tunnel.supervisor)
     # Operating (relay.ops): the admin socket, its inspection snapshots, /metrics on loopback.
     # RELAY_ADMIN_SOCKET: <data_dir>/run/admin.sock unless set ("off": None). A Config built
     # directly (tests) has none.
     admin_socket: Path | None = None
     admin_snapshot_dir: Path = Path("~/.openai-relay-inspection")  # RELAY_ADMIN_SNAPSHOT_DIR
     metrics_port: int | None = None  # RELAY_METRICS_PORT: off unless set (0: any free port)
-    log_format: str = "text"  # RELAY_LOG_FORMAT: text or json (relay.log)
-    log_bodies: bool = False  # LOG_BODIES: request/response bodies on disk (relay.body_log)
+    log_format: str = "text"  # RELAY_LOG_FORMAT: text or json (relay.observability.log)
+    log_bodies: bool = (
+        False  # LOG_BODIES: request/response bodies on disk (relay.observability.body_log)
+    )
     log_bodies_dir: Path | None = None  # None: <data_dir>/bodies
     drop_unsupported_params: bool = False  # RELAY_DROP_UNSUPPORTED_PARAMS (relay.translate)
 
@@ -291,7 +293,7 @@ def parse_model_aliases(
 
 
 def parse_provider_config(env: Mapping[str, str]) -> dict[str, Provider]:
-    """``RELAY_PROVIDERS``: inline JSON or a path to a JSON file (see relay.providers)."""
+    """``RELAY_PROVIDERS``: inline JSON or a path to a JSON file (see relay.settings.providers)."""
     raw = env.get("RELAY_PROVIDERS")
     if raw is None or raw.strip() == "":
         return {}

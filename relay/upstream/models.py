@@ -22,21 +22,21 @@ from tornado.httpclient import HTTPClientError
 from tornado.iostream import StreamClosedError
 from tornado.simple_httpclient import HTTPTimeoutError, SimpleAsyncHTTPClient
 
-from relay import log
+from relay.app.runtime import Runtime
 from relay.clock import Clock
 from relay.errors import InternalSignal
-from relay.model_list import (
-    MalformedModelList,
-    UpstreamModel,
-    models_page,
-    parse_upstream_models,
-)
-from relay.providers import BUILTIN, Provider
-from relay.runtime import Runtime
+from relay.observability import log
+from relay.settings.providers import BUILTIN, Provider
 from relay.transport.deadline import Deadline
 from relay.transport.upstream import (  # abortable, as a model call's request
     _AbortableRequest,
     origin_of,
+)
+from relay.upstream.model_list import (
+    MalformedModelList,
+    UpstreamModel,
+    models_page,
+    parse_upstream_models,
 )
 
 TTL_S: Final = 300.0

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from tornado.netutil import bind_unix_socket
 
-from relay.config import Config
 from relay.errors import ConfigError, ListenError
 from relay.ops.admin_socket import MAX_PATH_BYTES, private_socket_path
+from relay.settings.config import Config
 
 BACKLOG = 128  # Tornado's
 METRICS_HOST = "127.0.0.1"  # /metrics is on loopback only (relay.ops.metrics_http)

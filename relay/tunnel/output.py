@@ -1,6 +1,6 @@
 """What a tunnel program prints: its public HTTPS URL, and lines safe to show.
 
-Pure functions over text (no I/O), used by :mod:`relay.tunnel`:
+Pure functions over text (no I/O), used by :mod:`relay.tunnel.supervisor`:
 
 * :func:`public_url` finds the public URL a line announces. Structured lines are read by
   field: ngrok's ``--log stdout`` logfmt (``lvl=info msg="started tunnel" ...

@@ -3,7 +3,7 @@
 Pure: :func:`parse_upstream_models` reads an upstream's ``GET {base}/models`` answer
 (OpenAI's list shape, ``{"object": "list", "data": [{"id", "created", "owned_by"}, ...]}``)
 and :func:`models_page` merges it with the aliases into the page the relay serves. The
-fetch, its cache and its fallback live in :mod:`relay.upstream_models`.
+fetch, its cache and its fallback live in :mod:`relay.upstream.models`.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def models_page(
     """The ``GET /v1/models`` answer: the aliases (sorted), then the upstream's models
     (sorted) except those an alias of the same name hides (the alias is what a request
     with that name gets), then each configured provider's models as ``<provider>/<id>``
-    (the name that routes to them, relay.routing), by provider."""
+    (the name that routes to them, relay.settings.routing), by provider."""
     names = sorted(set(aliases))
     data = [_entry(name, 0, ALIAS_OWNER) for name in names]
     hidden = set(names)

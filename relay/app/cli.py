@@ -9,14 +9,15 @@ import os
 import signal
 import sys
 
-from relay import __version__, log
-from relay.config import load_config
-from relay.env_file import FLAG_VARIABLES, add_env_file_option, layered
+from relay import __version__
+from relay.app.offline import load_offline_upstream
+from relay.app.server import RelayServer, serve_forever
 from relay.errors import ConfigError, ListenError, StoreError
-from relay.offline import load_offline_upstream
+from relay.observability import log
 from relay.ops import cache_commands
 from relay.ops import commands as ops_commands
-from relay.server import RelayServer, serve_forever
+from relay.settings.config import load_config
+from relay.settings.env_file import FLAG_VARIABLES, add_env_file_option, layered
 
 
 def _serve(args: argparse.Namespace) -> int:

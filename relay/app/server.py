@@ -11,30 +11,30 @@ from typing import Any
 
 from tornado.web import Application, RequestHandler
 
-from relay import log
-from relay.auth import ensure_private_dir, load_or_create_secret, open_token
-from relay.body_log import BodyLog
+from relay.app.listeners import bind_listeners
+from relay.app.offline import OfflineUpstream, OfflineUpstreamFactory, load_offline_upstream
+from relay.app.runtime import Runtime
 from relay.cache.replay_cache import EMBEDDED_FAKE_ORIGIN, ReplayCache
 from relay.cache.retention import RetentionCleanup, WatchedClock
 from relay.clock import Clock, SystemClock
-from relay.config import Config
 from relay.handlers.base import HealthHandler, NotFoundHandler
 from relay.handlers.cache_api import CacheApiHandler
 from relay.handlers.chat import ChatCompletionsHandler
 from relay.handlers.models import ModelsHandler
 from relay.handlers.ready import ReadyHandler, UpstreamProbe
 from relay.handlers.responses import ResponsesHandler
-from relay.listeners import bind_listeners
-from relay.offline import OfflineUpstream, OfflineUpstreamFactory, load_offline_upstream
+from relay.http.auth import ensure_private_dir, load_or_create_secret, open_token
+from relay.http.routes import ROUTES
+from relay.observability import log
+from relay.observability.body_log import BodyLog
 from relay.ops.services import Operations
-from relay.providers import BUILTIN, Provider
-from relay.routes import ROUTES
-from relay.runtime import Runtime
+from relay.settings.config import Config
+from relay.settings.providers import BUILTIN, Provider
 from relay.strict.strict_cache import StrictCache
 from relay.transport.http_server import RelayHTTPServer
 from relay.transport.upstream import ClientGone, make_http_client
-from relay.tunnel import Tunnel
-from relay.upstream_models import ModelCatalog
+from relay.tunnel.supervisor import Tunnel
+from relay.upstream.models import ModelCatalog
 
 EMBEDDED_FAKE_KEY = "sk-embedded-offline-fake"
 OFFLINE_KEY_FILE = "offline-fake.key"  # the embedded fake's sealing key, in the data dir
@@ -68,7 +68,7 @@ class RelayServer:
     token_path: str | None = None
     token_created: bool = False  # the token file was written by this start
     # What to serve from without OPENAI_API_KEY (the command line passes the installed
-    # one, relay.offline); the running one is ``fake``.
+    # one, relay.app.offline); the running one is ``fake``.
     offline: OfflineUpstreamFactory | None = None
     fake: OfflineUpstream | None = None
     tunnel: Tunnel | None = None  # RELAY_TUNNEL_CMD's program, started last, stopped first

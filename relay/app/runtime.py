@@ -9,20 +9,20 @@ from typing import TYPE_CHECKING
 
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
 
-from relay.body_log import BodyLog
 from relay.cache.replay_cache import ReplayCache, UpstreamIdentity
 from relay.cache.retention import RetentionCleanup
 from relay.cache.session import CacheSession
 from relay.clock import Clock
-from relay.config import Config
+from relay.observability.body_log import BodyLog
 from relay.ops.metrics import RelayMetrics
-from relay.providers import BUILTIN, Provider
+from relay.settings.config import Config
+from relay.settings.providers import BUILTIN, Provider
 from relay.strict.strict_cache import StrictCache
 from relay.transport.upstream import UpstreamExchange, UpstreamLimits
-from relay.upstream_health import UpstreamHealth
+from relay.upstream.health import UpstreamHealth
 
 if TYPE_CHECKING:
-    from relay.tunnel import Tunnel
+    from relay.tunnel.supervisor import Tunnel
 
 
 @dataclass

@@ -7,7 +7,7 @@ SIGINT or a normal stop. A relay killed with SIGKILL cannot do this; its tunnel 
 running.
 
 A descendant that leaves the group (``setsid``: a daemonizing helper) is found through
-/proc (:mod:`relay.process_tree`: by ancestry, and by a random ``RELAY_TUNNEL_MARK`` in the
+/proc (:mod:`relay.tunnel.process_tree`: by ancestry, and by a random ``RELAY_TUNNEL_MARK`` in the
 environment the tunnel starts with) and stopped with the group; without /proc (macOS, the
 BSDs) only the group is.
 
@@ -47,13 +47,13 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from secrets import token_hex
 from typing import Any
 
-from relay import log
 from relay.clock import Clock
-from relay.config import Config
-from relay.process_tree import MARK_VARIABLE, Process, left_behind, signal_all
+from relay.observability import log
+from relay.settings.config import Config
 from relay.transport.deadline import Deadline
-from relay.tunnel_command import TunnelCommand
-from relay.tunnel_output import LineSplitter, public_url, sanitize
+from relay.tunnel.command import TunnelCommand
+from relay.tunnel.output import LineSplitter, public_url, sanitize
+from relay.tunnel.process_tree import MARK_VARIABLE, Process, left_behind, signal_all
 
 STOP_GRACE_S = 5.0  # SIGTERM → SIGKILL
 URL_WAIT_S = 30.0  # then say that no URL has been seen
@@ -442,5 +442,5 @@ def _print(text: str) -> None:
 
 
 def _new_mark() -> str:
-    """A value no other process's environment holds (see :mod:`relay.process_tree`)."""
+    """A value no other process's environment holds (see :mod:`relay.tunnel.process_tree`)."""
     return f"{os.getpid()}-{token_hex(8)}"
