@@ -82,9 +82,8 @@ class Config:
     admin_snapshot_dir: Path = Path("~/.openai-relay-inspection")  # RELAY_ADMIN_SNAPSHOT_DIR
     metrics_port: int | None = None  # RELAY_METRICS_PORT: off unless set (0: any free port)
     log_format: str = "text"  # RELAY_LOG_FORMAT: text or json (relay.observability.log)
-    log_bodies: bool = (
-        False  # LOG_BODIES: request/response bodies on disk (relay.observability.body_log)
-    )
+    # LOG_BODIES: request/response bodies on disk (relay.observability.body_log)
+    log_bodies: bool = False
     log_bodies_dir: Path | None = None  # None: <data_dir>/bodies
     drop_unsupported_params: bool = False  # RELAY_DROP_UNSUPPORTED_PARAMS (relay.translate)
 

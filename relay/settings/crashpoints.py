@@ -9,7 +9,7 @@ moments, and a test starts the relay with::
     RELAY_TEST_CRASH_AT=after_upstream_headers@3     # third hit
     RELAY_TEST_CRASH_AT=a,b@2                        # several points
 
-Safety properties (tested in tests/unit/test_crashpoints.py):
+Safety properties (tested in tests/unit/settings/test_crashpoints.py):
 
 - Off by default: with the variable unset, :func:`crash_point` is one dict lookup on an
   empty dict.

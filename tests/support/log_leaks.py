@@ -22,7 +22,7 @@ secrets known by then (a secret made later cannot be in it); in-process lines ar
 scanned at the end against every secret.
 
 Findings are reported with the secret masked; any finding makes the run fail.
-``tests/unit/test_log_leaks.py`` plants secrets to show that it does.
+``tests/unit/observability/test_log_leaks.py`` plants secrets to show that it does.
 """
 
 from __future__ import annotations
@@ -154,13 +154,13 @@ class LogCollector:
 
     def register_relay(self, relay: Any) -> None:
         """The secrets of an in-process relay (its config and runtime), once started."""
-        config = relay.settings.config
+        config = relay.config
         self.scanner.add("RELAY_TOKEN", config.relay_token)
         self.scanner.add("RELAY_ADMIN_TOKEN", config.admin_token)
         self.scanner.add("OPENAI_API_KEY", config.openai_api_key)
         for provider in config.providers.values():
             self.scanner.add(provider.api_key_env, provider.api_key)
-        runtime = relay.app.runtime
+        runtime = relay.runtime
         if runtime is not None:
             self.scanner.add("relay token", runtime.relay_token)
             self.scanner.add("upstream key", runtime.upstream_api_key)

@@ -13,7 +13,7 @@ from fakeupstream.ciphertext import Cipher, Sealed
 from tests.support import stack
 from tests.support.log_leaks import LeakScanner, LogCollector, secrets_in_env, suite_secrets
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def minted_ciphertext() -> str:

@@ -16,7 +16,7 @@ from relay.settings import crashpoints
 from relay.settings.crashpoints import KNOWN_POINTS, CrashPointSpecError, parse_spec
 from scenarios.requirements import crash_points_missing
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def run_child(code: str, crash_at: str | None) -> subprocess.CompletedProcess[str]:
