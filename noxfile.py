@@ -15,7 +15,7 @@ nox.options.error_on_missing_interpreters = True
 # Debian packages the scenario harness drives (clock jumps, I/O fault injection).
 SYSTEM_PACKAGES = {"faketime": "faketime", "fiu-run": "fiu-utils", "strace": "strace"}
 COVERAGE_FAIL_UNDER = "85"
-# Run a second time by `tests` with RELAY_TEST_FORCE_PORTABLE_FALLBACKS=1 (relay.portable).
+# Run a second time by `tests` with RELAY_TEST_FORCE_PORTABLE_FALLBACKS=1 (relay.storage.portable).
 PORTABLE_TESTS = ("tests/unit/storage", "tests/unit/cache/test_disk_safety.py")
 
 
@@ -56,7 +56,7 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", "-m", "not slow", *session.posargs)
     if not session.posargs:
         # The storage and disk-safety unit tests again with the platform fallbacks forced
-        # (relay.portable): what macOS preallocates with, on a Linux CI (a few seconds).
+        # (relay.storage.portable): what macOS preallocates with, on a Linux CI (a few seconds).
         session.run(
             "pytest", "-q", *PORTABLE_TESTS,
             env={"RELAY_TEST_FORCE_PORTABLE_FALLBACKS": "1"},

@@ -31,17 +31,17 @@ from bench.identity import (
     recorded_request,
     sampled_times,
 )
+from relay.app.runtime import Runtime
 from relay.cache.replay_cache import ReplayCache
 from relay.cache.session import CacheSession, ScopedSource
 from relay.clock import SystemClock
-from relay.config import Config
 from relay.core.capture import PAYLOAD_DOMAIN, ClientProjection
 from relay.core.hot_blocks import HotBlocks
 from relay.core.identity import HistoryDigests, Scope, build_scope, history_digests
 from relay.core.planner import Plan, plan_replay
 from relay.core.records import EMPTY_PLAN, Observation, ScopeRow
-from relay.routing import resolve_model
-from relay.runtime import Runtime
+from relay.settings.config import Config
+from relay.settings.routing import resolve_model
 from relay.translate.chat_to_responses import TranslatedRequest
 from relay.translate.events import ChatCompletion
 from relay.translate.request import translate_request

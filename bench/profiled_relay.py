@@ -11,7 +11,7 @@ import cProfile
 import signal
 import sys
 
-from relay.cli import main
+from relay.app.cli import main
 
 
 def run(stats: str) -> int:

@@ -1,8 +1,8 @@
 """Parse the relay's stderr: ``<time> <LEVEL> relay <event_name> key=value ...``.
 
-Values with spaces are quoted by ``relay.log`` with Python's ``repr``; everything else is
-bare. Lines that are not relay events (tracebacks, third-party warnings) are skipped here;
-the checker looks at process exits, not at stray text.
+Values with spaces are quoted by ``relay.observability.log`` with Python's ``repr``;
+everything else is bare. Lines that are not relay events (tracebacks, third-party
+warnings) are skipped here; the checker looks at process exits, not at stray text.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from relay.crashpoints import KNOWN_POINTS
+from relay.settings.crashpoints import KNOWN_POINTS
 from scenarios.faults.clock import missing as faketime_missing
 from scenarios.faults.disk import fiu_missing, strace_missing, tmpfs_missing
 

@@ -22,7 +22,7 @@ from live.images import Picture, picture
 from live.settings import Settings
 from live.verdict import Verdict, expect, passed
 from relay.core.identity import merged_include
-from relay.routing import resolve_model
+from relay.settings.routing import resolve_model
 from relay.translate.request import translate_request
 
 ANSWERS = ("red", "green", "blue", "none")

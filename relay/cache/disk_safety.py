@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from relay import log
 from relay.clock import Clock
 from relay.core.disk_policy import (
     Admission,
@@ -26,6 +25,7 @@ from relay.core.disk_policy import (
     wal_policy,
 )
 from relay.errors import StoreError, StoreFull, StoreIOError, StoreLatched
+from relay.observability import log
 from relay.storage.disk_guard import DiskGuard, refuse_if_blocked, refuse_if_latched
 from relay.storage.replay_store import ReasoningStore
 

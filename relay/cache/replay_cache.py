@@ -14,11 +14,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from relay import log
 from relay.cache.disk_safety import DiskSafety, open_store
 from relay.cache.session import CacheSession, SessionContext
 from relay.clock import Clock
-from relay.config import Config
 from relay.core.canonical import CanonicalRefused
 from relay.core.hot_blocks import HotBlocks
 from relay.core.identity import (
@@ -34,7 +32,9 @@ from relay.core.records import MarkerKind
 from relay.core.replay_stats import ReplayStats
 from relay.core.resources import CapacityLedger
 from relay.core.responses_history import REASON_TEXT, Underivable, derive_responses_history
-from relay.crashpoints import crash_point
+from relay.observability import log
+from relay.settings.config import Config
+from relay.settings.crashpoints import crash_point
 from relay.storage.disk_guard import DiskGuard
 from relay.storage.recovery import fence, open_disabled, open_enabled, record_gap
 from relay.storage.replay_store import ReasoningStore

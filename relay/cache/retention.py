@@ -24,11 +24,11 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from relay import log
 from relay.clock import Clock
 from relay.core.deletion_barrier import ClockSample, DeletionBarrier
 from relay.core.records import idle_window_s
 from relay.errors import StoreError
+from relay.observability import log
 from relay.storage.cleanup import CleanupResult
 from relay.storage.replay_store import ReasoningStore
 

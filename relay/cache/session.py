@@ -16,7 +16,6 @@ from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from relay import log
 from relay.clock import Clock
 from relay.core.canonical import CanonicalRefused
 from relay.core.capture import CaptureResult, ClientProjection, OutputCapture, finish_capture
@@ -36,8 +35,9 @@ from relay.core.rejection import RejectionKind, classify_rejection, redact_ciphe
 from relay.core.replace import replace_blocks
 from relay.core.replay_stats import Outcome
 from relay.core.resources import CapacityLedger, Lease
-from relay.crashpoints import crash_point
 from relay.errors import StoreError, UpstreamHTTPError
+from relay.observability import log
+from relay.settings.crashpoints import crash_point
 from relay.storage.replay_store import ReasoningStore
 from relay.translate.body_encoding import RawItems
 from relay.translate.chat_to_responses import TranslatedRequest

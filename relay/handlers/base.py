@@ -9,8 +9,7 @@ from typing import Any
 
 from tornado.web import HTTPError, RequestHandler
 
-from relay import log
-from relay.auth import bearer_matches
+from relay.app.runtime import Runtime
 from relay.errors import (
     MethodNotAllowed,
     NotFound,
@@ -19,9 +18,10 @@ from relay.errors import (
     Unauthorized,
     UnsupportedParameter,
 )
+from relay.http.auth import bearer_matches
+from relay.http.routes import served
+from relay.observability import log
 from relay.ops.hooks import request_finished
-from relay.routes import served
-from relay.runtime import Runtime
 
 
 class BaseHandler(RequestHandler):

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from relay.auth import bearer_matches
 from relay.errors import InvalidRequest, NotFound, Unauthorized
 from relay.handlers.base import BaseHandler
+from relay.http.auth import bearer_matches
 from relay.storage.strict_store import StrictEntry, StrictTally
 
 MAX_LIMIT: Final = 200

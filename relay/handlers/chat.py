@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from relay import log
 from relay.core import replay_header as replay
 from relay.core.replay_header import HEADER
 from relay.handlers.chat_provider import relay_chat_provider
 from relay.handlers.relaying import RelayingHandler
 from relay.handlers.shell import PipelineShell
+from relay.observability import log
 from relay.pipeline.chat import ChatPipeline
-from relay.routing import resolve_model
+from relay.settings.routing import resolve_model
 from relay.translate.chat_sse import KEEPALIVE
 from relay.translate.chat_to_responses import droppable_in
 from relay.translate.request import translate_request

@@ -17,15 +17,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from relay import log
 from relay.core import replay_header as replay
 from relay.core.replay_header import HEADER
 from relay.errors import InvalidRequest
 from relay.handlers.relaying import RelayingHandler
 from relay.handlers.shell import PipelineShell
-from relay.model_alias import ModelAlias
+from relay.observability import log
 from relay.pipeline.provider import ChatProviderPipeline
-from relay.providers import Provider
+from relay.settings.model_alias import ModelAlias
+from relay.settings.providers import Provider
 from relay.strict.restore import has_tools
 from relay.strict.rules import rule_for
 from relay.strict.strict_cache import StrictTarget

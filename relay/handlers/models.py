@@ -3,7 +3,7 @@ own models, then each configured provider's as ``<provider>/<model>``.
 
 OpenAI's shapes (``{"object": "list", "data": [...]}``, one ``model`` object), so SDKs and
 Cursor can show which names work and ``models.retrieve`` works. The lists come from
-:class:`~relay.upstream_models.ModelCatalog` (cached, one fetch shared by concurrent
+:class:`~relay.upstream.models.ModelCatalog` (cached, one fetch shared by concurrent
 requests, never an error): while an upstream cannot say, what is known is listed and the
 answer is still 200; an id not listed is 404 in the OpenAI error envelope.
 """
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 
+from relay.app.runtime import Runtime
 from relay.errors import NotFound
 from relay.handlers.base import BaseHandler
-from relay.model_list import find_model
-from relay.runtime import Runtime
-from relay.upstream_models import ModelCatalog
+from relay.upstream.model_list import find_model
+from relay.upstream.models import ModelCatalog
 
 
 class ModelsHandler(BaseHandler):

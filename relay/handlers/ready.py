@@ -2,7 +2,7 @@
 (which stays the liveness check: the process answers). 200 when every check passes, else
 503; the body says which failed, by code only (no path, URL or key):
 
-- ``upstream``: the built-in upstream is reachable (relay.upstream_health: the last model
+- ``upstream``: the built-in upstream is reachable (relay.upstream.health: the last model
   exchange, else a ``GET /models`` probe at most once per ``FRESH_S``; never a generation).
 - ``cache``: with caching on, the store is usable: not latched (``.guard``) and a payload
   would be admitted (not over REASONING_CACHE_DISK_BYTES, the reserve held, free space).
@@ -16,10 +16,10 @@ import asyncio
 import json
 from typing import Any
 
+from relay.app.runtime import Runtime
 from relay.handlers.base import BaseHandler
-from relay.runtime import Runtime
-from relay.upstream_health import probe_outcome
-from relay.upstream_models import ModelsUnavailable, UpstreamModels
+from relay.upstream.health import probe_outcome
+from relay.upstream.models import ModelsUnavailable, UpstreamModels
 
 
 class ReadyHandler(BaseHandler):

@@ -17,7 +17,7 @@ from relay.errors import InvalidRequest
 from relay.handlers.relaying import RelayingHandler
 from relay.handlers.shell import PipelineShell
 from relay.pipeline.passthrough import ResponsesPassthrough
-from relay.routing import resolve_model
+from relay.settings.routing import resolve_model
 from relay.translate.chat_sse import KEEPALIVE
 from relay.transport.upstream import Dialect
 

@@ -9,13 +9,12 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from relay import log
 from relay.cache.session import CacheSession
 from relay.core import replay_header as replay
 from relay.core.replay_header import HEADER
-from relay.crashpoints import crash_point
 from relay.errors import RelayError
 from relay.handlers.relaying import RelayingHandler
+from relay.observability import log
 from relay.ops.metrics import CLIENT_GONE
 from relay.pipeline.actions import (
     Abort,
@@ -38,9 +37,10 @@ from relay.pipeline.actions import (
     Stop,
 )
 from relay.pipeline.base import Pipeline
-from relay.providers import BUILTIN, Provider
+from relay.settings.crashpoints import crash_point
+from relay.settings.providers import BUILTIN, Provider
 from relay.transport.upstream import ClientGone, Dialect
-from relay.upstream_health import exchange_outcome
+from relay.upstream.health import exchange_outcome
 
 
 class PipelineShell:
@@ -209,7 +209,7 @@ class PipelineShell:
                 metrics.observe_upstream(self.provider.name, clock.monotonic() - sent_at)
 
     def _evidence(self, error: RelayError | None) -> None:
-        """The built-in upstream's reachability, for /readyz (relay.upstream_health)."""
+        """The built-in upstream's reachability, for /readyz (relay.upstream.health)."""
         outcome = exchange_outcome(error)
         if outcome is not None and self.provider.name == BUILTIN:
             runtime = self.handler.runtime

@@ -18,7 +18,7 @@ from relay.ops.status import status_document
 from relay.ops.store_sample import StoreSampler
 
 if TYPE_CHECKING:
-    from relay.runtime import Runtime
+    from relay.app.runtime import Runtime
 
 COMMANDS: Final = ("status", "metrics", "snapshot")
 MAX_REQUEST_BYTES: Final = 1024

@@ -1,5 +1,5 @@
 """``RELAY_ADMIN_SOCKET`` (default ``<data dir>/run/admin.sock``, bound early by
-relay.listeners): the private Unix-domain listener (design §18).
+relay.app.listeners): the private Unix-domain listener (design §18).
 
 Separate from the HTTP server, so nothing that reaches the relay's port (a tunnel, a LAN
 client) can reach it. Access is the filesystem's: the socket's directory must be owned by
@@ -21,8 +21,8 @@ from typing import Any, Final
 from tornado.iostream import IOStream, StreamClosedError
 from tornado.tcpserver import TCPServer
 
-from relay import log
 from relay.errors import ConfigError, InternalSignal
+from relay.observability import log
 from relay.ops.admin_protocol import MAX_REQUEST_BYTES, AdminService, encode, refusal
 
 READ_TIMEOUT_S: Final = 5.0
@@ -80,7 +80,7 @@ class AdminSocket(TCPServer):
         self._clients: set[IOStream] = set()
 
     def adopt(self, sock: socket.socket, path: Path) -> None:
-        """Serve on a socket bound by relay.listeners (before the store was opened)."""
+        """Serve on a socket bound by relay.app.listeners (before the store was opened)."""
         self.add_socket(sock)
         self.path = path
 

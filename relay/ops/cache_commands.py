@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from relay.clock import SystemClock
-from relay.config import load_config
 from relay.errors import ConfigError, NotACache, SnapshotRefused, StoreError
 from relay.ops.progress import ProgressReport
+from relay.settings.config import load_config
 from relay.storage.backup import (
     SnapshotKind,
     SnapshotResult,

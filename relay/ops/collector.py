@@ -22,7 +22,7 @@ from relay.errors import StoreError
 from relay.ops.store_sample import StoreSampler
 
 if TYPE_CHECKING:
-    from relay.runtime import Runtime
+    from relay.app.runtime import Runtime
 
 BODY_SHAPES = ("chat", "responses")  # ReplayStats' scope kinds
 

@@ -12,8 +12,6 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from relay.config import admin_socket_of, data_dir_of
-from relay.env_file import add_env_file_option, layered
 from relay.errors import ConfigError
 from relay.ops.admin_client import (
     SNAPSHOT_TIMEOUT_S,
@@ -24,6 +22,8 @@ from relay.ops.admin_client import (
     scrub,
 )
 from relay.ops.status_view import render
+from relay.settings.config import admin_socket_of, data_dir_of
+from relay.settings.env_file import add_env_file_option, layered
 
 
 def register(commands: Any) -> None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from relay.ops.collector import replay_totals
 
 if TYPE_CHECKING:
-    from relay.runtime import Runtime
+    from relay.app.runtime import Runtime
 
 
 def request_finished(runtime: Runtime, path: str, status: int, code: str | None) -> None:

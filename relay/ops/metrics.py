@@ -3,8 +3,9 @@
 A :class:`RelayMetrics` belongs to one relay (``Runtime.metrics``): tests run several relays
 in one process, so nothing goes to prometheus_client's global registry. The request shell
 feeds it (relay.handlers.base/shell); what the caches already count is read when the
-registry is collected (relay.ops.collector). Labels are bounded: routes from relay.routes' table,
-outcomes from :func:`relay.ops.window.bounded_code`, configured provider names.
+registry is collected (relay.ops.collector). Labels are bounded: routes from
+relay.http.routes' table, outcomes from :func:`relay.ops.window.bounded_code`, configured
+provider names.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
+from relay.http.routes import label_of
 from relay.ops.window import CounterHistory, ErrorTally
-from relay.routes import label_of
 from relay.translate.chat_to_responses import NEUTRAL_ONLY
 from relay.translate.responses_input import REFUSED
 
@@ -27,7 +28,7 @@ CLIENT_GONE: Final = "client_gone"
 
 
 def route_of(path: str) -> str:
-    """The route label of a path (relay.routes' table; anything else is "other")."""
+    """The route label of a path (relay.http.routes' table; anything else is "other")."""
     return label_of(path)
 
 

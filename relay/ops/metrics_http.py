@@ -33,7 +33,7 @@ class MetricsListener:
         self.port: int | None = None
 
     def adopt(self, sockets: list[socket.socket]) -> int:
-        """Serve on sockets bound on loopback by relay.listeners."""
+        """Serve on sockets bound on loopback by relay.app.listeners."""
         self._server.add_sockets(sockets)
         self.port = int(sockets[0].getsockname()[1])
         return self.port

@@ -12,8 +12,8 @@ from relay.ops.snapshot import Snapshotter
 from relay.ops.store_sample import StoreSampler
 
 if TYPE_CHECKING:
-    from relay.listeners import Listeners
-    from relay.runtime import Runtime
+    from relay.app.listeners import Listeners
+    from relay.app.runtime import Runtime
 
 
 class Operations:
@@ -32,7 +32,7 @@ class Operations:
         self._runtime = runtime
 
     def start(self, listeners: Listeners) -> None:
-        """Serve on the listeners bound at startup (relay.listeners)."""
+        """Serve on the listeners bound at startup (relay.app.listeners)."""
         if listeners.admin is not None and listeners.admin_path is not None:
             self.admin = AdminSocket(self.service)
             self.admin.adopt(listeners.admin, listeners.admin_path)

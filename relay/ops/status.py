@@ -20,7 +20,7 @@ from relay.ops.store_sample import TTL_S, StoreSampler
 from relay.transport.upstream import origin_of
 
 if TYPE_CHECKING:
-    from relay.runtime import Runtime
+    from relay.app.runtime import Runtime
 
 
 def cache_state(runtime: Runtime) -> str:

@@ -94,7 +94,7 @@ class StartDelivery:
 @dataclass(frozen=True, slots=True)
 class Queue:
     """Buffer one frame for the client. ``crash_point``: the test crash point hit just
-    before (relay.crashpoints)."""
+    before (relay.settings.crashpoints)."""
 
     frame: bytes
     crash_point: str | None = None

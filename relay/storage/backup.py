@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Final
 
 from relay.clock import Clock
-from relay.crashpoints import crash_point
 from relay.errors import NotACache, SnapshotRefused, StoreCorrupt
+from relay.settings.crashpoints import crash_point
 from relay.storage.disk_guard import (
     REPLACE_NOTE_KEY,
     blocked_message,

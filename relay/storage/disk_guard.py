@@ -3,7 +3,7 @@ pressure"): the physical reserve and the ``.guard`` latch. The decisions are in
 :mod:`relay.core.disk_policy`; this module only touches files.
 
 - ``<db>.reserve``: ``REASONING_CACHE_RESERVE_BYTES`` of real blocks
-  (:func:`relay.portable.preallocate`: ``posix_fallocate``, macOS's ``F_PREALLOCATE`` or
+  (:func:`relay.storage.portable.preallocate`: ``posix_fallocate``, macOS's ``F_PREALLOCATE`` or
   written zeros; never a sparse file: a sparse file frees nothing when deleted).
   Deleting it is how the cache makes room for a safety write on a full disk.
 - ``<db>.guard``: written when a safety write failed even after the reserve was released.
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from relay.core.disk_policy import DiskState, may_recreate_reserve
 from relay.errors import StoreBlocked, StoreError, StoreLatched
-from relay.portable import preallocate
+from relay.storage.portable import preallocate
 
 
 def reserve_path(db: Path) -> Path:

@@ -25,13 +25,13 @@ from urllib.parse import urlsplit
 
 from tornado.ioloop import PeriodicCallback
 
-from relay import log
 from relay.clock import Clock
 from relay.core.canonical import CanonicalRefused
 from relay.core.identity import HistoryState, Scope, build_scope, history_digests
 from relay.core.receipts import Reason
 from relay.errors import StoreError
-from relay.providers import Provider
+from relay.observability import log
+from relay.settings.providers import Provider
 from relay.storage.replay_store import ReasoningStore
 from relay.storage.strict_store import StrictEntry, StrictPage, StrictStats
 from relay.strict.chat_capture import ChatCapture, capture_key

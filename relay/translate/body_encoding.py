@@ -117,7 +117,7 @@ def _inner(run: list[Any]) -> memoryview:
 def _utf8(text: str) -> bytes:
     """``text`` as UTF-8. A lone surrogate (UTF-8 cannot encode one) goes out as its JSON
     escape: in JSON text it can only stand inside a string, where ``\\udXXX`` means the
-    same thing. Client bodies holding one are refused when parsed (``relay.request_body``);
+    same thing. Client bodies holding one are refused when parsed (``relay.http.request_body``);
     this keeps any other path from failing with a 500."""
     try:
         return text.encode("utf-8")

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from relay.errors import InvalidRequest, UnsupportedParameter
-from relay.model_alias import ModelAlias
+from relay.settings.model_alias import ModelAlias
 from relay.translate.events import CustomCallForm
 from relay.translate.sampling import is_reasoning_model, sampling_params
 
@@ -67,7 +67,7 @@ class TranslatedRequest:
     # items it became (None: merged into ``instructions``). Replay swaps these ranges.
     message_spans: tuple[tuple[int, int] | None, ...] | None = None
     # How a custom tool call reaches the client: the Chat shape always gets the Chat API's
-    # own form; the Responses shape gets RELAY_CUSTOM_TOOL_CALLS (see relay.config).
+    # own form; the Responses shape gets RELAY_CUSTOM_TOOL_CALLS (see relay.settings.config).
     custom_tool_calls: CustomCallForm = "custom"
 
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from relay.errors import InvalidRequest, UnsupportedParameter
-from relay.model_alias import ModelAlias
+from relay.settings.model_alias import ModelAlias
 from relay.translate.chat_to_responses import (
     OUTPUT_TYPES,
     PASSTHROUGH,

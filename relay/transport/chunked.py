@@ -45,7 +45,7 @@ from tornado.http1connection import (
     _is_done,
 )
 
-from relay import log
+from relay.observability import log
 from relay.transport.protocol_errors import BARE_LF
 
 # Tornado reads a size line with read_until(b"\r\n", max_bytes=64).

@@ -55,9 +55,9 @@ from tornado.httpserver import HTTPServer, _HTTPRequestContext
 from tornado.ioloop import IOLoop
 from tornado.netutil import _DEFAULT_BACKLOG
 
-from relay import log
 from relay.clock import Clock, SystemClock
 from relay.errors import InternalSignal, RelayError, TooManyConnections
+from relay.observability import log
 from relay.transport.chunked import BulkChunkedHTTP1Connection
 from relay.transport.protocol_errors import (
     CHUNK_LINE_TOO_LONG,

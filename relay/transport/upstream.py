@@ -39,7 +39,6 @@ from tornado.netutil import DefaultLoopResolver
 from tornado.simple_httpclient import HTTPStreamClosedError, SimpleAsyncHTTPClient, _HTTPConnection
 
 from relay.clock import Clock
-from relay.crashpoints import crash_point
 from relay.errors import (
     InternalSignal,
     RelayError,
@@ -49,6 +48,7 @@ from relay.errors import (
     UpstreamReportedError,
     UpstreamTimeout,
 )
+from relay.settings.crashpoints import crash_point
 from relay.transport.chunked import BulkChunkedHTTP1Connection
 from relay.transport.deadline import Deadline
 from relay.transport.pool import ConnectionPool, PooledTCPClient

@@ -10,12 +10,12 @@ From outside (the harness decides the moment by observing the processes):
 
 From inside, where outside timing cannot reach (between a commit and the next frame):
 :func:`arm` builds ``RELAY_TEST_CRASH_AT`` for the next relay start; the relay then
-SIGKILLs itself at that point (see relay.crashpoints).
+SIGKILLs itself at that point (see relay.settings.crashpoints).
 """
 
 from __future__ import annotations
 
-from relay.crashpoints import KNOWN_POINTS, REQUEST_POINTS
+from relay.settings.crashpoints import KNOWN_POINTS, REQUEST_POINTS
 from scenarios.client import RelayConnection
 from scenarios.faults.network import stall_until_blocked
 from scenarios.runner import Harness

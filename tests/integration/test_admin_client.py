@@ -22,7 +22,7 @@ from typing import cast
 
 import pytest
 
-from relay.cli import main
+from relay.app.cli import main
 from relay.ops import admin_client
 
 ESC = "\x1b"

@@ -23,11 +23,11 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from relay.app.server import RelayServer
 from relay.clock import Clock, ManualClock
 from relay.errors import ConfigError
 from relay.ops.admin_client import request
 from relay.ops.store_sample import TTL_S
-from relay.server import RelayServer
 from relay.storage.replay_store import ReasoningStore
 from tests.support.stack import Stack, running_stack
 

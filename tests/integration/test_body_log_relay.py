@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from relay.body_log import BodyLog, write_file
 from relay.errors import ConfigError
+from relay.observability.body_log import BodyLog, write_file
 from tests.support.stack import Stack, running_stack
 from tests.support.tmpfs import size_limited_tmpfs
 

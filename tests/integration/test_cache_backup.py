@@ -1,7 +1,7 @@
 """``relay cache backup|restore|verify`` with real processes: ``relay serve`` subprocesses
 against one fake upstream (its sealing key outlives every relay restart, so a replay
 that is not refused shows in its continuity probe), stopped with SIGTERM; the commands
-killed with SIGKILL at every crash point of the copy (relay.crashpoints.BACKUP_POINTS)."""
+killed with SIGKILL at every crash point of the copy (relay.settings.crashpoints.BACKUP_POINTS)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from fakeupstream.fake import FakeUpstream
-from relay.crashpoints import BACKUP_POINTS, REPLACE_POINTS
+from relay.settings.crashpoints import BACKUP_POINTS, REPLACE_POINTS
 from relay.storage.disk_guard import blocked_path, replace_note
 from tests.support.cache_stack import continuity
 from tests.support.log_leaks import observe_process

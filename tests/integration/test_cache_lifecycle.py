@@ -12,9 +12,9 @@ import openai
 import pytest
 import requests
 
-from relay.config import load_config
+from relay.app.server import RelayServer
 from relay.errors import ConfigError, StoreLocked
-from relay.server import RelayServer
+from relay.settings.config import load_config
 from relay.storage.recovery import COVERAGE_GAP_KEY
 from tests.support.cache_stack import CACHE_ON, ask, continuity, writes_fail
 from tests.support.stack import Stack, running_stack

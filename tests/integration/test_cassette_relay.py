@@ -22,8 +22,8 @@ from fakeupstream.cassette import load
 from fakeupstream.cassette_scrub import CIPHERTEXT_KEY, scrub_value
 from fakeupstream.fake import FakeUpstream
 from live.cassettes import record_cassettes
-from relay.config import load_config
-from relay.server import RelayServer
+from relay.app.server import RelayServer
+from relay.settings.config import load_config
 from tests.support.stack import TOKEN, UPSTREAM_KEY, LoopThread
 
 MODEL = "gpt-5"  # a reasoning model: every answer carries encrypted reasoning

@@ -44,7 +44,7 @@ import requests
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from relay.tunnel_output import LineSplitter, public_origin, public_url
+from relay.tunnel.output import LineSplitter, public_origin, public_url
 from tests.support.fuzz_inputs import (
     BodyCase,
     CacheCase,

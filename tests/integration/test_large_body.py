@@ -1,7 +1,7 @@
 """A large body does not stall the other connections: ``relay serve`` (a process of its
 own, so that the test's threads do not share its GIL) keeps answering /healthz during a
 50 MB upload. The body is parsed off the event loop, piecewise
-(relay.request_body); it is refused by translation at its last message, so no upstream
+(relay.http.request_body); it is refused by translation at its last message, so no upstream
 work is measured along."""
 
 from __future__ import annotations

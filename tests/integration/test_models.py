@@ -1,6 +1,6 @@
 """GET /v1/models: the relay's aliases plus the upstream's own models, over real sockets.
 
-First :func:`relay.upstream_models.fetch_models` against a loopback upstream that answers
+First :func:`relay.upstream.models.fetch_models` against a loopback upstream that answers
 well, badly or not at all; then the relay with the fake upstream (and with its embedded
 fake), listed by the official openai SDK with strict response validation.
 """
@@ -24,11 +24,11 @@ from tornado.netutil import bind_sockets
 from tornado.web import Application, RequestHandler
 
 from fakeupstream.models import MODELS
+from relay.app.server import RelayServer
 from relay.clock import SystemClock
-from relay.config import load_config
-from relay.server import RelayServer
+from relay.settings.config import load_config
 from relay.transport.upstream import make_http_client
-from relay.upstream_models import ModelsUnavailable, fetch_models
+from relay.upstream.models import ModelsUnavailable, fetch_models
 from tests.support.stack import TOKEN, UPSTREAM_KEY, LoopThread, Stack, running_stack
 
 LISTING = {

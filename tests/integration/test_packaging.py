@@ -50,7 +50,7 @@ def test_the_wheel_holds_the_relay_and_its_offline_upstream_only(wheel: Path) ->
     dist_info = {t for t in top if t.endswith(".dist-info")}
     assert top - dist_info == SHIPPED
     assert not top & HARNESSES
-    assert "relay/cli.py" in names and "fakeupstream/embedded.py" in names
+    assert "relay/app/cli.py" in names and "fakeupstream/embedded.py" in names
 
 
 def test_the_wheel_declares_the_commands_the_offline_upstream_and_its_license(
@@ -60,7 +60,7 @@ def test_the_wheel_declares_the_commands_the_offline_upstream_and_its_license(
     (dist_info,) = {n.split("/", 1)[0] for n in archive.namelist() if ".dist-info/" in n}
     points = configparser.ConfigParser()
     points.read_string(archive.read(f"{dist_info}/entry_points.txt").decode())
-    assert points["console_scripts"]["relay"] == "relay.cli:main"
+    assert points["console_scripts"]["relay"] == "relay.app.cli:main"
     assert points["relay.offline_upstream"]["fake"] == "fakeupstream.embedded:create"
     metadata = archive.read(f"{dist_info}/METADATA").decode().splitlines()
     assert {"License: MIT", "License-Expression: MIT"} & set(metadata)

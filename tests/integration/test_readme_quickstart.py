@@ -133,12 +133,12 @@ def running(start: str, reader: Reader) -> Iterator[list[str]]:
     """The start block's command, run as the reader would, in the reader's directory with
     the default data directory. Yields the relay's log lines once the block ends (the reader
     pressed Ctrl-C). ``relay serve`` runs as ``python -m relay serve``: the installed
-    ``relay`` script is the same ``relay.cli:main`` (checked here; the launchd test in
+    ``relay`` script is the same ``relay.app.cli:main`` (checked here; the launchd test in
     test_service_recipes.py runs the script itself)."""
     assignments, words = start_command(start)
     assert words == ["relay", "serve"]
     (script,) = entry_points(group="console_scripts", name=words[0])
-    assert script.value == "relay.cli:main"
+    assert script.value == "relay.app.cli:main"
     assert "OPENAI_API_KEY" not in assignments  # the offline quickstart
     env = relay_env(reader.home, **assignments)
     del env["RELAY_DATA_DIR"]  # the README relies on the default, ./data

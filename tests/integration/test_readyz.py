@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from relay.clock import ManualClock
-from relay.upstream_health import FRESH_S
+from relay.upstream.health import FRESH_S
 from tests.support.stack import Stack, running_stack
 
 

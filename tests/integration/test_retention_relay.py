@@ -13,9 +13,9 @@ import requests
 
 from relay.cache.retention import RetentionCleanup
 from relay.clock import ManualClock
-from relay.config import load_config
 from relay.core.deletion_barrier import BARRIER_S
 from relay.errors import ConfigError
+from relay.settings.config import load_config
 from relay.storage.cleanup import CleanupResult
 from tests.support.stack import Stack, running_stack
 

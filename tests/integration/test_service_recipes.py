@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from relay.config import load_config
+from relay.settings.config import load_config
 from scenarios.wait import wait_until
 from tests.support.log_leaks import observe_process
 
@@ -34,13 +34,13 @@ ROOT = Path(__file__).resolve().parents[2]
 CONTAINERFILE = ROOT / "Containerfile"
 UNIT = ROOT / "contrib" / "systemd" / "relay.service"
 AGENT = ROOT / "contrib" / "launchd" / "local.reasoning-replay-relay.plist"
-CONFIG_SOURCE = (ROOT / "relay" / "config.py").read_text(encoding="utf-8")
+CONFIG_SOURCE = (ROOT / "relay" / "settings" / "config.py").read_text(encoding="utf-8")
 KNOWN = set(re.findall(r'"((?:RELAY|OPENAI|REASONING|LOG)_[A-Z_]+)"', CONFIG_SOURCE))
 RELAY_SCRIPT = Path(sys.executable).parent / "relay"  # the installed console script
 
 
 def relay_settings(env: dict[str, str]) -> dict[str, str]:
-    """The relay's own settings among ``env``; each must be a name relay.config reads."""
+    """The relay's own settings among ``env``; each must be a name relay.settings.config reads."""
     ours = {k: v for k, v in env.items() if k.startswith(("RELAY_", "REASONING_", "OPENAI_"))}
     assert set(ours) <= KNOWN, f"not relay settings: {sorted(set(ours) - KNOWN)}"
     return ours

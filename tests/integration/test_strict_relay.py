@@ -20,8 +20,8 @@ import openai
 import pytest
 import requests
 
+from relay.app.server import RelayServer
 from relay.clock import ManualClock
-from relay.server import RelayServer
 from relay.strict.strict_cache import StrictCache
 from tests.support.stack import PROVIDER_KEY, Stack, running_stack
 from tests.support.strict_stack import PROVIDERS, turn

@@ -15,9 +15,10 @@ from typing import Any, TypeVar
 import pytest
 
 from relay.clock import Clock, ManualClock, SystemClock
-from relay.config import Config
-from relay.providers import Provider
-from relay.tunnel import (
+from relay.settings.config import Config
+from relay.settings.providers import Provider
+from relay.tunnel.command import TunnelCommand
+from relay.tunnel.supervisor import (
     LINES_PER_INTERVAL,
     MAX_URLS,
     Tunnel,
@@ -25,7 +26,6 @@ from relay.tunnel import (
     describe_status,
     secret_values,
 )
-from relay.tunnel_command import TunnelCommand
 from tests.support import fake_tunnel
 from tests.support.processes import running, wait_gone
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import requests
 
-from relay.tunnel import MAX_URLS
+from relay.tunnel.supervisor import MAX_URLS
 from tests.support import fake_tunnel
 from tests.support.processes import running, wait_gone
 from tests.support.relay_cli import relay_env, run_relay

@@ -1,6 +1,6 @@
 """Every relay log line the test run produces, scanned for the run's secrets (a pytest plugin).
 
-The relay must never log a credential, a token or ciphertext (relay/log.py). This plugin
+The relay must never log a credential, a token or ciphertext (relay/observability/log.py). This plugin
 gathers what it logged during the whole session and fails the run if any of it holds:
 
 - a *secret* of the run: the suite's fixed tokens and keys (``tests.support.stack``, the
@@ -22,7 +22,7 @@ secrets known by then (a secret made later cannot be in it); in-process lines ar
 scanned at the end against every secret.
 
 Findings are reported with the secret masked; any finding makes the run fail.
-``tests/unit/test_log_leaks.py`` plants secrets to show that it does.
+``tests/unit/observability/test_log_leaks.py`` plants secrets to show that it does.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from relay.log import TextFormatter
+from relay.observability.log import TextFormatter
 
 # Shorter values are not treated as secrets: a test's "sk-x" would match innocent text.
 MIN_SECRET_CHARS = 12
@@ -188,7 +188,7 @@ def _generated_token(data_dir: Path | None) -> str | None:
 
 def suite_secrets() -> dict[str, str]:
     """The suite's fixed credentials: ``{label: value}``."""
-    from relay.server import EMBEDDED_FAKE_KEY
+    from relay.app.server import EMBEDDED_FAKE_KEY
     from tests.support import stack
 
     return {
@@ -229,7 +229,7 @@ class LogLeakPlugin:
         procs.EXIT_OBSERVERS.append(self.collector.observe_managed)
         self._undo.append(lambda: procs.EXIT_OBSERVERS.remove(self.collector.observe_managed))
 
-        from relay.server import RelayServer
+        from relay.app.server import RelayServer
 
         original = RelayServer.start
         collector = self.collector

@@ -15,9 +15,9 @@ from typing import Any
 from tornado.httpclient import AsyncHTTPClient, HTTPResponse
 
 from fakeupstream.fake import FakeUpstream
-from relay.config import load_config
-from relay.runtime import Runtime
-from relay.server import RelayServer
+from relay.app.runtime import Runtime
+from relay.app.server import RelayServer
+from relay.settings.config import load_config
 
 TOKEN = "rr-test-token-0123456789"
 

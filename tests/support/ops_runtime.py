@@ -1,4 +1,4 @@
-"""A relay's runtime as ``relay.server`` assembles it, without its listeners, for the
+"""A relay's runtime as ``relay.app.server`` assembles it, without its listeners, for the
 operating tests (relay.ops): the replay cache on a real store in a temp dir (or off), the
 strict cache, a manual clock, and the store sample and snapshotter the admin socket uses."""
 
@@ -10,13 +10,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from relay.app.runtime import Runtime
 from relay.cache.replay_cache import ReplayCache
 from relay.clock import ManualClock
-from relay.config import load_config
 from relay.ops.snapshot import Snapshotter
 from relay.ops.store_sample import StoreSampler
-from relay.providers import BUILTIN, Provider
-from relay.runtime import Runtime
+from relay.settings.config import load_config
+from relay.settings.providers import BUILTIN, Provider
 from relay.strict.strict_cache import StrictCache
 from relay.transport.upstream import make_http_client
 

@@ -18,14 +18,14 @@ from relay.cache.replay_cache import ReplayCache
 from relay.cache.retention import RetentionCleanup, WatchedClock
 from relay.cache.session import CacheSession, ScopedSource
 from relay.clock import ManualClock
-from relay.config import Config
 from relay.core.capture import ClientProjection
 from relay.core.disk_policy import MIN_RESERVE_BYTES
 from relay.core.identity import HistoryDigests, Scope, history_digests
 from relay.core.planner import Plan, PlanLimits, plan_replay
 from relay.core.receipts import Reason
 from relay.errors import StoreFull, UpstreamHTTPError
-from relay.model_alias import ModelAlias
+from relay.settings.config import Config
+from relay.settings.model_alias import ModelAlias
 from relay.storage.backup import SnapshotKind, make_snapshot
 from relay.storage.disk_guard import DiskGuard
 from relay.storage.replay_store import ReasoningStore

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fakeupstream.fake import FakeUpstream
+from relay.app.server import RelayServer
 from relay.clock import Clock, SystemClock
-from relay.config import Config, load_config
-from relay.server import RelayServer
+from relay.settings.config import Config, load_config
 from tests.support import recordings
 
 T = TypeVar("T")

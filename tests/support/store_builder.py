@@ -14,10 +14,10 @@ from typing import Any
 
 from relay.cache.replay_cache import ReplayCache
 from relay.clock import ManualClock
-from relay.config import Config
 from relay.core.capture import ClientProjection
 from relay.core.disk_policy import MIN_RESERVE_BYTES
-from relay.model_alias import ModelAlias
+from relay.settings.config import Config
+from relay.settings.model_alias import ModelAlias
 from relay.storage.schema import migrate_to
 from relay.translate.request import translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion

@@ -193,7 +193,7 @@ def test_the_walk_reaches_every_package() -> None:
         "relay.storage.schema.SchemaRefused",
         "relay.ops.admin_client.AdminUnavailable",
         "relay.core.planner._Rejected",
-        "relay.request_body._UnrepresentableNumber",
+        "relay.http.request_body._UnrepresentableNumber",
     } <= names
     assert len(RELAY_EXCEPTIONS) > 40
 
@@ -226,7 +226,7 @@ def test_a_builtin_base_is_kept_only_where_code_catches_by_it() -> None:
         if base.__module__ == "builtins" and base not in (Exception, BaseException, object)
     }
     assert builtin == {
-        "relay.request_body._UnrepresentableNumber": "ValueError",
+        "relay.http.request_body._UnrepresentableNumber": "ValueError",
         "relay.errors.ListenError": "OSError",
     }
 
@@ -237,7 +237,7 @@ BRANCH_OF: list[tuple[str, type[RelayException]]] = [
     ("relay.errors.ListenError", OperatorError),
     ("relay.errors.SnapshotRefused", OperatorError),
     ("relay.core.resources.BudgetTooSmall", ConfigError),
-    ("relay.crashpoints.CrashPointSpecError", ConfigError),
+    ("relay.settings.crashpoints.CrashPointSpecError", ConfigError),
     ("relay.ops.admin_client.AdminUnavailable", OperatorError),
     ("relay.storage.schema.SchemaRefused", OperatorError),
     ("relay.storage.schema.SchemaTooNew", OperatorError),
@@ -251,8 +251,8 @@ BRANCH_OF: list[tuple[str, type[RelayException]]] = [
     ("relay.core.canonical.NotCanonicalizable", InternalSignal),
     ("relay.pipeline.base.PipelineStateError", InternalSignal),
     ("relay.core.records.StoredSizeExceeded", InternalSignal),
-    ("relay.upstream_models.ModelsUnavailable", InternalSignal),
-    ("relay.model_list.MalformedModelList", InternalSignal),
+    ("relay.upstream.models.ModelsUnavailable", InternalSignal),
+    ("relay.upstream.model_list.MalformedModelList", InternalSignal),
 ]
 
 

@@ -1,5 +1,5 @@
 """The configuration tables (every setting in docs/configuration.md, the essentials in the
-README) and the README's provider example stay true to relay.config."""
+README) and the README's provider example stay true to relay.settings.config."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import json
 import re
 from pathlib import Path
 
-from relay.config import load_config
+from relay.settings.config import load_config
 from relay.strict.rules import rule_for
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 REFERENCE = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
-CONFIG = (ROOT / "relay" / "config.py").read_text(encoding="utf-8")
+CONFIG = (ROOT / "relay" / "settings" / "config.py").read_text(encoding="utf-8")
 
 
 def rows(document: str) -> dict[str, str]:
@@ -23,9 +23,9 @@ def rows(document: str) -> dict[str, str]:
 def test_every_variable_is_in_the_reference_table() -> None:
     read = set(re.findall(r'"((?:RELAY|OPENAI|REASONING|LOG)_[A-Z_]+)"', CONFIG))
     table = set(rows(REFERENCE))
-    assert read, "no variables found in relay/config.py"
+    assert read, "no variables found in relay/settings/config.py"
     assert read <= table, f"add to docs/configuration.md: {sorted(read - table)}"
-    assert table <= read, f"not read by relay/config.py: {sorted(table - read)}"
+    assert table <= read, f"not read by relay/settings/config.py: {sorted(table - read)}"
 
 
 def test_the_readme_essentials_are_rows_of_the_reference_table() -> None:

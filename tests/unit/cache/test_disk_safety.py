@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from relay import portable
 from relay.cache.disk_safety import DiskSafety, open_store
 from relay.clock import ManualClock
 from relay.core.disk_policy import Admission
 from relay.errors import StoreLatched
+from relay.storage import portable
 from relay.storage.disk_guard import DiskGuard
 from relay.storage.replay_store import ReasoningStore
 from scenarios.faults.disk import TmpfsMount, integrity_check
@@ -40,7 +40,7 @@ def big_write(store: ReasoningStore, key: str) -> None:
 def test_the_reserve_makes_room_once_then_the_cache_latches(
     volume: TmpfsMount, preallocation: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if preallocation == "without_posix_fallocate":  # as on macOS: relay.portable falls back
+    if preallocation == "without_posix_fallocate":  # as on macOS: relay.storage.portable falls back
         monkeypatch.delattr(os, "posix_fallocate", raising=False)
     clock = ManualClock()
     guard = DiskGuard(volume.target / "cache.sqlite", RESERVE)

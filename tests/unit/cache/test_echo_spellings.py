@@ -19,12 +19,12 @@ import pytest
 
 from relay.cache.replay_cache import ReplayCache
 from relay.clock import ManualClock
-from relay.config import Config
 from relay.core.capture import CaptureResult, ClientProjection
 from relay.core.planner import Plan
 from relay.core.receipts import Reason
 from relay.core.records import Observation
-from relay.model_alias import ModelAlias
+from relay.settings.config import Config
+from relay.settings.model_alias import ModelAlias
 from relay.storage.replay_store import ReasoningStore
 from relay.translate.request import translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion

@@ -44,7 +44,7 @@ from relay.core.identity import (
 from relay.core.limits import CanonicalLimits
 from relay.core.predict import SentToolCall, predict_envelope, predict_envelopes
 from relay.core.responses_history import visible_messages_from_responses_input
-from relay.model_alias import ModelAlias
+from relay.settings.model_alias import ModelAlias
 from relay.translate.request import translate_request
 from tests.support import recordings
 from tests.support.canonical_reference import reference_digests

@@ -20,7 +20,7 @@ from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
 from relay.handlers.chat_provider import outgoing_body
-from relay.model_alias import ModelAlias
+from relay.settings.model_alias import ModelAlias
 from tests.support.loopback import TOKEN, error_of, relay, run
 
 MESSAGES = [{"role": "user", "content": "hi"}]

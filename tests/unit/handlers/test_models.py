@@ -1,6 +1,6 @@
 """relay.handlers.models: ``GET /v1/models`` lists the aliases first, then the upstream's
 own models, and still answers 200 when the upstream cannot say (relay on loopback; the
-list itself is relay.model_list's, its fetch relay.upstream_models')."""
+list itself is relay.upstream.model_list's, its fetch relay.upstream.models')."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typing import Any
 from tornado.httpclient import AsyncHTTPClient
 
 from fakeupstream.models import MODELS
-from relay.config import load_config
-from relay.offline import load_offline_upstream
-from relay.server import RelayServer
+from relay.app.offline import load_offline_upstream
+from relay.app.server import RelayServer
+from relay.settings.config import load_config
 
 TOKEN = "rr-test-token-0123456789"
 ALIASES = json.dumps({"fast": "gpt-5-mini", "deep": {"model": "gpt-5", "reasoning_effort": "high"}})

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from relay.http.routes import ROUTES
 from relay.ops.metrics import RelayMetrics, route_of
-from relay.routes import ROUTES
 
 
 def samples(metrics: RelayMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

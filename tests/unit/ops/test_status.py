@@ -15,7 +15,7 @@ from relay.core.rejection import RejectionKind
 from relay.errors import StoreError
 from relay.ops.status import cache_state, status_document, tunnel_status
 from relay.ops.store_sample import TTL_S
-from relay.tunnel import Tunnel
+from relay.tunnel.supervisor import Tunnel
 from tests.support.ops_runtime import OpsRuntime, ops_runtime
 
 

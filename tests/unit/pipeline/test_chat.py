@@ -17,7 +17,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from relay.errors import StoreFull, UpstreamError, UpstreamHTTPError
-from relay.model_alias import ModelAlias
 from relay.pipeline.actions import (
     Abort,
     Action,
@@ -36,6 +35,7 @@ from relay.pipeline.actions import (
 )
 from relay.pipeline.base import Phase, PipelineStateError
 from relay.pipeline.chat import ChatPipeline
+from relay.settings.model_alias import ModelAlias
 from relay.translate.chat_sse import DONE, encode_error
 from relay.translate.request import translate_request
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from relay.crashpoints import REQUEST_POINTS
+from relay.settings.crashpoints import REQUEST_POINTS
 from scenarios import launch
 from scenarios.answer import ChatAnswer, parse_sse_data
 from scenarios.client import _Body

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from relay.routing import resolve_model
+from relay.settings.routing import resolve_model
 from relay.translate.request import translate_request
 from scenarios.visible import chat_segments, segments
 from tests.support.checker_history import (

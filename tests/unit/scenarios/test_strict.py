@@ -41,7 +41,7 @@ def test_providers_point_at_the_fake_with_the_provider_key() -> None:
 
 
 def test_the_provider_spec_is_what_the_relay_accepts() -> None:
-    from relay.providers import parse_providers
+    from relay.settings.providers import parse_providers
 
     env = RelayOptions(providers=(Provider("kimi", strict=True),)).provider_env("http://h:1", "k")
     parsed = parse_providers(json.loads(env["RELAY_PROVIDERS"]), env)

@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
+from relay.app.cli import main
 from relay.cache.replay_cache import ReplayCache
-from relay.cli import main
 from relay.clock import ManualClock
-from relay.config import Config
 from relay.core.disk_policy import MIN_RESERVE_BYTES
 from relay.core.records import MarkerKind
 from relay.errors import SnapshotRefused, StoreBlocked, StoreCorrupt, StoreLatched, StoreLocked
-from relay.model_alias import ModelAlias
+from relay.settings.config import Config
+from relay.settings.model_alias import ModelAlias
 from relay.storage.backup import (
     ReplaceResult,
     SnapshotKind,

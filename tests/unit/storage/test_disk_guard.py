@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from relay import portable
 from relay.clock import ManualClock
 from relay.core.disk_policy import MIN_RESERVE_BYTES, wal_policy
 from relay.errors import StoreLatched
+from relay.storage import portable
 from relay.storage.disk_guard import DiskGuard, guard_path, refuse_if_latched
 from relay.storage.replay_store import ReasoningStore
 

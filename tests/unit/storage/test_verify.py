@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from relay.cli import main
+from relay.app.cli import main
 from relay.clock import ManualClock
 from relay.core.capture import payload_digests
 from relay.errors import NotACache, StoreCorrupt, StoreLocked

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from relay.clock import ManualClock
-from relay.providers import Provider
+from relay.settings.providers import Provider
 from relay.storage.replay_store import ReasoningStore
 from relay.strict.rules import OnMiss, StrictRule, Turns
 from relay.strict.strict_cache import PreparedRequest, StrictCache, StrictTarget

@@ -22,7 +22,7 @@ from openai.types.chat.chat_completion_message_custom_tool_call import (
 )
 
 from relay.errors import InvalidRequest
-from relay.model_alias import ModelAlias
+from relay.settings.model_alias import ModelAlias
 from relay.translate import translate_request
 from relay.translate.chat_sse import encode_chunk
 from relay.translate.events import CustomCallForm

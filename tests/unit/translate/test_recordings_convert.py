@@ -16,7 +16,7 @@ import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from relay.model_alias import ModelAlias
+from relay.settings.model_alias import ModelAlias
 from relay.translate.request import translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion, usage_to_chat
 from relay.translate.stream_converter import ChatStreamConverter, Chunk

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from relay.errors import InvalidRequest, UnsupportedParameter
-from relay.model_alias import ModelAlias
+from relay.settings.model_alias import ModelAlias
 from relay.translate.chat_to_responses import TranslatedRequest
 from relay.translate.request import translate_request
 from relay.translate.responses_input import translate_responses_shape

@@ -17,7 +17,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relay.model_alias import ModelAlias
+from relay.settings.model_alias import ModelAlias
 from relay.translate.request import translate_request
 from relay.translate.sampling import is_reasoning_model
 from relay.translate.stream_converter import ChatStreamConverter, Chunk

@@ -1,0 +1,85 @@
+"""What every handler shares: configuration, clock, upstream client and live requests."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tornado.simple_httpclient import SimpleAsyncHTTPClient
+
+from relay.cache.replay_cache import ReplayCache, UpstreamIdentity
+from relay.cache.retention import RetentionCleanup
+from relay.cache.session import CacheSession
+from relay.clock import Clock
+from relay.observability.body_log import BodyLog
+from relay.ops.metrics import RelayMetrics
+from relay.settings.config import Config
+from relay.settings.providers import BUILTIN, Provider
+from relay.strict.strict_cache import StrictCache
+from relay.transport.upstream import UpstreamExchange, UpstreamLimits
+from relay.upstream.health import UpstreamHealth
+
+if TYPE_CHECKING:
+    from relay.tunnel.supervisor import Tunnel
+
+
+@dataclass
+class Runtime:
+    config: Config
+    clock: Clock
+    relay_token: str
+    upstream_url: str
+    upstream_api_key: str
+    http_client: SimpleAsyncHTTPClient
+    cache: ReplayCache
+    strict: StrictCache
+    providers: Mapping[str, Provider]  # the configured ones and the built-in "openai"
+    retention: RetentionCleanup | None = None  # payload cleanup, when caching is on
+    shutting_down: bool = False
+    active: set[UpstreamExchange] = field(default_factory=set)
+    sessions: set[CacheSession] = field(default_factory=set)
+    metrics: RelayMetrics = field(default_factory=RelayMetrics)  # relay.ops: this relay's own
+    body_log: BodyLog | None = None  # LOG_BODIES=1
+    tunnel: Tunnel | None = None  # RELAY_TUNNEL_CMD's program, once started
+    upstream_health: UpstreamHealth = field(default_factory=UpstreamHealth)  # for /readyz
+    dropped_params: set[str] = field(default_factory=set)  # logged once each per process
+
+    @property
+    def upstream_limits(self) -> UpstreamLimits:
+        return UpstreamLimits(
+            idle_timeout_s=self.config.idle_timeout_ms / 1000,
+            max_response_bytes=self.config.max_response_bytes,
+            max_sse_event_bytes=self.config.max_sse_event_bytes,
+        )
+
+    @property
+    def builtin_provider(self) -> Provider:
+        return self.providers[BUILTIN]
+
+    def upstream_headers(self) -> dict[str, str]:
+        return self.headers_for(self.builtin_provider)
+
+    def headers_for(self, provider: Provider, *, json_answer: bool = False) -> dict[str, str]:
+        return {
+            "Authorization": f"Bearer {provider.api_key}",
+            "Content-Type": "application/json",
+            "Accept": "application/json" if json_answer else "text/event-stream",
+        }
+
+    def cache_identity(self, provider: Provider) -> UpstreamIdentity | None:
+        """The replay cache's view of a Responses provider (``None``: the built-in)."""
+        if provider.name == BUILTIN:
+            return None
+        return UpstreamIdentity.of(provider.url, provider.api_key)
+
+    @staticmethod
+    def reach_hint(provider: Provider) -> str:
+        if provider.name == BUILTIN:
+            return "check OPENAI_BASE_URL and the network"
+        return f"check RELAY_PROVIDERS[{provider.name!r}].base_url and the network"
+
+    @staticmethod
+    def new_id(prefix: str) -> str:
+        return prefix + secrets.token_hex(12)
