@@ -439,7 +439,7 @@ class ReplayMachine(RuleBasedStateMachine):
     @rule(system=st.booleans(), screenshot=st.booleans())
     def new_conversation(self, system: bool, screenshot: bool = False) -> None:
         n = self.fresh()
-        messages = [{"role": "system", "content": f"sys {n}"}] if system else []
+        messages: list[Message] = [{"role": "system", "content": f"sys {n}"}] if system else []
         messages.append({"role": "user", "content": screenshot_turn(n) if screenshot
                          else f"hello {n}"})  # fmt: skip
         self.remember(tuple(canonical(m) for m in messages))
