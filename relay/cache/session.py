@@ -38,7 +38,7 @@ from relay.core.resources import CapacityLedger, Lease
 from relay.errors import StoreError, UpstreamHTTPError
 from relay.observability import log
 from relay.settings.crashpoints import crash_point
-from relay.storage.replay_store import ReasoningStore
+from relay.storage.interface import ReplayStore
 from relay.translate.body_encoding import RawItems
 from relay.translate.chat_to_responses import TranslatedRequest
 
@@ -77,7 +77,7 @@ class ReplayRefusal:
 class ScopedSource:
     """The planner's view of the store, bound to one scope."""
 
-    def __init__(self, store: ReasoningStore, scope_id: int) -> None:
+    def __init__(self, store: ReplayStore, scope_id: int) -> None:
         self._store = store
         self._scope_id = scope_id
 
@@ -120,7 +120,7 @@ class CacheSession:
     def __init__(
         self,
         context: SessionContext,
-        store: ReasoningStore,
+        store: ReplayStore,
         lease: Lease,
         *,
         request_id: str,
