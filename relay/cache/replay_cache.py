@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from relay.cache.disk_safety import DiskSafety, open_store
+from relay.cache.disk_safety import DiskSafety, open_store, store_exists
 from relay.cache.session import CacheSession, SessionContext
 from relay.cache.shared_store import SharedSafety, open_shared
 from relay.clock import Clock
@@ -37,9 +37,9 @@ from relay.observability import log
 from relay.settings.config import Config
 from relay.settings.crashpoints import crash_point
 from relay.storage.disk_guard import DiskGuard
+from relay.storage.interface import ReplayStore
 from relay.storage.recovery import fence, open_disabled, open_enabled, record_gap
 from relay.storage.postgres.store import PostgresStore
-from relay.storage.replay_store import ReasoningStore
 from relay.translate.chat_to_responses import TranslatedRequest
 from relay.translate.sampling import is_reasoning_model
 
@@ -100,13 +100,13 @@ class ReplayCache:
         self,
         config: Config,
         clock: Clock,
-        store: ReasoningStore | None,
+        store: ReplayStore | None,
         *,
         upstream_url: str,
         upstream_credential: str,
         relay_token: str,
         new_id: Callable[[str], str],
-        safety: DiskSafety | None = None,
+        safety: DiskSafety | SharedSafety | None = None,
         upstream_origin: str | None = None,
     ) -> None:
         self.config = config
@@ -154,7 +154,7 @@ class ReplayCache:
         exists (to record the coverage gap). Off with no store: touch nothing on disk.
         ``upstream_origin``: the built-in upstream's origin in scopes, instead of its URL's
         (:data:`EMBEDDED_FAKE_ORIGIN`)."""
-        store: ReasoningStore | PostgresStore | None = None
+        store: ReplayStore | None = None
         safety: DiskSafety | SharedSafety | None = None
         path = config.cache_path
         if config.reasoning_cache_url is not None:
@@ -167,7 +167,7 @@ class ReplayCache:
             )  # fmt: skip
             log.event("cache_opened_shared", database=str(config.reasoning_cache_url),
                       instance=store.instance_id, recovered_intents=recovered)  # fmt: skip
-        elif config.reasoning_cache_enabled or ReasoningStore.exists(path):
+        elif config.reasoning_cache_enabled or store_exists(path):
             guard = DiskGuard(path, config.reasoning_cache_reserve_bytes)
             sqlite = store = open_store(guard, clock)  # refuses a latched or blocked store
             safety = disk = DiskSafety(
