@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import subprocess
@@ -12,8 +13,20 @@ nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
-# Debian packages the scenario harness drives (clock jumps, I/O fault injection).
-SYSTEM_PACKAGES = {"faketime": "faketime", "fiu-run": "fiu-utils", "strace": "strace"}
+# Debian packages the tests drive, by the program each provides: the scenario harness's clock
+# jumps and I/O fault injection; team deployment's real components (a throwaway PostgreSQL
+# cluster, haproxy in front of several relays: tests/support/pg_cluster.py, haproxy.py).
+SYSTEM_PACKAGES = {
+    "faketime": "faketime",
+    "fiu-run": "fiu-utils",
+    "strace": "strace",
+    "initdb": "postgresql",
+    "pg_ctl": "postgresql",
+    "haproxy": "haproxy",
+}
+# Off PATH where Debian puts them: PostgreSQL's server programs (one directory per major
+# version) and, for a user whose PATH lacks the sbin directories, haproxy.
+TOOL_DIRS = ("/usr/lib/postgresql/*/bin", "/usr/sbin", "/sbin")
 COVERAGE_FAIL_UNDER = "85"
 # Run a second time by `tests` with RELAY_TEST_FORCE_PORTABLE_FALLBACKS=1 (relay.storage.portable).
 PORTABLE_TESTS = ("tests/unit/storage", "tests/unit/cache/test_disk_safety.py")
@@ -24,7 +37,7 @@ def ensure_system_packages(session: nox.Session) -> None:
 
     Tests that need a missing tool skip with that tool's name; nothing else is affected.
     """
-    missing = [pkg for tool, pkg in SYSTEM_PACKAGES.items() if shutil.which(tool) is None]
+    missing = sorted({pkg for tool, pkg in SYSTEM_PACKAGES.items() if not tool_found(tool)})
     if not missing:
         return
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
@@ -41,6 +54,12 @@ def ensure_system_packages(session: nox.Session) -> None:
         )
     except (subprocess.SubprocessError, OSError) as exc:
         session.warn(f"could not install {missing} ({exc}); scenarios needing them will skip")
+
+
+def tool_found(tool: str) -> bool:
+    if shutil.which(tool) is not None:
+        return True
+    return any(os.access(os.path.join(d, tool), os.X_OK) for p in TOOL_DIRS for d in glob.glob(p))
 
 
 def install_project(session: nox.Session, *extras: str) -> None:
