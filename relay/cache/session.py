@@ -44,8 +44,8 @@ from relay.translate.chat_to_responses import TranslatedRequest
 
 if TYPE_CHECKING:
     from relay.cache.disk_safety import DiskSafety
-    from relay.cache.shared_store import SharedSafety
     from relay.cache.replay_cache import CacheMetrics
+    from relay.cache.shared_store import SharedSafety
 
 T = TypeVar("T")
 

@@ -54,12 +54,12 @@ from relay.errors import (
     StoreUnreachable,
 )
 from relay.settings.database_url import DatabaseUrl
+from relay.storage.interface import IntentPhase, IntentRow, RecordSummary
 from relay.storage.postgres import leases
 from relay.storage.postgres.cleanup import PgPayloadCleanup
 from relay.storage.postgres.schema import SCHEMA_VERSION, TABLES, migrate
 from relay.storage.postgres.strict import PgStrictEntries
 from relay.storage.schema import SchemaRefused
-from relay.storage.replay_store import IntentPhase, IntentRow, RecordSummary
 
 SECRET_BYTES: Final = 32
 COVERAGE_GAP_KEY: Final = "coverage-gap"  # relay.storage.recovery's key
@@ -309,7 +309,7 @@ class PostgresStore:
             lock = " FOR UPDATE" if self._tx is not None else ""
             row = conn.execute(
                 "SELECT id, digest, generation, credential, model, caller FROM scopes "
-                "WHERE digest = %s" + lock,
+                "WHERE digest = %s" + lock,  # noqa: S608 - a constant clause
                 (digest,),
             ).fetchone()
             if row is not None and self._tx is not None:
@@ -469,8 +469,7 @@ class PostgresStore:
     def snapshot_last_seen(self, scope_id: int, snapshot: str) -> float | None:
         with self._scoped(scope_id, "read observations") as conn:
             row = conn.execute(
-                "SELECT max(observed_at) FROM observations WHERE scope_id = %s "
-                "AND snapshot = %s",
+                "SELECT max(observed_at) FROM observations WHERE scope_id = %s AND snapshot = %s",
                 (scope_id, snapshot),
             ).fetchone()
         return None if row is None else row[0]
@@ -591,8 +590,7 @@ class PostgresStore:
             return set()
         with self._scoped(scope_id, "read markers") as conn:
             rows = conn.execute(
-                "SELECT digest FROM markers WHERE scope_id = %s AND kind = %s "
-                "AND digest = ANY(%s)",
+                "SELECT digest FROM markers WHERE scope_id = %s AND kind = %s AND digest = ANY(%s)",
                 (scope_id, kind.value, wanted),
             )
             return {row[0] for row in rows}
