@@ -71,6 +71,9 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 _OBSERVATION_COLUMNS: Final = """id, scope_id, generation, position, start_digest,
     end_digest, envelope_fp, payload_fp, output_hash, parent_id, prior_plan_count,
     prior_chain, intent_id, snapshot, replayable, observed_at"""
+_FIND_SCOPE: Final = (
+    "SELECT id, digest, generation, credential, model, caller FROM scopes WHERE digest = %s"
+)
 _LINEAGE: Final = f"""WITH RECURSIVE walk (wid, depth) AS (
         SELECT %s::bigint, 0
         UNION ALL
@@ -306,12 +309,8 @@ class PostgresStore:
 
     def find_scope(self, digest: str) -> ScopeRow | None:
         with self._read("read a scope") as conn:
-            lock = " FOR UPDATE" if self._tx is not None else ""
-            row = conn.execute(
-                "SELECT id, digest, generation, credential, model, caller FROM scopes "
-                "WHERE digest = %s" + lock,  # noqa: S608 - a constant clause
-                (digest,),
-            ).fetchone()
+            sql = _FIND_SCOPE + (" FOR UPDATE" if self._tx is not None else "")
+            row = conn.execute(sql.encode(), (digest,)).fetchone()
             if row is not None and self._tx is not None:
                 self._locked.add(row[0])
         return None if row is None else ScopeRow(*row)
