@@ -66,11 +66,10 @@ def test_the_store_satisfies_the_protocol(store: PostgresStore) -> None:
 
 
 def test_writes_need_a_transaction_and_transactions_do_not_nest(store: PostgresStore) -> None:
-    with pytest.raises(RuntimeError, match="inside PostgresStore.transaction"):
+    with pytest.raises(RuntimeError, match=r"inside PostgresStore\.transaction"):
         store.add_marker(1, MarkerKind.START_POISON, h(1), 1, 1.0)
-    with store.transaction(), pytest.raises(RuntimeError, match="do not nest"):
-        with store.transaction():
-            pass
+    with store.transaction(), pytest.raises(RuntimeError, match="do not nest"), store.transaction():
+        pass
 
 
 def test_a_failed_transaction_leaves_nothing(store: PostgresStore) -> None:
