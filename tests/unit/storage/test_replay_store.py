@@ -31,14 +31,11 @@ from relay.core.records import (
     plan_chain,
 )
 from relay.errors import CacheUnavailable, StoreCorrupt, StoreError, StoreFull, StoreLocked
-from relay.storage.replay_store import (
-    _FEW,
-    IntentPhase,
-    IntentRow,
-    ReasoningStore,
-)
+from relay.storage.interface import IntentPhase, IntentRow
+from relay.storage.replay_store import ReasoningStore
 from relay.storage.schema import (
     APPLICATION_ID,
+    FEW,
     IN_CHUNK,
     RECLAIMED_BEFORE_V6,
     SCHEMA_VERSION,
@@ -942,9 +939,9 @@ def test_marker_queries_are_batched(store: ReasoningStore) -> None:
     assert store.conflicted_ends(sid, (h(n) for n in range(1300))) == marked
 
 
-@pytest.mark.parametrize("count", [0, 1, _FEW, _FEW + 1, 2 * _FEW])
+@pytest.mark.parametrize("count", [0, 1, FEW, FEW + 1, 2 * FEW])
 def test_markers_and_intents_read_whole_or_matched_agree(store: ReasoningStore, count: int) -> None:
-    """A scope with at most _FEW markers (open intents) is read whole, one with more is
+    """A scope with at most FEW markers (open intents) is read whole, one with more is
     matched in IN lists: the answers are the same either way, and scoped."""
     sid, other = scope_id(store), scope_id(store, h("b"))
     present = [h(n) for n in range(count)]
