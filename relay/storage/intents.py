@@ -8,8 +8,11 @@ from typing import Final, Literal
 
 from relay.storage.database import Database
 from relay.storage.interface import IntentPhase, IntentRow
-from relay.storage.schema import matching
+from relay.storage.schema import IN_CHUNK, in_batches, matching
 
+# Rows per multi-row pin INSERT: the intent id is bound once (?1), each row adds one
+# parameter, so a statement stays under IN_CHUNK parameters like every IN list.
+PIN_ROWS: Final = IN_CHUNK - 1
 _SELECT_INTENTS: Final = """SELECT id, scope_id, phase, position, start_digest, created_at
     FROM intents ORDER BY created_at, id"""
 
@@ -30,12 +33,16 @@ class Intents:
             )
 
     def pin(self, intent_id: str, observation_ids: Iterable[int]) -> None:
-        """Keep these observations' payloads from cleanup while the intent lives."""
+        """Keep these observations' payloads from cleanup while the intent lives: one
+        statement per :data:`PIN_ROWS` blocks, not one per block (a long plan pins
+        hundreds)."""
         with self._db.write("pin dependencies") as conn:
-            conn.executemany(
-                "INSERT OR IGNORE INTO dependencies (intent_id, ancestor_id) VALUES (?, ?)",
-                [(intent_id, observation_id) for observation_id in observation_ids],
-            )
+            for batch in in_batches(dict.fromkeys(observation_ids), PIN_ROWS):
+                conn.execute(
+                    "INSERT OR IGNORE INTO dependencies (intent_id, ancestor_id) "  # noqa: S608
+                    f"VALUES {', '.join(f'(?1, ?{n})' for n in range(2, len(batch) + 2))}",
+                    (intent_id, *batch),
+                )
 
     def set_intent_phase(
         self, intent_id: str, phase: IntentPhase | Literal["dispatch", "delivery"]

@@ -312,12 +312,13 @@ _T = TypeVar("_T")
 IN_CHUNK: Final = 500  # bound on "IN (?, ...)" lists
 
 
-def in_batches(values: Iterable[_T]) -> Iterator[list[_T]]:
-    """``values`` in lists of at most ``IN_CHUNK``, for ``IN (...)`` queries."""
+def in_batches(values: Iterable[_T], size: int = IN_CHUNK) -> Iterator[list[_T]]:
+    """``values`` in lists of at most ``size``, for ``IN (...)`` queries (or multi-row
+    ``VALUES`` lists, with ``size`` divided by the parameters per row)."""
     batch: list[_T] = []
     for value in values:
         batch.append(value)
-        if len(batch) == IN_CHUNK:
+        if len(batch) == size:
             yield batch
             batch = []
     if batch:
