@@ -17,7 +17,7 @@ from typing import Any
 from relay.cache.disk_safety import DiskSafety
 from relay.cache.replay_cache import ReplayCache
 from relay.cache.retention import RetentionCleanup, WatchedClock
-from relay.cache.session import CacheSession, ScopedSource
+from relay.cache.session import CacheSession
 from relay.clock import ManualClock
 from relay.core.capture import ClientProjection
 from relay.core.disk_policy import MIN_RESERVE_BYTES
@@ -33,9 +33,11 @@ from relay.storage.disk_guard import DiskGuard
 from relay.storage.interface import ReplayStore
 from relay.storage.postgres.store import PostgresStore
 from relay.storage.replay_store import ReasoningStore
+from relay.storage.scoped_source import ScopedSource
 from relay.translate.request import translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion
 from tests.support.replay_model import DAY, History
+from tests.support.sqlite_store import sqlite_store
 
 GPT5 = ModelAlias("gpt-5", "gpt-5")
 UPSTREAM_URL = "https://api.openai.com/v1/responses"
@@ -239,8 +241,7 @@ class Relay:
     @property
     def sqlite_store(self) -> ReasoningStore:
         """The SQLite store (the rules that copy or damage its file)."""
-        assert isinstance(self.cache.store, ReasoningStore)
-        return self.cache.store
+        return sqlite_store(self.cache.store)
 
     @property
     def shared(self) -> bool:

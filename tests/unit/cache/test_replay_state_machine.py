@@ -64,7 +64,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from relay.cache.session import CacheSession, ScopedSource
+from relay.cache.session import CacheSession
 from relay.clock import ManualClock
 from relay.core.capture import ClientProjection
 from relay.core.identity import HistoryDigests
@@ -73,6 +73,7 @@ from relay.core.receipts import Reason
 from relay.core.records import BlockRef, StoredPayload, plan_chain
 from relay.errors import StoreLatched
 from relay.storage.disk_guard import guard_path
+from relay.storage.scoped_source import ScopedSource
 from relay.storage.verify import verify_store
 from relay.translate.body_encoding import encode_body
 from tests.support.pg_cluster import PgCluster
@@ -1012,7 +1013,7 @@ def test_a_payload_damaged_on_disk_is_refused_not_failed(relay: Relay, damage: b
     answer(relay, (u0,), "one", 1)
     follow = (u0, said("one"), user("more"))
     assert replayed(relay, follow) == (["rs_1"], [])
-    conn = relay.store._conn
+    conn = relay.sqlite_store._conn
     assert conn is not None
     conn.execute("UPDATE payloads SET output_json = CAST(CAST(output_json AS BLOB) || ? AS TEXT)",
                  (damage,))  # fmt: skip
