@@ -26,8 +26,9 @@ never a value.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Final, Literal
 
 import psycopg
@@ -787,6 +788,25 @@ class PostgresStore:
             payload_bytes=Bounded(int(row[1]), _one(more) <= limit),
             oldest_payload_touched_at=row2[1],
             newest_observation_at=row2[2],
+        )
+
+    def source_bytes(self) -> int:
+        """What an inspection copy would read: the database's size."""
+        return self.used_bytes()
+
+    def copy_for_inspection(
+        self,
+        target: Path,
+        *,
+        pages: int,
+        wait_turn: Callable[[], None],
+        stepped: Callable[[int, int], None],
+    ) -> None:
+        """No SQLite pages to copy: the shared store's inspection copy is pg_dump's."""
+        raise StoreError(
+            f"reasoning cache {self.url}: the inspection snapshot copies a SQLite store; "
+            "for the shared PostgreSQL store use pg_dump --format=custom on a replica or "
+            "during a quiet period"
         )
 
     def stats(self) -> dict[str, int]:
