@@ -1,0 +1,92 @@
+"""Two relays on one PostgreSQL store over real loopback servers (the SDK as the client,
+the fake upstream's continuity probe as the judge): a conversation whose turns alternate
+between the relays replays every earlier block; PostgreSQL going away turns only the
+requests that need a safety write into 503 cache_unavailable, and both relays recover by
+themselves when it is back."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from relay.app.server import RelayServer
+from tests.support.cache_stack import CACHE_ON, ask, continuity
+from tests.support.pg_cluster import PgCluster, PgDatabase
+from tests.support.stack import Stack, running_stack
+
+
+@contextmanager
+def two_relays(tmp_path: Path, url: str) -> Iterator[tuple[Stack, Stack]]:
+    """Two relays sharing the store at ``url`` and one fake upstream (one scope: the same
+    upstream origin, credential and relay token), each with its own data directory."""
+    env = {**CACHE_ON, "REASONING_CACHE_URL": url, "RELAY_ADMIN_SOCKET": "off"}
+    with running_stack(tmp_path / "a", env) as first:
+        config = dataclasses.replace(first.config, data_dir=tmp_path / "b")
+        relay = RelayServer(config, clock=first.clock)
+        first.loop.run(relay.start())
+        second = Stack(first.loop, first.fake, relay, config, first.clock)
+        try:
+            yield first, second
+        finally:
+            second.close_clients()
+            first.loop.run(relay.stop())
+
+
+def turn(messages: list[dict[str, Any]], text: str, n: int) -> None:
+    messages += [{"role": "assistant", "content": text}, {"role": "user", "content": f"q{n}"}]
+
+
+def test_a_conversation_alternating_between_relays_replays_every_block(
+    tmp_path: Path, pg_database: PgDatabase
+) -> None:
+    with two_relays(tmp_path, pg_database.url) as (a, b):
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "hello"}]
+        for n, (relay, stream) in enumerate([(a, True), (b, False), (a, False), (b, True)]):
+            text = ask(relay, messages, stream=stream)
+            assert continuity(text) == (n, n, 0), f"turn {n}"
+            turn(messages, text, n)
+        for stack in (a, b):
+            runtime = stack.relay.runtime
+            assert runtime is not None and runtime.leases is not None
+            shared = runtime.leases.to_json()
+            live = shared["liveInstances"]
+            assert isinstance(live, list) and len(live) == 2, shared
+            assert any("postgresql://" in line for line in stack.relay.banner())
+
+
+def test_a_database_restart_fails_safety_writes_only_and_recovers(
+    tmp_path: Path, own_pg_cluster: PgCluster
+) -> None:
+    database = own_pg_cluster.create_database()
+    with two_relays(tmp_path, own_pg_cluster.url(database)) as (a, b):
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "hello"}]
+        turn(messages, ask(a, messages, stream=False), 0)
+        own_pg_cluster.stop()
+        for relay in (a, b):
+            with pytest.raises(openai.APIStatusError) as refused:
+                ask(relay, messages, stream=False)
+            assert refused.value.status_code == 503
+            body = refused.value.body
+            assert isinstance(body, dict) and body["code"] == "cache_unavailable"
+            with relay.openai() as client:  # no safety write needed: it still works
+                plain = client.chat.completions.create(
+                    model="gpt-4o", messages=[{"role": "user", "content": "hi"}]
+                )
+                assert plain.choices[0].message.content
+        own_pg_cluster.start()
+        for n, relay in enumerate((b, a), start=1):
+            # A pooled connection that died with the server fails at most once more.
+            for _attempt in range(3):
+                try:
+                    text = ask(relay, messages, stream=False)
+                    break
+                except openai.APIStatusError as err:
+                    assert err.status_code == 503
+            assert continuity(text)[0] == n, f"relay {n} did not recover"
+            turn(messages, text, n)
