@@ -42,6 +42,18 @@ def turn(messages: list[dict[str, Any]], text: str, n: int) -> None:
     messages += [{"role": "assistant", "content": text}, {"role": "user", "content": f"q{n}"}]
 
 
+def ask_after_restart(stack: Stack, messages: list[dict[str, Any]]) -> tuple[str, list[int]]:
+    """The answer, and the statuses of the failures before it: a pooled connection that
+    died with the server fails at most once more, then the pool has a fresh one."""
+    failed: list[int] = []
+    for _attempt in range(3):
+        try:
+            return ask(stack, messages, stream=False), failed
+        except openai.APIStatusError as err:
+            failed.append(err.status_code)
+    raise AssertionError(f"no recovery: {failed}")
+
+
 def test_a_conversation_alternating_between_relays_replays_every_block(
     tmp_path: Path, pg_database: PgDatabase
 ) -> None:
@@ -81,12 +93,7 @@ def test_a_database_restart_fails_safety_writes_only_and_recovers(
                 assert plain.choices[0].message.content
         own_pg_cluster.start()
         for n, relay in enumerate((b, a), start=1):
-            # A pooled connection that died with the server fails at most once more.
-            for _attempt in range(3):
-                try:
-                    text = ask(relay, messages, stream=False)
-                    break
-                except openai.APIStatusError as err:
-                    assert err.status_code == 503
+            text, failed = ask_after_restart(relay, messages)
+            assert set(failed) <= {503}
             assert continuity(text)[0] == n, f"relay {n} did not recover"
             turn(messages, text, n)
