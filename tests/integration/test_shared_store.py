@@ -7,6 +7,8 @@ themselves when it is back."""
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,8 +19,12 @@ import pytest
 
 from relay.app.server import RelayServer
 from tests.support.cache_stack import CACHE_ON, ask, continuity
+from tests.support.log_leaks import observe_process
 from tests.support.pg_cluster import PgCluster, PgDatabase
+from tests.support.relay_cli import relay_env
 from tests.support.stack import Stack, running_stack
+
+PASSWORD = "pw-never-printed-4431"
 
 
 @contextmanager
@@ -97,3 +103,25 @@ def test_a_database_restart_fails_safety_writes_only_and_recovers(
             assert set(failed) <= {503}
             assert continuity(text)[0] == n, f"relay {n} did not recover"
             turn(messages, text, n)
+
+
+def test_serve_refuses_an_unreachable_database_in_one_line(
+    tmp_path: Path, own_pg_cluster: PgCluster
+) -> None:
+    """``relay serve`` as a process: one line naming the database and the variable, and
+    the password in the URL nowhere in its output."""
+    own_pg_cluster.stop()
+    url = own_pg_cluster.url("postgres").replace("relay@", f"relay:{PASSWORD}@")
+    env = relay_env(tmp_path, REASONING_CACHE_ENABLED="1", REASONING_CACHE_URL=url,
+                    RELAY_ADMIN_SOCKET="off")  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "relay", "serve"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    observe_process("test_shared_store relay serve", result.stdout + result.stderr, env)
+    assert result.returncode == 1
+    assert PASSWORD not in result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("relay: cannot open the reasoning cache: cannot reach")
+    assert "REASONING_CACHE_URL" in lines[0] and "postgresql://relay@" in lines[0]

@@ -25,6 +25,7 @@ never a value.
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -143,6 +144,10 @@ class PostgresStore:
         """Connect, migrate (refusing a newer schema), create the secret once, and register
         this process's lease. Raises :class:`StoreUnreachable` when the database cannot be
         reached, :class:`StoreCorrupt` for one that is not a usable reasoning cache."""
+        # The pool's own warnings (each failed connection attempt, with libpq's text) would
+        # say again, less clearly, what the relay reports itself: one line at startup,
+        # 503 cache_unavailable and its log event while serving.
+        logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
         pool: ConnectionPool[Conn] = ConnectionPool(
             url.conninfo,
             min_size=1,
