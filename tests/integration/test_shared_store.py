@@ -18,6 +18,8 @@ import openai
 import pytest
 
 from relay.app.server import RelayServer
+from relay.ops.collector import RuntimeCollector
+from relay.ops.status import status_document
 from tests.support.cache_stack import CACHE_ON, ask, continuity
 from tests.support.log_leaks import observe_process
 from tests.support.pg_cluster import PgCluster, PgDatabase
@@ -125,3 +127,30 @@ def test_serve_refuses_an_unreachable_database_in_one_line(
     assert len(lines) == 1, lines
     assert lines[0].startswith("relay: cannot open the reasoning cache: cannot reach")
     assert "REASONING_CACHE_URL" in lines[0] and "postgresql://relay@" in lines[0]
+
+
+def test_status_and_metrics_show_the_store_kind_and_the_leases(
+    tmp_path: Path, pg_database: PgDatabase
+) -> None:
+    with two_relays(tmp_path, pg_database.url) as (a, _other):
+        ops, runtime = a.relay.ops, a.relay.runtime
+        assert ops is not None and runtime is not None
+
+        async def read() -> tuple[dict[str, Any], dict[str, float]]:
+            doc = status_document(runtime, ops.sampler, ops.snapshots, offline_fake=False)
+            samples = {
+                f"{s.name}{sorted(s.labels.items())}": s.value
+                for family in RuntimeCollector(runtime, ops.sampler).collect()
+                for s in family.samples
+            }
+            return doc, samples
+
+        doc, samples = a.loop.run(read())
+        assert doc["relay"]["storeKind"] == "postgresql"
+        shared = doc["relay"]["shared"]
+        assert shared["database"].startswith("postgresql://") and len(shared["liveInstances"]) == 2
+        assert doc["store"]["counts"]["observations"]["value"] == 0
+        assert samples["relay_store_info[('kind', 'postgresql')]"] == 1
+        assert samples["relay_store_live_instances[]"] == 2
+        own = [k for k in samples if "lease_expires" in k and "'self', 'true'" in k]
+        assert len(own) == 1 and 0 < samples[own[0]] <= 30
