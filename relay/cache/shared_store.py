@@ -15,12 +15,12 @@ before its transaction runs again.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeVar
 
+from relay.cache.periodic import Periodic
 from relay.clock import Clock
 from relay.core.disk_policy import Admission
 from relay.core.records import idle_window_s
@@ -114,7 +114,7 @@ class SharedSafety:
 
 
 @dataclass
-class LeaseKeeper:
+class LeaseKeeper(Periodic):
     """Renew this instance's lease every third of its length and recover lapsed
     instances' intents, on the IOLoop (asyncio's monotonic ``call_later``: a wall clock
     step cannot stall it). ``barrier_cutoff`` reads this instance's retention cutoff
@@ -126,8 +126,6 @@ class LeaseKeeper:
     renewals: int = 0
     recovered: int = 0
     failures: int = 0
-    _timer: asyncio.TimerHandle | None = field(default=None, repr=False)
-    _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
 
     @classmethod
     def for_cache(
@@ -146,9 +144,11 @@ class LeaseKeeper:
 
         return cls(store, clock, barrier_cutoff=cutoff)
 
-    @property
-    def every_s(self) -> float:
+    def interval_s(self) -> float:
         return self.store.lease_ms / 3000.0
+
+    def tick(self) -> None:
+        self.beat()
 
     def beat(self) -> None:
         """One renewal and one recovery pass now (failures are logged, never raised)."""
@@ -165,23 +165,6 @@ class LeaseKeeper:
         if recovered:
             self.recovered += recovered
             log.event("cache_lapsed_intents_recovered", logging.WARNING, intents=recovered)
-
-    def start(self) -> None:
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-            self._timer = self._loop.call_later(self.every_s, self._tick)
-
-    def _tick(self) -> None:
-        try:
-            self.beat()
-        finally:
-            if self._loop is not None:
-                self._timer = self._loop.call_later(self.every_s, self._tick)
-
-    def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = self._loop = None
 
     def to_json(self) -> dict[str, object]:
         """For ``relay status`` and the cache API: this instance, the live ones and their
