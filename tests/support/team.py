@@ -1,0 +1,133 @@
+"""A team deployment on loopback: several ``relay serve`` processes behind haproxy, one fake
+upstream for all of them (its sealing key is shared, as OpenAI's is: a block sealed through
+one instance opens through another), each relay with its metrics on a loopback port.
+
+What the instances share is the environment the test gives (``REASONING_CACHE_URL`` for a
+PostgreSQL store); without it each keeps a SQLite store of its own under its directory.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from fakeupstream.fake import FakeUpstream
+from tests.support.haproxy import INSTANCE_HEADER, Haproxy
+from tests.support.serve_process import TIMEOUT, Relay, env_for
+from tests.support.stack import TOKEN
+
+HEADERS = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One chat request through the load balancer: who served it and what came back."""
+
+    status: int
+    instance: str | None  # haproxy's name of the relay that answered (r1, r2, ...)
+    body: dict[str, Any]
+
+    @property
+    def text(self) -> str:
+        assert self.status == 200, (self.status, self.body)
+        return str(self.body["choices"][0]["message"]["content"])
+
+    @property
+    def error_code(self) -> str | None:
+        error = self.body.get("error")
+        return None if error is None else error.get("code")
+
+
+@dataclass
+class Team:
+    upstream: FakeUpstream
+    directory: Path
+    env: Mapping[str, str]  # what every instance gets on top of its own defaults
+    relays: dict[str, Relay] = field(default_factory=dict)
+    metrics_urls: dict[str, str] = field(default_factory=dict)
+    proxy: Haproxy | None = None
+
+    def start_relay(self, name: str) -> Relay:
+        env = env_for(self.directory / name, self.upstream, RELAY_METRICS_PORT="0", **self.env)
+        relay = Relay(env, label=f"team relay {name}")
+        self.relays[name] = relay
+        self.metrics_urls[name] = relay.wait_for(r"^metrics: (\S+)").group(1)
+        return relay
+
+    def start_proxy(self, health_path: str | None = None) -> Haproxy:
+        servers = [(name, relay.base) for name, relay in self.relays.items()]
+        extra = {} if health_path is None else {"health_path": health_path}
+        self.proxy = Haproxy(servers, self.directory / "haproxy", **extra)
+        return self.proxy
+
+    @property
+    def base(self) -> str:
+        assert self.proxy is not None
+        return self.proxy.base
+
+    def chat(self, messages: list[dict[str, Any]], base: str | None = None) -> Turn:
+        """One non-streaming chat request, through haproxy unless ``base`` names a relay."""
+        answer = requests.post(
+            f"{base or self.base}/chat/completions",
+            json={"model": "gpt-5", "messages": messages}, headers=HEADERS, timeout=TIMEOUT,
+        )  # fmt: skip
+        return Turn(answer.status_code, answer.headers.get(INSTANCE_HEADER), answer.json())
+
+    @contextmanager
+    def stream(self, messages: list[dict[str, Any]]) -> Iterator[requests.Response]:
+        """A streaming chat request through haproxy, open while the block runs."""
+        with requests.post(
+            f"{self.base}/chat/completions",
+            json={"model": "gpt-5", "messages": messages, "stream": True},
+            headers=HEADERS, timeout=TIMEOUT, stream=True,
+        ) as answer:  # fmt: skip
+            yield answer
+
+    def requests_served(self, name: str, route: str = "chat_completions") -> dict[str, float]:
+        """Relay ``name``'s own count of finished requests on ``route``, by outcome."""
+        text = requests.get(self.metrics_urls[name], timeout=TIMEOUT).text
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        return {
+            sample.labels["outcome"]: sample.value
+            for sample in families["relay_requests"].samples
+            if sample.name == "relay_requests_total" and sample.labels["route"] == route
+        }
+
+    def close(self) -> None:
+        if self.proxy is not None:
+            self.proxy.stop()
+        for relay in self.relays.values():
+            relay.close()
+
+
+def content_deltas(answer: requests.Response) -> Iterator[str]:
+    """The content of each chunk of a chat stream, as it arrives."""
+    for line in answer.iter_lines():
+        if not line.startswith(b"data: ") or line == b"data: [DONE]":
+            continue
+        chunk = json.loads(line[len(b"data: ") :])
+        for choice in chunk.get("choices", []):
+            if content := choice.get("delta", {}).get("content"):
+                yield content
+
+
+@contextmanager
+def team(
+    upstream: FakeUpstream, directory: Path, names: tuple[str, ...], **env: str
+) -> Iterator[Team]:
+    """Relays ``names`` behind haproxy, all stopped (killed) however the test ends."""
+    deployment = Team(upstream, directory, env)
+    try:
+        for name in names:
+            deployment.start_relay(name)
+        deployment.start_proxy()
+        yield deployment
+    finally:
+        deployment.close()
