@@ -183,6 +183,21 @@ class StoreBlocked(StoreError):
     so the file may be incomplete; no relay opens it (design §7 backups)."""
 
 
+class StoreUnreachable(StoreError):
+    """The shared PostgreSQL store cannot be reached (down, restarting, the network): a
+    request needing a safety write gets 503; the pool reconnects on its own."""
+
+
+class StoreContention(StoreError):
+    """A shared-store transaction lost a race (a deadlock or a serialization failure):
+    the local transaction is retried a bounded number of times, never the model request."""
+
+
+class LeaseLapsed(StoreError):
+    """This relay's lease on the shared store lapsed: another instance may have poisoned
+    its intents. The relay registers again as a new instance before its next dispatch."""
+
+
 class ShuttingDown(RelayError):
     status = 503
     error_type = "server_error"

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from relay.cache.disk_safety import DiskSafety, open_store
+from relay.cache.disk_safety import DiskSafety, open_store, store_exists
 from relay.cache.session import CacheSession, SessionContext
+from relay.cache.shared_store import SharedSafety, open_shared
 from relay.clock import Clock
 from relay.core.canonical import CanonicalRefused
 from relay.core.hot_blocks import HotBlocks
@@ -36,8 +37,9 @@ from relay.observability import log
 from relay.settings.config import Config
 from relay.settings.crashpoints import crash_point
 from relay.storage.disk_guard import DiskGuard
+from relay.storage.interface import ReplayStore
 from relay.storage.recovery import fence, open_disabled, open_enabled, record_gap
-from relay.storage.replay_store import ReasoningStore
+from relay.storage.postgres.store import PostgresStore
 from relay.translate.chat_to_responses import TranslatedRequest
 from relay.translate.sampling import is_reasoning_model
 
@@ -98,13 +100,13 @@ class ReplayCache:
         self,
         config: Config,
         clock: Clock,
-        store: ReasoningStore | None,
+        store: ReplayStore | None,
         *,
         upstream_url: str,
         upstream_credential: str,
         relay_token: str,
         new_id: Callable[[str], str],
-        safety: DiskSafety | None = None,
+        safety: DiskSafety | SharedSafety | None = None,
         upstream_origin: str | None = None,
     ) -> None:
         self.config = config
@@ -152,18 +154,29 @@ class ReplayCache:
         exists (to record the coverage gap). Off with no store: touch nothing on disk.
         ``upstream_origin``: the built-in upstream's origin in scopes, instead of its URL's
         (:data:`EMBEDDED_FAKE_ORIGIN`)."""
-        store = safety = None
+        store: ReplayStore | None = None
+        safety: DiskSafety | SharedSafety | None = None
         path = config.cache_path
-        if config.reasoning_cache_enabled or ReasoningStore.exists(path):
+        if config.reasoning_cache_url is not None:
+            # The shared store: opened whether caching is on or off here, since other
+            # relays use it now (off, this one records coverage gaps before forwarding).
+            store, safety, recovered = open_shared(
+                config.reasoning_cache_url, clock,
+                lease_ms=config.reasoning_cache_lease_ms,
+                disk_bytes=config.reasoning_cache_disk_bytes,
+            )  # fmt: skip
+            log.event("cache_opened_shared", database=str(config.reasoning_cache_url),
+                      instance=store.instance_id, recovered_intents=recovered)  # fmt: skip
+        elif config.reasoning_cache_enabled or store_exists(path):
             guard = DiskGuard(path, config.reasoning_cache_reserve_bytes)
-            store = open_store(guard, clock)  # refuses a latched or blocked store
-            safety = DiskSafety(
-                store, guard, disk_bytes=config.reasoning_cache_disk_bytes, clock=clock
+            sqlite = store = open_store(guard, clock)  # refuses a latched or blocked store
+            safety = disk = DiskSafety(
+                sqlite, guard, disk_bytes=config.reasoning_cache_disk_bytes, clock=clock
             )
             try:
                 if config.reasoning_cache_enabled:
-                    report = safety.write(
-                        "startup recovery", lambda: open_enabled(store, clock.wall()), latch=False
+                    report = disk.write(
+                        "startup recovery", lambda: open_enabled(sqlite, clock.wall()), latch=False
                     )
                     if not guard.ensure_reserve():
                         log.event("cache_reserve_unavailable", bytes=guard.reserve_bytes,
@@ -175,13 +188,13 @@ class ReplayCache:
                         generations_advanced=report.generations_advanced,
                     )
                 else:
-                    recovered = safety.write(
-                        "startup recovery", lambda: open_disabled(store, clock.wall()),
+                    recovered = disk.write(
+                        "startup recovery", lambda: open_disabled(sqlite, clock.wall()),
                         latch=False,
                     )  # fmt: skip
                     log.event("cache_opened_disabled", recovered_intents=recovered)
             except BaseException:
-                store.close()
+                sqlite.close()
                 raise
         return cls(
             config,
@@ -325,7 +338,9 @@ class ReplayCache:
             return  # no store: nothing to protect
         store = self.store
         self._safely("coverage gap", lambda: record_gap(store), request_id)
-        self.gap_recorded = True
+        # A shared store's gap is consumed as it is recorded (other relays serve on): the
+        # next unobserved request needs one of its own.
+        self.gap_recorded = not isinstance(store, PostgresStore)
         crash_point("after_coverage_gap")
         log.event("cache_gap_recorded", request_id=request_id)
 

@@ -38,12 +38,13 @@ from relay.core.resources import CapacityLedger, Lease
 from relay.errors import StoreError, UpstreamHTTPError
 from relay.observability import log
 from relay.settings.crashpoints import crash_point
-from relay.storage.replay_store import ReasoningStore
+from relay.storage.interface import ReplayStore
 from relay.translate.body_encoding import RawItems
 from relay.translate.chat_to_responses import TranslatedRequest
 
 if TYPE_CHECKING:
     from relay.cache.disk_safety import DiskSafety
+    from relay.cache.shared_store import SharedSafety
     from relay.cache.replay_cache import CacheMetrics
 
 T = TypeVar("T")
@@ -59,7 +60,8 @@ class SessionContext:
     capacity: CapacityLedger
     hot_blocks: HotBlocks  # verified payloads shared by every plan (design §6 hot cache)
     resend_rejected: bool  # RELAY_REPLAY_REJECTION_RESEND: resend once without replay
-    safety: DiskSafety | None = None  # reserve, latch, admission (design §6 disk pressure)
+    # Reserve, latch, admission (design §6 disk pressure); SharedSafety on PostgreSQL.
+    safety: DiskSafety | SharedSafety | None = None
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,7 @@ class ReplayRefusal:
 class ScopedSource:
     """The planner's view of the store, bound to one scope."""
 
-    def __init__(self, store: ReasoningStore, scope_id: int) -> None:
+    def __init__(self, store: ReplayStore, scope_id: int) -> None:
         self._store = store
         self._scope_id = scope_id
 
@@ -120,7 +122,7 @@ class CacheSession:
     def __init__(
         self,
         context: SessionContext,
-        store: ReasoningStore,
+        store: ReplayStore,
         lease: Lease,
         *,
         request_id: str,

@@ -18,6 +18,7 @@ from typing import Any
 from relay.core.disk_policy import DEFAULT_DISK_BYTES, DEFAULT_RESERVE_BYTES, MIN_RESERVE_BYTES
 from relay.core.resources import BudgetTooSmall, CacheBudget
 from relay.errors import ConfigError
+from relay.settings.database_url import DatabaseUrl, parse_database_url
 from relay.settings.model_alias import ModelAlias
 from relay.settings.providers import BUILTIN, Provider, check_base_url, parse_providers
 from relay.translate.events import CUSTOM_CALL_FORMS, CustomCallForm
@@ -59,6 +60,11 @@ class Config:
     reasoning_cache_strict_memory_entries: int = 2000
     reasoning_cache_disk_bytes: int = DEFAULT_DISK_BYTES  # payload admission stops above it
     reasoning_cache_reserve_bytes: int = DEFAULT_RESERVE_BYTES  # physical reserve (design §6)
+    # REASONING_CACHE_URL: the shared PostgreSQL store (None: the SQLite file, as always).
+    reasoning_cache_url: DatabaseUrl | None = None
+    # REASONING_CACHE_LEASE_MS: how long an instance's lease on the shared store lasts
+    # without a heartbeat (the database's clock times it); renewed every third of it.
+    reasoning_cache_lease_ms: int = 30_000
     reasoning_summaries_as_content: bool = False
     replay_rejection_resend: bool = True  # RELAY_REPLAY_REJECTION_RESEND
     # RELAY_CUSTOM_TOOL_CALLS: how a custom tool call reaches a Responses-shaped (Cursor)
@@ -129,6 +135,13 @@ def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0) -
     if value < minimum:
         raise ConfigError(f"{name}={raw!r}: expected a whole number >= {minimum}")
     return value
+
+
+def _database_url(env: Mapping[str, str], name: str) -> DatabaseUrl | None:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    return parse_database_url(name, raw)
 
 
 def connection_room(fd_limit: int) -> int:
@@ -375,6 +388,8 @@ def load_config(env: Mapping[str, str] | None = None, *, fd_limit: int | None = 
         reasoning_cache_reserve_bytes=_int(
             env, "REASONING_CACHE_RESERVE_BYTES", DEFAULT_RESERVE_BYTES, minimum=MIN_RESERVE_BYTES
         ),
+        reasoning_cache_url=_database_url(env, "REASONING_CACHE_URL"),
+        reasoning_cache_lease_ms=_int(env, "REASONING_CACHE_LEASE_MS", 30_000, minimum=300),
         reasoning_summaries_as_content=_bool(env, "RELAY_REASONING_SUMMARIES", False),
         replay_rejection_resend=_bool(env, "RELAY_REPLAY_REJECTION_RESEND", True),
         custom_tool_calls="custom" if custom_calls == "custom" else "function",

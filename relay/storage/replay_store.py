@@ -30,8 +30,6 @@ import secrets
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -51,6 +49,7 @@ from relay.core.records import (
 from relay.errors import StoreCorrupt, StoreError, StoreFull, StoreIOError, StoreLocked
 from relay.storage.aggregates import StoreAggregates, read_aggregates, source_bytes
 from relay.storage.cleanup import PayloadCleanup, has_retained_descendant
+from relay.storage.interface import IntentPhase, IntentRow, RecordSummary
 from relay.storage.schema import (
     TABLES,
     VACUUM_PENDING_KEY,
@@ -83,25 +82,6 @@ _LINEAGE: Final = f"""WITH RECURSIVE walk (wid, depth) AS (
     WHERE scope_id = ? ORDER BY depth"""  # noqa: S608
 _SELECT_INTENTS: Final = """SELECT id, scope_id, phase, position, start_digest, created_at
     FROM intents ORDER BY created_at, id"""
-
-
-class IntentPhase(StrEnum):
-    DISPATCH = "dispatch"  # forwarded upstream, output not yet committed
-    DELIVERY = "delivery"  # observation committed, terminal output being delivered
-
-
-@dataclass(frozen=True)
-class IntentRow:
-    """An unresolved generation; resolved intents are deleted. Recovery needs no more: it
-    poisons the position whatever the plan was (the plan's blocks are pinned through
-    ``dependencies`` while the intent lives)."""
-
-    id: str
-    scope_id: int
-    phase: IntentPhase
-    position: int
-    start_digest: str
-    created_at: float
 
 
 def _vacuum_if_pending(conn: sqlite3.Connection) -> None:
@@ -171,21 +151,6 @@ def _matching(
         sql = f"{select} AND {column} IN ({placeholders(len(batch))})"
         rows += conn.execute(sql, (*params, *batch))
     return rows
-
-
-@dataclass(frozen=True)
-class RecordSummary:
-    """What the cache API may show of one observation: sizes, prefixes, model, times."""
-
-    id: int
-    model: str
-    snapshot: str | None
-    position: int
-    replayable: bool
-    payload_bytes: int | None  # None: observed only, or the payload was reclaimed
-    end_digest_prefix: str
-    observed_at: float
-    touched_at: float | None
 
 
 class ReasoningStore:

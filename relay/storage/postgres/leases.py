@@ -1,0 +1,143 @@
+"""Instance leases on the shared store (design, "Team deployment: guarantee by guarantee").
+
+Every relay process holds one row in ``instances``. Its expiry is set by the database's
+clock (``clock_timestamp()``), never the relay's, so instances whose clocks disagree still
+agree on whose lease has lapsed. A heartbeat renews it only while it has not lapsed: a
+relay that finds its lease gone (paused, partitioned) registers again under a new id,
+as a new instance. Intents name their instance; when a lease lapses, any live instance
+poisons and removes that instance's unresolved intents (:func:`recover_lapsed`) — what
+startup recovery does for the single-process store.
+
+The functions take a connection: the store owns transactions and error translation.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from relay.core.records import MarkerKind
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class InstanceLease:
+    """A live instance as ``relay status`` and /metrics show it (no secret in it)."""
+
+    id: str
+    host: str
+    pid: int
+    started_at: float  # the database's clock, epoch seconds
+    expires_in_s: float  # by the database's clock at the read
+    barrier_open: bool  # its retention barrier lets cleanup delete
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "host": self.host,
+            "pid": self.pid,
+            "startedAt": self.started_at,
+            "leaseExpiresInSeconds": round(self.expires_in_s, 3),
+            "barrierOpen": self.barrier_open,
+        }
+
+
+def _interval(lease_ms: int) -> str:
+    return f"{lease_ms / 1000.0:.3f}"
+
+
+def register(conn: Conn, lease_ms: int) -> str:
+    """A new instance row with a fresh lease; its id (its retention barrier: shut)."""
+    instance_id = "inst_" + secrets.token_hex(8)
+    conn.execute(
+        "INSERT INTO instances (id, host, pid, started_at, renewed_at, expires_at) "
+        "VALUES (%s, %s, %s, clock_timestamp(), clock_timestamp(), "
+        "clock_timestamp() + make_interval(secs => %s::float8))",
+        (instance_id, socket.gethostname()[:255], os.getpid(), _interval(lease_ms)),
+    )
+    return instance_id
+
+
+def renew(conn: Conn, instance_id: str, lease_ms: int, barrier_cutoff: float | None) -> bool:
+    """Extend the lease unless it has already lapsed; publish the barrier's cutoff."""
+    cursor = conn.execute(
+        "UPDATE instances SET renewed_at = clock_timestamp(), "
+        "expires_at = clock_timestamp() + make_interval(secs => %s::float8), "
+        "barrier_cutoff = %s WHERE id = %s AND expires_at > clock_timestamp()",
+        (_interval(lease_ms), barrier_cutoff, instance_id),
+    )
+    return cursor.rowcount == 1
+
+
+def release(conn: Conn, instance_id: str) -> None:
+    """At shutdown: the lease lapses now, so a survivor recovers what is left at once."""
+    conn.execute(
+        "UPDATE instances SET expires_at = clock_timestamp() WHERE id = %s", (instance_id,)
+    )
+
+
+def recover_lapsed(conn: Conn, now: float) -> int:
+    """Inside the store's transaction: poison the start of every unresolved intent of
+    each lapsed instance, remove those intents and the lapsed rows; how many intents.
+
+    The lapsed rows are locked first (``FOR UPDATE``, conflicting with the share lock an
+    intent insert takes on its instance), so no intent of a lapsed instance commits after
+    they were read; ``SKIP LOCKED`` lets two survivors split the work. Scopes are locked in
+    id order, like fencing."""
+    lapsed = [
+        row[0]
+        for row in conn.execute(
+            "SELECT id FROM instances WHERE expires_at <= clock_timestamp() ORDER BY id "
+            "FOR UPDATE SKIP LOCKED"
+        )
+    ]
+    if not lapsed:
+        return 0
+    intents = conn.execute(
+        "SELECT scope_id, start_digest, position FROM intents WHERE instance_id = ANY(%s)",
+        (lapsed,),
+    ).fetchall()
+    scopes = sorted({scope_id for scope_id, _, _ in intents})
+    if scopes:
+        conn.execute("SELECT id FROM scopes WHERE id = ANY(%s) ORDER BY id FOR UPDATE", (scopes,))
+    with conn.cursor() as cursor:
+        cursor.executemany(
+            "INSERT INTO markers (scope_id, kind, digest, position, created_at) "
+            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            [(scope, MarkerKind.START_POISON.value, start, position, now)
+             for scope, start, position in intents],
+        )  # fmt: skip
+    conn.execute("DELETE FROM intents WHERE instance_id = ANY(%s)", (lapsed,))
+    conn.execute("DELETE FROM instances WHERE id = ANY(%s)", (lapsed,))
+    return len(intents)
+
+
+def live(conn: Conn) -> list[InstanceLease]:
+    """The instances whose lease has not lapsed, oldest first."""
+    rows = conn.execute(
+        "SELECT id, host, pid, extract(epoch FROM started_at)::float8, "
+        "extract(epoch FROM expires_at - clock_timestamp())::float8, "
+        "barrier_cutoff IS NOT NULL FROM instances "
+        "WHERE expires_at > clock_timestamp() ORDER BY started_at, id"
+    ).fetchall()
+    return [InstanceLease(*row) for row in rows]
+
+
+def shared_cutoff(conn: Conn, instance_id: str, own: float) -> float | None:
+    """The most conservative retention cutoff of the live instances (``None``: one of
+    them keeps its deletion barrier shut), publishing this instance's ``own`` first."""
+    conn.execute("UPDATE instances SET barrier_cutoff = %s WHERE id = %s", (own, instance_id))
+    row = conn.execute(
+        "SELECT bool_or(barrier_cutoff IS NULL), min(barrier_cutoff) FROM instances "
+        "WHERE expires_at > clock_timestamp() OR id = %s",
+        (instance_id,),
+    ).fetchone()
+    if row is None or row[0]:
+        return None
+    return min(own, float(row[1])) if row[1] is not None else own

@@ -1,0 +1,769 @@
+"""The replay cache's shared PostgreSQL store: the SQLite store's semantics for several
+relays at once (design §6 and "Team deployment: guarantee by guarantee").
+
+One :class:`PostgresStore` per relay process, over a psycopg connection pool. Writes
+happen only inside :meth:`PostgresStore.transaction` (one pooled connection, ``BEGIN`` …
+``COMMIT`` with ``synchronous_commit = on``), so a decision's rows commit durably, all or
+nothing, before the caller acts on them. Reads work inside or outside one.
+
+Concurrency: SQLite serializes every write transaction; here a transaction locks the
+conversation it touches. The first statement that names a scope inside a transaction
+takes that scope's row lock (``SELECT … FOR UPDATE``) before reading anything of it, so
+two relays dispatching, observing or resolving in one scope run one after the other,
+each seeing the other's committed intent, markers and records. Store-wide transitions
+(fencing, generation advances, lease recovery) lock their scopes in id order. A deadlock
+or serialization failure leaves as :class:`~relay.errors.StoreContention`, which the
+cache retries as a whole local transaction (never the model request).
+
+Leases (:mod:`relay.storage.postgres.leases`): each process registers an instance row
+whose expiry the database's clock sets; an intent names its instance.
+
+Every psycopg error leaving this module is a :class:`~relay.errors.StoreError` whose
+message names the database by its password-free description and PostgreSQL's SQLSTATE,
+never a value.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Final, Literal
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from relay.clock import Clock
+from relay.core.identity import ScopeTargeting
+from relay.core.records import (
+    TOUCH_GRANULARITY_S,
+    MarkerKind,
+    Observation,
+    OversizedPayload,
+    PriorPlan,
+    ScopeRow,
+    StoredPayload,
+    StoredSizeExceeded,
+)
+from relay.errors import (
+    LeaseLapsed,
+    StoreContention,
+    StoreCorrupt,
+    StoreError,
+    StoreUnreachable,
+)
+from relay.settings.database_url import DatabaseUrl
+from relay.storage.postgres import leases
+from relay.storage.postgres.cleanup import PgPayloadCleanup
+from relay.storage.postgres.schema import SCHEMA_VERSION, TABLES, migrate
+from relay.storage.postgres.strict import PgStrictEntries
+from relay.storage.schema import SchemaRefused
+from relay.storage.replay_store import IntentPhase, IntentRow, RecordSummary
+
+SECRET_BYTES: Final = 32
+COVERAGE_GAP_KEY: Final = "coverage-gap"  # relay.storage.recovery's key
+POOL_TIMEOUT_S: Final = 2.0  # the IOLoop waits at most this long for a connection
+CONNECT_TIMEOUT_S: Final = 2
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+_OBSERVATION_COLUMNS: Final = """id, scope_id, generation, position, start_digest,
+    end_digest, envelope_fp, payload_fp, output_hash, parent_id, prior_plan_count,
+    prior_chain, intent_id, snapshot, replayable, observed_at"""
+_LINEAGE: Final = f"""WITH RECURSIVE walk (wid, depth) AS (
+        SELECT %s::bigint, 0
+        UNION ALL
+        SELECT o.parent_id, walk.depth + 1 FROM walk JOIN observations o ON o.id = walk.wid
+        WHERE o.parent_id < o.id AND walk.depth + 1 < %s
+    )
+    SELECT {_OBSERVATION_COLUMNS} FROM walk JOIN observations ON id = wid
+    WHERE scope_id = %s ORDER BY depth"""  # noqa: S608
+
+
+def store_error(exc: BaseException, where: str, action: str) -> StoreError:
+    """Translate a psycopg (or pool) error using its class and SQLSTATE only: its text
+    may quote stored values."""
+    if isinstance(exc, PoolTimeout | psycopg.OperationalError) and not isinstance(
+        exc, pg_errors.DeadlockDetected | pg_errors.QueryCanceled
+    ):
+        return StoreUnreachable(
+            f"reasoning cache {where}: {action} failed: the database cannot be reached; "
+            "the relay reconnects on its own when it is back"
+        )
+    sqlstate = getattr(exc, "sqlstate", None) or type(exc).__name__
+    if isinstance(exc, pg_errors.SerializationFailure | pg_errors.DeadlockDetected):
+        return StoreContention(
+            f"reasoning cache {where}: {action} lost a race with another relay ({sqlstate})"
+        )
+    if isinstance(exc, pg_errors.ForeignKeyViolation) and action == "record an intent":
+        return LeaseLapsed(
+            f"reasoning cache {where}: this relay's lease lapsed before {action}; "
+            "it registers again as a new instance"
+        )
+    return StoreError(f"reasoning cache {where}: {action} failed (SQLSTATE {sqlstate})")
+
+
+class PostgresStore:
+    """The replay cache's persistent state, shared by every relay on one database."""
+
+    kind: Final = "postgresql"
+
+    def __init__(
+        self, pool: ConnectionPool[Conn], url: DatabaseUrl, secret: bytes, clock: Clock,
+        *, lease_ms: int,
+    ) -> None:  # fmt: skip
+        """Use :meth:`open`."""
+        self._pool: ConnectionPool[Conn] | None = pool
+        self.url = url
+        self._secret = secret
+        self._clock = clock
+        self._tx: Conn | None = None
+        self._locked: set[int] = set()
+        self._malformed_plans = 0
+        self.lease_ms = lease_ms
+        self.instance_id = ""  # set by register(); a new one after a lapse
+        self.lease_lapses = 0  # times this process found its lease gone and came back new
+        self.barrier_cutoff: float | None = None  # published with each heartbeat
+        self.strict = PgStrictEntries(self._read, self._writer, self.transaction)
+        self.cleanup = PgPayloadCleanup(self, clock.wall)
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, url: DatabaseUrl, *, clock: Clock, lease_ms: int) -> PostgresStore:
+        """Connect, migrate (refusing a newer schema), create the secret once, and register
+        this process's lease. Raises :class:`StoreUnreachable` when the database cannot be
+        reached, :class:`StoreCorrupt` for one that is not a usable reasoning cache."""
+        pool: ConnectionPool[Conn] = ConnectionPool(
+            url.conninfo,
+            min_size=1,
+            max_size=4,
+            open=False,
+            timeout=POOL_TIMEOUT_S,
+            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
+            name="relay-cache",
+        )
+        try:
+            pool.open(wait=True, timeout=POOL_TIMEOUT_S * 3)
+        except PoolTimeout:
+            pool.close()
+            raise StoreUnreachable(
+                f"cannot reach the reasoning cache database {url}: check REASONING_CACHE_URL, "
+                "the server and its authentication (PGPASSFILE/PGPASSWORD)"
+            ) from None
+        try:
+            secret = cls._prepare(pool, url)
+            store = cls(pool, url, secret, clock, lease_ms=lease_ms)
+            store.register()
+        except BaseException:
+            pool.close()
+            raise
+        return store
+
+    @staticmethod
+    def _prepare(pool: ConnectionPool[Conn], url: DatabaseUrl) -> bytes:
+        try:
+            with pool.connection() as conn, conn.transaction():
+                migrate(conn)
+                conn.execute(
+                    "INSERT INTO store_secret (secret) VALUES (%s) ON CONFLICT DO NOTHING",
+                    (secrets.token_bytes(SECRET_BYTES),),
+                )
+                row = conn.execute("SELECT secret FROM store_secret").fetchone()
+        except SchemaRefused as exc:
+            raise StoreCorrupt(
+                f"{url} is not a usable reasoning cache: {exc}; point REASONING_CACHE_URL "
+                "at another database"
+            ) from None
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise store_error(exc, str(url), "the startup migration") from None
+        if row is None or len(bytes(row[0])) != SECRET_BYTES:
+            raise StoreCorrupt(f"reasoning cache {url}: the cache secret is malformed")
+        return bytes(row[0])
+
+    def register(self) -> None:
+        """Take a new lease (a new instance id): at startup and after a lapse."""
+        with self._read("register a lease") as conn:
+            self.instance_id = leases.register(conn, self.lease_ms)
+
+    def heartbeat(self) -> bool:
+        """Renew this instance's lease and publish its barrier; ``False`` when it had
+        lapsed (the instance registered again as new)."""
+        with self._read("renew the lease") as conn:
+            alive = leases.renew(conn, self.instance_id, self.lease_ms, self.barrier_cutoff)
+        if not alive:
+            self.lease_lapses += 1
+            self.register()
+        return alive
+
+    def recover_lapsed(self, now: float) -> int:
+        """Poison and remove the unresolved intents of every instance whose lease lapsed,
+        and their lease rows (the shared-store analogue of startup recovery)."""
+        with self.transaction():
+            assert self._tx is not None
+            return leases.recover_lapsed(self._tx, now)
+
+    def live_instances(self) -> list[leases.InstanceLease]:
+        with self._read("read leases") as conn:
+            return leases.live(conn)
+
+    def checkpoint(self) -> None:
+        """Nothing to do: PostgreSQL checkpoints itself."""
+
+    def used_bytes(self) -> int:
+        """The database's size (``pg_database_size``), for REASONING_CACHE_DISK_BYTES."""
+        with self._read("measure the database") as conn:
+            row = conn.execute("SELECT pg_database_size(current_database())").fetchone()
+        return int(row[0]) if row is not None else 0
+
+    def close(self) -> None:
+        """Give the lease back (its intents stay for a survivor to poison) and close."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        try:
+            with pool.connection(timeout=POOL_TIMEOUT_S) as conn:
+                leases.release(conn, self.instance_id)
+        except (psycopg.Error, PoolTimeout):
+            pass  # the lease lapses on its own
+        pool.close()
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def secret(self) -> bytes:
+        return self._secret
+
+    @property
+    def malformed_plans_seen(self) -> int:
+        return self._malformed_plans
+
+    # --- transactions and error translation -------------------------------------------
+
+    @contextmanager
+    def _read(self, action: str) -> Iterator[Conn]:
+        """The transaction's connection, or a pooled one in autocommit."""
+        if self._tx is not None:
+            try:
+                yield self._tx
+            except psycopg.Error as exc:
+                raise store_error(exc, str(self.url), action) from None
+            return
+        if self._pool is None:
+            raise StoreError(f"reasoning cache {self.url} is closed")
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise store_error(exc, str(self.url), action) from None
+
+    @contextmanager
+    def _writer(self, action: str) -> Iterator[Conn]:
+        if self._tx is None:
+            raise RuntimeError(f"{action} must run inside PostgresStore.transaction()")
+        with self._read(action) as conn:
+            yield conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """``BEGIN`` … ``COMMIT`` (durable: ``synchronous_commit = on``); ``ROLLBACK`` when
+        the body raises."""
+        if self._tx is not None:
+            raise RuntimeError("PostgresStore transactions do not nest")
+        if self._pool is None:
+            raise StoreError(f"reasoning cache {self.url} is closed")
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                conn.execute("SET LOCAL synchronous_commit = on")
+                self._tx = conn
+                try:
+                    yield
+                finally:
+                    self._tx = None
+                    self._locked.clear()
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise store_error(exc, str(self.url), "a transaction") from None
+
+    def _lock_scope(self, conn: Conn, scope_id: int) -> None:
+        """Inside a transaction, the first touch of a scope locks its row: whoever reads
+        the scope's state to decide then writes it holds the conversation alone."""
+        if self._tx is not None and scope_id not in self._locked:
+            conn.execute("SELECT 1 FROM scopes WHERE id = %s FOR UPDATE", (scope_id,))
+            self._locked.add(scope_id)
+
+    @contextmanager
+    def _scoped(self, scope_id: int, action: str) -> Iterator[Conn]:
+        with self._read(action) as conn:
+            self._lock_scope(conn, scope_id)
+            yield conn
+
+    # --- scopes ------------------------------------------------------------------------
+
+    def find_scope(self, digest: str) -> ScopeRow | None:
+        with self._read("read a scope") as conn:
+            lock = " FOR UPDATE" if self._tx is not None else ""
+            row = conn.execute(
+                "SELECT id, digest, generation, credential, model, caller FROM scopes "
+                "WHERE digest = %s" + lock,
+                (digest,),
+            ).fetchone()
+            if row is not None and self._tx is not None:
+                self._locked.add(row[0])
+        return None if row is None else ScopeRow(*row)
+
+    def scope_for(self, digest: str, targeting: ScopeTargeting) -> ScopeRow:
+        """The scope with ``digest``, created (generation 1) if new, and locked when inside
+        a transaction; opens its own short transaction when called outside one."""
+        if self._tx is None:
+            with self.transaction():
+                return self.scope_for(digest, targeting)
+        with self._writer("create a scope") as conn:
+            conn.execute(
+                "INSERT INTO scopes (digest, credential, model, caller, created_at) "
+                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (digest) DO NOTHING",
+                (digest, targeting.credential, targeting.model, targeting.caller,
+                 self._clock.wall()),
+            )  # fmt: skip
+        found = self.find_scope(digest)
+        assert found is not None
+        return found
+
+    def scopes_targeted(self, *, credential: str, model: str, caller: str | None) -> list[int]:
+        """Ids of scopes fencing must advance (locked, in id order, inside a transaction)."""
+        sql = "SELECT id FROM scopes WHERE credential = %s AND model = %s"
+        params: tuple[str, ...] = (credential, model)
+        if caller is not None:
+            sql, params = sql + " AND caller = %s", (*params, caller)
+        sql += " ORDER BY id" + (" FOR UPDATE" if self._tx is not None else "")
+        with self._read("read scopes") as conn:
+            ids = [row[0] for row in conn.execute(sql.encode(), params)]
+        if self._tx is not None:
+            self._locked.update(ids)
+        return ids
+
+    def latest_snapshot(self, scope_id: int) -> str | None:
+        with self._scoped(scope_id, "read a scope") as conn:
+            row = conn.execute(
+                "SELECT latest_snapshot FROM scopes WHERE id = %s", (scope_id,)
+            ).fetchone()
+        return None if row is None else row[0]
+
+    def advance_generations(self, scope_ids: Iterable[int] | None = None) -> int:
+        """Start a new generation in the given scopes (``None``: all); returns how many.
+        Rows are locked in id order first, as fencing does: no deadlock between them."""
+        with self._writer("advance generations") as conn:
+            if scope_ids is None:
+                conn.execute("SELECT id FROM scopes ORDER BY id FOR UPDATE")
+                cursor = conn.execute("UPDATE scopes SET generation = generation + 1")
+            else:
+                ids = sorted(set(scope_ids))
+                conn.execute(
+                    "SELECT id FROM scopes WHERE id = ANY(%s) ORDER BY id FOR UPDATE", (ids,)
+                )
+                cursor = conn.execute(
+                    "UPDATE scopes SET generation = generation + 1 WHERE id = ANY(%s)", (ids,)
+                )
+            return cursor.rowcount
+
+    # --- observations ------------------------------------------------------------------
+
+    def _observations(
+        self, scope_id: int | None, where: str, params: Sequence[object], *,
+        limit: int | None = None,
+    ) -> list[Observation]:  # fmt: skip
+        sql = f"SELECT {_OBSERVATION_COLUMNS} FROM observations WHERE {where} ORDER BY id DESC"  # noqa: S608
+        if limit is not None:
+            sql, params = sql + " LIMIT %s", (*params, limit)
+        with self._read("read observations") as conn:
+            if scope_id is not None:
+                self._lock_scope(conn, scope_id)
+            rows = conn.execute(sql.encode(), params).fetchall()
+        return [self._observation(row) for row in rows]
+
+    def _observation(self, row: Sequence[Any]) -> Observation:
+        plan = PriorPlan(row[9], row[10], row[11])
+        well_formed = plan.well_formed
+        if not well_formed:
+            self._malformed_plans += 1
+        return Observation(
+            row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], plan,
+            row[12], row[13], bool(row[14]) and well_formed, row[15],
+        )  # fmt: skip
+
+    def observation(self, observation_id: int) -> Observation | None:
+        found = self._observations(None, "id = %s", (observation_id,), limit=1)
+        return found[0] if found else None
+
+    def observations_at(self, scope_id: int, end_digest: str) -> list[Observation]:
+        return self._observations(
+            scope_id, "scope_id = %s AND end_digest = %s", (scope_id, end_digest)
+        )
+
+    def observations_ending_at(
+        self, scope_id: int, end_digests: Iterable[str]
+    ) -> dict[str, list[Observation]]:
+        found: dict[str, list[Observation]] = {}
+        wanted = list(dict.fromkeys(end_digests))
+        if not wanted:
+            return found
+        where = "scope_id = %s AND end_digest = ANY(%s)"
+        for observation in self._observations(scope_id, where, (scope_id, wanted)):
+            found.setdefault(observation.end_digest, []).append(observation)
+        return found
+
+    def ends_with_records(self, scope_id: int, end_digests: Iterable[str]) -> set[str]:
+        wanted = list(dict.fromkeys(end_digests))
+        if not wanted:
+            return set()
+        with self._scoped(scope_id, "read observations") as conn:
+            rows = conn.execute(
+                "SELECT DISTINCT end_digest FROM observations "
+                "WHERE scope_id = %s AND end_digest = ANY(%s)",
+                (scope_id, wanted),
+            )
+            return {row[0] for row in rows}
+
+    def repeats(
+        self, scope_id: int, *, generation: int, position: int, start_digest: str,
+        end_digest: str, envelope_fingerprint: str, payload_fingerprint: str,
+        prior_plan: PriorPlan,
+    ) -> list[int]:  # fmt: skip
+        with self._scoped(scope_id, "read observations") as conn:
+            rows = conn.execute(
+                "SELECT id FROM observations WHERE scope_id = %s AND end_digest = %s "
+                "AND generation = %s AND position = %s AND start_digest = %s "
+                "AND envelope_fp = %s AND payload_fp = %s AND prior_chain = %s "
+                "AND prior_plan_count = %s",
+                (scope_id, end_digest, generation, position, start_digest,
+                 envelope_fingerprint, payload_fingerprint, prior_plan.chain, prior_plan.count),
+            )  # fmt: skip
+            return [row[0] for row in rows]
+
+    def conflicts_at(
+        self, scope_id: int, end_digest: str, payload_fingerprint: str, prior_plan: PriorPlan
+    ) -> bool:
+        with self._scoped(scope_id, "read observations") as conn:
+            row = conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM observations WHERE scope_id = %s "
+                "AND end_digest = %s AND (payload_fp != %s OR prior_chain != %s "
+                "OR prior_plan_count != %s))",
+                (scope_id, end_digest, payload_fingerprint, prior_plan.chain, prior_plan.count),
+            ).fetchone()
+        return bool(row and row[0])
+
+    def observations_starting_at(self, scope_id: int, start_digest: str) -> list[Observation]:
+        return self._observations(
+            scope_id, "scope_id = %s AND start_digest = %s", (scope_id, start_digest)
+        )
+
+    def lineage(self, scope_id: int, observation_id: int, limit: int) -> list[Observation]:
+        with self._scoped(scope_id, "read observations") as conn:
+            rows = conn.execute(_LINEAGE.encode(), (observation_id, limit, scope_id)).fetchall()
+        return [self._observation(row) for row in rows]
+
+    def snapshot_last_seen(self, scope_id: int, snapshot: str) -> float | None:
+        with self._scoped(scope_id, "read observations") as conn:
+            row = conn.execute(
+                "SELECT max(observed_at) FROM observations WHERE scope_id = %s "
+                "AND snapshot = %s",
+                (scope_id, snapshot),
+            ).fetchone()
+        return None if row is None else row[0]
+
+    def add_observation(
+        self, *, scope_id: int, generation: int, position: int, start_digest: str,
+        end_digest: str, envelope_fingerprint: str, payload_fingerprint: str,
+        output_hash: str, prior_plan: PriorPlan, intent_id: str | None,
+        snapshot: str | None, replayable: bool, now: float,
+    ) -> Observation:  # fmt: skip
+        if not prior_plan.well_formed or (prior_plan.count and prior_plan.parent_id is None):
+            raise ValueError("a prior plan needs a link, a length and a chain digest that agree")
+        with self._writer("record an observation") as conn:
+            self._lock_scope(conn, scope_id)
+            row = conn.execute(
+                "INSERT INTO observations (scope_id, generation, position, start_digest, "
+                "end_digest, envelope_fp, payload_fp, output_hash, parent_id, "
+                "prior_plan_count, prior_chain, intent_id, snapshot, replayable, "
+                "observed_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+                "%s, %s) RETURNING id",
+                (scope_id, generation, position, start_digest, end_digest,
+                 envelope_fingerprint, payload_fingerprint, output_hash, prior_plan.parent_id,
+                 prior_plan.count, prior_plan.chain, intent_id, snapshot, replayable, now),
+            ).fetchone()  # fmt: skip
+            if snapshot is not None:
+                conn.execute(
+                    "UPDATE scopes SET latest_snapshot = %s WHERE id = %s", (snapshot, scope_id)
+                )
+        assert row is not None
+        return Observation(
+            row[0], scope_id, generation, position, start_digest, end_digest,
+            envelope_fingerprint, payload_fingerprint, output_hash, prior_plan,
+            intent_id, snapshot, replayable, now,
+        )  # fmt: skip
+
+    def children_of(self, observation_id: int) -> list[int]:
+        with self._read("read observations") as conn:
+            rows = conn.execute(
+                "SELECT id FROM observations WHERE parent_id = %s ORDER BY id", (observation_id,)
+            )
+            return [row[0] for row in rows]
+
+    def has_retained_descendant(self, observation_id: int) -> bool:
+        with self._read("read observations") as conn:
+            return has_retained_descendant(conn, observation_id)
+
+    # --- payloads ----------------------------------------------------------------------
+
+    def load_payload(self, observation_id: int, *, max_bytes: int) -> StoredPayload | None:
+        loaded = self.load_payloads([observation_id], max_bytes=max_bytes).get(observation_id)
+        if isinstance(loaded, OversizedPayload):
+            raise StoredSizeExceeded(loaded.describe())
+        return loaded
+
+    def load_payloads(
+        self, observation_ids: Iterable[int], *, max_bytes: int
+    ) -> dict[int, StoredPayload | OversizedPayload]:
+        """Like the SQLite store's: decided on the size column, so oversize bytes are never
+        loaded, and measured again after loading."""
+        loaded: dict[int, StoredPayload | OversizedPayload] = {}
+        wanted = list(dict.fromkeys(observation_ids))
+        if not wanted:
+            return loaded
+        with self._read("load payloads") as conn:
+            rows = conn.execute(
+                "SELECT observation_id, size, touched_at, "
+                "CASE WHEN size <= %s THEN output_json END FROM payloads "
+                "WHERE observation_id = ANY(%s)",
+                (max_bytes, wanted),
+            )
+            for observation_id, size, touched_at, text in rows:
+                data = None if text is None else bytes(text)
+                actual = size if data is None else len(data)
+                if data is None or actual > max_bytes:
+                    loaded[observation_id] = OversizedPayload(observation_id, actual, max_bytes)
+                else:
+                    loaded[observation_id] = StoredPayload(observation_id, data, actual, touched_at)
+        return loaded
+
+    def put_payload(self, observation_id: int, output_json: str, now: float) -> None:
+        data = output_json.encode("utf-8")
+        with self._writer("store a payload") as conn:
+            conn.execute(
+                "INSERT INTO payloads (observation_id, output_json, size, touched_at) "
+                "VALUES (%s, %s, %s, %s)",
+                (observation_id, data, len(data), now),
+            )
+
+    def touch_payloads(self, observation_ids: Iterable[int], now: float) -> None:
+        """Forward only, and not within the granularity (as the SQLite store)."""
+        wanted = list(dict.fromkeys(observation_ids))
+        if not wanted:
+            return
+        with self._writer("touch payloads") as conn:
+            conn.execute(
+                "UPDATE payloads SET touched_at = %s "
+                "WHERE observation_id = ANY(%s) AND touched_at < %s",
+                (now, wanted, now - TOUCH_GRANULARITY_S),
+            )
+
+    # --- markers -----------------------------------------------------------------------
+
+    def add_marker(
+        self, scope_id: int, kind: MarkerKind, digest: str, position: int, now: float
+    ) -> bool:
+        with self._writer("record a marker") as conn:
+            self._lock_scope(conn, scope_id)
+            cursor = conn.execute(
+                "INSERT INTO markers (scope_id, kind, digest, position, created_at) "
+                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (scope_id, MarkerKind(kind).value, digest, position, now),
+            )
+            return bool(cursor.rowcount)
+
+    def _marked(self, scope_id: int, kind: MarkerKind, digests: Iterable[str]) -> set[str]:
+        wanted = list(dict.fromkeys(digests))
+        if not wanted:
+            return set()
+        with self._scoped(scope_id, "read markers") as conn:
+            rows = conn.execute(
+                "SELECT digest FROM markers WHERE scope_id = %s AND kind = %s "
+                "AND digest = ANY(%s)",
+                (scope_id, kind.value, wanted),
+            )
+            return {row[0] for row in rows}
+
+    def poisoned_starts(self, scope_id: int, start_digests: Iterable[str]) -> set[str]:
+        return self._marked(scope_id, MarkerKind.START_POISON, start_digests)
+
+    def conflicted_ends(self, scope_id: int, end_digests: Iterable[str]) -> set[str]:
+        return self._marked(scope_id, MarkerKind.END_CONFLICT, end_digests)
+
+    def rejected_ends(self, scope_id: int, end_digests: Iterable[str]) -> set[str]:
+        return self._marked(scope_id, MarkerKind.END_REJECTED, end_digests)
+
+    # --- intents -----------------------------------------------------------------------
+
+    def create_intent(
+        self, intent_id: str, *, scope_id: int, position: int, start_digest: str, now: float
+    ) -> None:
+        """Record a generation about to be dispatched, owned by this instance's lease: an
+        insert that finds the lease lapsed (by the database's clock) fails with
+        :class:`LeaseLapsed` before anything is forwarded."""
+        with self._writer("record an intent") as conn:
+            self._lock_scope(conn, scope_id)
+            cursor = conn.execute(
+                "INSERT INTO intents (id, scope_id, instance_id, phase, position, "
+                "start_digest, created_at) SELECT %s, %s, id, %s, %s, %s, %s FROM instances "
+                "WHERE id = %s AND expires_at > clock_timestamp() FOR KEY SHARE",
+                (intent_id, scope_id, IntentPhase.DISPATCH.value, position, start_digest,
+                 now, self.instance_id),
+            )  # fmt: skip
+            if cursor.rowcount != 1:
+                raise LeaseLapsed(
+                    f"reasoning cache {self.url}: this relay's lease lapsed before it could "
+                    "record a dispatch; it registers again as a new instance"
+                )
+
+    def pin(self, intent_id: str, observation_ids: Iterable[int]) -> None:
+        rows = [(intent_id, observation_id) for observation_id in dict.fromkeys(observation_ids)]
+        if not rows:
+            return
+        with self._writer("pin dependencies") as conn, conn.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO dependencies (intent_id, ancestor_id) VALUES (%s, %s) "
+                "ON CONFLICT DO NOTHING",
+                rows,
+            )
+
+    def set_intent_phase(
+        self, intent_id: str, phase: IntentPhase | Literal["dispatch", "delivery"]
+    ) -> bool:
+        with self._writer("update an intent") as conn:
+            cursor = conn.execute(
+                "UPDATE intents SET phase = %s WHERE id = %s", (IntentPhase(phase).value, intent_id)
+            )
+            return bool(cursor.rowcount)
+
+    def delete_intent(self, intent_id: str) -> bool:
+        with self._writer("delete an intent") as conn:
+            return bool(conn.execute("DELETE FROM intents WHERE id = %s", (intent_id,)).rowcount)
+
+    def unresolved_intents_at(
+        self, scope_id: int, start_digests: Iterable[str]
+    ) -> dict[str, set[str]]:
+        found: dict[str, set[str]] = {}
+        wanted = list(dict.fromkeys(start_digests))
+        if not wanted:
+            return found
+        with self._scoped(scope_id, "read intents") as conn:
+            rows = conn.execute(
+                "SELECT start_digest, id FROM intents WHERE scope_id = %s "
+                "AND start_digest = ANY(%s)",
+                (scope_id, wanted),
+            ).fetchall()
+        for start, intent_id in rows:
+            found.setdefault(start, set()).add(intent_id)
+        return found
+
+    def unresolved_intents(self) -> list[IntentRow]:
+        """Every open intent of every instance, oldest first (fencing poisons those of its
+        scopes; lease recovery, not this, decides whose intents are abandoned)."""
+        with self._read("read intents") as conn:
+            rows = conn.execute(
+                "SELECT id, scope_id, phase, position, start_digest, created_at FROM intents "
+                "ORDER BY created_at, id"
+            ).fetchall()
+        return [
+            IntentRow(id_, scope_id, IntentPhase(phase), position, start, created)
+            for id_, scope_id, phase, position, start, created in rows
+        ]
+
+    # --- meta and diagnostics ----------------------------------------------------------
+
+    def meta(self, key: str) -> str | int | float | bytes | None:
+        with self._read("read metadata") as conn:
+            row = conn.execute("SELECT value FROM meta WHERE key = %s", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def set_meta(self, key: str, value: str | int | float | None) -> None:
+        """Set (``None``: delete) a stored fact. A coverage gap is never stored here: the
+        other relays are serving now, not at their next start, so recording it advances
+        every generation at once, in the caller's transaction (the gap is consumed as it
+        is recorded; the next enabled start finds none)."""
+        if key == "secret":
+            raise ValueError("the cache secret is created once and never replaced")
+        if key == COVERAGE_GAP_KEY and value is not None:
+            self.advance_generations(None)
+            return
+        with self._writer("write metadata") as conn:
+            if value is None:
+                conn.execute("DELETE FROM meta WHERE key = %s", (key,))
+            else:
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES (%s, %s) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (key, str(value)),
+                )
+
+    def integrity_check(self) -> list[str]:
+        """PostgreSQL keeps its own pages consistent; what can break is ours: rows whose
+        references no constraint checks (an intent's pins, a record's parent)."""
+        with self._read("check integrity") as conn:
+            row = conn.execute(
+                "SELECT (SELECT count(*) FROM observations o WHERE parent_id IS NOT NULL "
+                "AND NOT EXISTS (SELECT 1 FROM observations p WHERE p.id = o.parent_id)), "
+                "(SELECT version FROM relay_schema)"
+            ).fetchone()
+        assert row is not None
+        problems = []
+        if row[0]:
+            problems.append(f"{row[0]} observations link to a missing parent")
+        if row[1] != SCHEMA_VERSION:
+            problems.append(f"schema version {row[1]}, expected {SCHEMA_VERSION}")
+        return problems or ["ok"]
+
+    def recent_records(self, *, model: str | None, limit: int) -> list[RecordSummary]:
+        sql = (
+            "SELECT o.id, s.model, o.snapshot, o.position, o.replayable, p.size, o.end_digest,"
+            " o.observed_at, p.touched_at FROM observations o JOIN scopes s ON s.id = o.scope_id"
+            " LEFT JOIN payloads p ON p.observation_id = o.id"
+        )
+        params: tuple[object, ...] = ()
+        if model is not None:
+            sql, params = sql + " WHERE s.model = %s", (model,)
+        with self._read("read observations") as conn:
+            rows = conn.execute(
+                (sql + " ORDER BY o.id DESC LIMIT %s").encode(), (*params, limit)
+            ).fetchall()
+        return [
+            RecordSummary(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6][:12], r[7], r[8])
+            for r in rows
+        ]
+
+    def stats(self) -> dict[str, int]:
+        with self._read("count rows") as conn:
+            counts: dict[str, int] = {}
+            for table in TABLES:  # constants
+                row = conn.execute(f"SELECT count(*) FROM {table}".encode()).fetchone()  # noqa: S608
+                counts[table] = int(row[0]) if row is not None else 0
+            row = conn.execute("SELECT coalesce(sum(size), 0) FROM payloads").fetchone()
+            counts["payload_bytes"] = int(row[0]) if row is not None else 0
+        return counts
+
+
+def has_retained_descendant(conn: Conn, observation_id: int) -> bool:
+    """Whether a record generated on top of this one still keeps its payload (one walk
+    down the parent links, as :func:`relay.storage.cleanup.has_retained_descendant`)."""
+    row = conn.execute(
+        "WITH RECURSIVE below (id) AS ("
+        " SELECT id FROM observations WHERE parent_id = %s"
+        " UNION SELECT o.id FROM observations o JOIN below ON o.parent_id = below.id)"
+        " SELECT EXISTS (SELECT 1 FROM below JOIN payloads p ON p.observation_id = below.id)",
+        (observation_id,),
+    ).fetchone()
+    return bool(row and row[0])
