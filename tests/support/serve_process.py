@@ -87,7 +87,15 @@ class Relay:
     """``relay serve`` as a real process; its output read by threads, so a test waits on
     a line (an event) instead of sleeping."""
 
-    def __init__(self, env: dict[str, str], label: str = "test_cache_backup relay serve") -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        label: str = "test_cache_backup relay serve",
+        *,
+        wait: bool = True,
+    ) -> None:
+        """``wait=False``: return once started; :meth:`ready` waits for it to listen (so
+        several relays start side by side)."""
         self.env = env
         self.label = label
         self.proc = subprocess.Popen(
@@ -95,8 +103,15 @@ class Relay:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
         self.output = ProcessLines(self.proc)
-        listening = self.wait_for(r"^relay listening on (\S+)")
-        self.base = listening.group(1)
+        self.base = ""
+        if wait:
+            self.ready()
+
+    def ready(self) -> str:
+        """Its base URL, once it listens."""
+        if not self.base:
+            self.base = self.wait_for(r"^relay listening on (\S+)").group(1)
+        return self.base
 
     @property
     def seen(self) -> list[str]:

@@ -54,12 +54,21 @@ class Team:
     metrics_urls: dict[str, str] = field(default_factory=dict)
     proxy: Haproxy | None = None
 
-    def start_relay(self, name: str) -> Relay:
-        env = env_for(self.directory / name, self.upstream, RELAY_METRICS_PORT="0", **self.env)
-        relay = Relay(env, label=f"team relay {name}")
-        self.relays[name] = relay
-        self.metrics_urls[name] = relay.wait_for(r"^metrics: (\S+)").group(1)
-        return relay
+    def start_relays(self, *names: str, **env: str) -> list[Relay]:
+        """Start relays ``names`` side by side (with ``env`` on top of the team's) and wait
+        until each listens."""
+        started = []
+        for name in names:
+            if name in self.relays:  # a restart: the old process is reaped first
+                self.relays[name].close()
+            settings = {"RELAY_METRICS_PORT": "0"} | dict(self.env) | env
+            relay_env = env_for(self.directory / name, self.upstream, **settings)
+            started.append(Relay(relay_env, label=f"team relay {name}", wait=False))
+            self.relays[name] = started[-1]
+        for name, relay in zip(names, started, strict=True):
+            relay.ready()
+            self.metrics_urls[name] = relay.wait_for(r"^metrics: (\S+)").group(1)
+        return started
 
     def start_proxy(self, health_path: str | None = None) -> Haproxy:
         servers = [(name, relay.base) for name, relay in self.relays.items()]
@@ -72,11 +81,11 @@ class Team:
         assert self.proxy is not None
         return self.proxy.base
 
-    def chat(self, messages: list[dict[str, Any]], base: str | None = None) -> Turn:
-        """One non-streaming chat request, through haproxy unless ``base`` names a relay."""
+    def chat(self, messages: list[dict[str, Any]], model: str = "gpt-5") -> Turn:
+        """One non-streaming chat request through haproxy."""
         answer = requests.post(
-            f"{base or self.base}/chat/completions",
-            json={"model": "gpt-5", "messages": messages}, headers=HEADERS, timeout=TIMEOUT,
+            f"{self.base}/chat/completions",
+            json={"model": model, "messages": messages}, headers=HEADERS, timeout=TIMEOUT,
         )  # fmt: skip
         return Turn(answer.status_code, answer.headers.get(INSTANCE_HEADER), answer.json())
 
@@ -125,8 +134,7 @@ def team(
     """Relays ``names`` behind haproxy, all stopped (killed) however the test ends."""
     deployment = Team(upstream, directory, env)
     try:
-        for name in names:
-            deployment.start_relay(name)
+        deployment.start_relays(*names)
         deployment.start_proxy()
         yield deployment
     finally:
