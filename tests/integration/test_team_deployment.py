@@ -10,12 +10,12 @@ tests/scenarios/test_team_faults.py (``nox -s scenarios``).
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from fakeupstream.fake import FakeUpstream
+from scenarios.wait import wait_until
 from tests.support.cache_stack import continuity
 from tests.support.pg_cluster import PgDatabase
 from tests.support.relay_cli import run_relay
@@ -35,16 +35,13 @@ def rows(database: PgDatabase, query: str) -> list[tuple[Any, ...]]:
         return conn.execute(query).fetchall()
 
 
-def no_intents_left(database: PgDatabase, within_s: float = 10.0) -> bool:
-    """Whether every intent is resolved within ``within_s``: an intent resolves after the
-    answer is delivered, so just after the client has it, it may still be there. The
-    database has no event to wait on: it is asked again every 50 ms."""
-    deadline = time.monotonic() + within_s
-    while rows(database, "SELECT count(*) FROM intents") != [(0,)]:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
+def no_intents_left(database: PgDatabase) -> bool:
+    """Every intent resolved: one resolves after its answer is delivered, so just after the
+    client has it, it may still be there (the database has no event to wait on)."""
+    return wait_until(
+        lambda: rows(database, "SELECT count(*) FROM intents") == [(0,)],
+        timeout=10, what="every intent resolved",
+    )  # fmt: skip
 
 
 def verify_clean(deployment: Team, database: PgDatabase) -> None:

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from fakeupstream.fake import FakeUpstream
 from tests.support.haproxy import INSTANCE_HEADER, Haproxy
 from tests.support.serve_process import TIMEOUT, Relay, env_for
-from tests.support.stack import TOKEN
+from tests.support.stack import TOKEN, UPSTREAM_KEY
 
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -47,9 +47,8 @@ class Turn:
 
 @dataclass
 class Team:
-    upstream: FakeUpstream
     directory: Path
-    env: Mapping[str, str]  # what every instance gets on top of its own defaults
+    env: Mapping[str, str]  # every instance's: the upstream (OPENAI_*), the shared store ...
     relays: dict[str, Relay] = field(default_factory=dict)
     metrics_urls: dict[str, str] = field(default_factory=dict)
     proxy: Haproxy | None = None
@@ -62,7 +61,7 @@ class Team:
             if name in self.relays:  # a restart: the old process is reaped first
                 self.relays[name].close()
             settings = {"RELAY_METRICS_PORT": "0"} | dict(self.env) | env
-            relay_env = env_for(self.directory / name, self.upstream, **settings)
+            relay_env = env_for(self.directory / name, None, **settings)
             started.append(Relay(relay_env, label=f"team relay {name}", wait=False))
             self.relays[name] = started[-1]
         for name, relay in zip(names, started, strict=True):
@@ -127,12 +126,16 @@ def content_deltas(answer: requests.Response) -> Iterator[str]:
                 yield content
 
 
+def upstream_env(fake: FakeUpstream) -> dict[str, str]:
+    return {"OPENAI_API_KEY": UPSTREAM_KEY, "OPENAI_BASE_URL": fake.base_url}
+
+
 @contextmanager
 def team(
     upstream: FakeUpstream, directory: Path, names: tuple[str, ...], **env: str
 ) -> Iterator[Team]:
     """Relays ``names`` behind haproxy, all stopped (killed) however the test ends."""
-    deployment = Team(upstream, directory, env)
+    deployment = Team(directory, upstream_env(upstream) | env)
     try:
         deployment.start_relays(*names)
         deployment.start_proxy()
