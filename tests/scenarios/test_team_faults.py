@@ -18,6 +18,7 @@ import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ import pytest
 import requests
 
 from scenarios.checker import generations, no_wrong_replay
+from scenarios.fakeapi import FakeControl
 from scenarios.runner import Harness, credential_label
 from scenarios.seed import Seed
 from scenarios.wait import wait_until
@@ -63,9 +65,17 @@ def live_leases(cluster: PgCluster, database: str) -> int:
     return int(row[0])
 
 
+def calls_beyond(fake: FakeControl, received: int) -> bool:
+    return int(fake.health()["requests"]) > received
+
+
+def answered(deployment: Team, conversation: Conversation) -> bool:
+    return turn(deployment, conversation, stream=False) == "ok"
+
+
 def turn(deployment: Team, conversation: Conversation, stream: bool) -> str:
     """One turn through haproxy: ``ok`` (the conversation advances), else the failure."""
-    body = {"model": "gpt-5", "messages": conversation.messages, "stream": stream}
+    body: dict[str, Any] = {"model": "gpt-5", "messages": conversation.messages, "stream": stream}
     try:
         answer = requests.post(
             f"{deployment.base}/chat/completions", json=body, headers=HEADERS, timeout=30,
@@ -90,7 +100,7 @@ def turn(deployment: Team, conversation: Conversation, stream: bool) -> str:
 
 def streamed_text(answer: requests.Response) -> str | None:
     """The streamed content, or ``None`` when the stream ended without ``[DONE]``."""
-    parts = []
+    parts: list[str] = []
     for line in answer.iter_lines():
         if line == b"data: [DONE]":
             return "".join(parts)
@@ -149,7 +159,7 @@ def test_two_relays_on_postgresql_replay_nothing_wrong_through_crashes_and_resta
                     ]
                     if fault is not None and fault.startswith(("kill", "PostgreSQL")):
                         wait_until(
-                            lambda n=received: int(fake.health()["requests"]) > n,
+                            partial(calls_beyond, fake, received),
                             timeout=30, what="the round's first upstream call",
                         )  # fmt: skip
                         if fault.startswith("kill"):
@@ -164,7 +174,7 @@ def test_two_relays_on_postgresql_replay_nothing_wrong_through_crashes_and_resta
                         cluster.start()
                         started = time.monotonic()
                         probe = Conversation([{"role": "user", "content": f"probe {round_no}"}])
-                        wait_until(lambda p=probe: turn(deployment, p, stream=False) == "ok",
+                        wait_until(partial(answered, deployment, probe),
                                    timeout=30, what="a cached turn after the restart")  # fmt: skip
                         row.recover_s = time.monotonic() - started
                     if fault is not None and fault.startswith("r1 back"):
