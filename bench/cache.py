@@ -33,7 +33,7 @@ from bench.identity import (
 )
 from relay.app.runtime import Runtime
 from relay.cache.replay_cache import ReplayCache
-from relay.cache.session import CacheSession, ScopedSource
+from relay.cache.session import CacheSession
 from relay.clock import SystemClock
 from relay.core.capture import PAYLOAD_DOMAIN, ClientProjection
 from relay.core.hot_blocks import HotBlocks
@@ -42,6 +42,7 @@ from relay.core.planner import Plan, plan_replay
 from relay.core.records import EMPTY_PLAN, Observation, ScopeRow
 from relay.settings.config import Config
 from relay.settings.routing import resolve_model
+from relay.storage.scoped_source import ScopedSource
 from relay.translate.chat_to_responses import TranslatedRequest
 from relay.translate.events import ChatCompletion
 from relay.translate.request import translate_request

@@ -12,6 +12,7 @@ from tornado.simple_httpclient import SimpleAsyncHTTPClient
 from relay.cache.replay_cache import ReplayCache, UpstreamIdentity
 from relay.cache.retention import RetentionCleanup
 from relay.cache.session import CacheSession
+from relay.cache.shared_store import LeaseKeeper
 from relay.clock import Clock
 from relay.observability.body_log import BodyLog
 from relay.ops.metrics import RelayMetrics
@@ -37,6 +38,7 @@ class Runtime:
     strict: StrictCache
     providers: Mapping[str, Provider]  # the configured ones and the built-in "openai"
     retention: RetentionCleanup | None = None  # payload cleanup, when caching is on
+    leases: LeaseKeeper | None = None  # the shared PostgreSQL store's lease heartbeat
     shutting_down: bool = False
     active: set[UpstreamExchange] = field(default_factory=set)
     sessions: set[CacheSession] = field(default_factory=set)

@@ -16,6 +16,7 @@ from relay.app.offline import OfflineUpstream, OfflineUpstreamFactory, load_offl
 from relay.app.runtime import Runtime
 from relay.cache.replay_cache import EMBEDDED_FAKE_ORIGIN, ReplayCache
 from relay.cache.retention import RetentionCleanup, WatchedClock
+from relay.cache.shared_store import LeaseKeeper
 from relay.clock import Clock, SystemClock
 from relay.handlers.base import HealthHandler, NotFoundHandler
 from relay.handlers.cache_api import CacheApiHandler
@@ -164,6 +165,9 @@ class RelayServer:
                     retention_s=config.reasoning_cache_retention_days * 86_400.0,
                     every_s=config.reasoning_cache_cleanup_interval_ms / 1000,
                 )
+            self.runtime.leases = LeaseKeeper.for_cache(
+                cache, cache_clock, retention_s=config.reasoning_cache_retention_days * 86_400.0
+            )
             self._http = RelayHTTPServer(
                 make_app(self.runtime),
                 idle_connection_timeout=config.idle_timeout_ms / 1000,
@@ -184,6 +188,8 @@ class RelayServer:
         strict.start_cleanup()
         if self.runtime.retention is not None:
             self.runtime.retention.start()
+        if self.runtime.leases is not None:
+            self.runtime.leases.start()
         return self.port
 
     def _forget_start(self) -> None:
@@ -239,8 +245,9 @@ class RelayServer:
             )
         if self.runtime.cache.enabled:
             budget = self.config.cache_budget
+            where = self.config.reasoning_cache_url or self.config.cache_path
             lines.append(
-                f"reasoning cache: on ({self.config.cache_path}); up to "
+                f"reasoning cache: on ({where}); up to "
                 f"{budget.effective_concurrent} cache sessions at once"
             )
             if (warning := budget.concurrency_warning()) is not None:
@@ -280,6 +287,8 @@ class RelayServer:
             self.runtime.strict.stop_cleanup()
             if self.runtime.retention is not None:
                 self.runtime.retention.stop()
+            if self.runtime.leases is not None:
+                self.runtime.leases.stop()
             self.runtime.cache.close()
             if self.runtime.body_log is not None:
                 self.runtime.body_log.close()

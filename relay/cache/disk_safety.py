@@ -40,7 +40,7 @@ def store_exists(path: Path) -> bool:
     return ReasoningStore.exists(path)
 
 
-def open_store(guard: DiskGuard, clock: Clock) -> ReplayStore:
+def open_store(guard: DiskGuard, clock: Clock) -> ReasoningStore:
     """Open the store unless it is latched (``.guard``) or a backup or restore into it has
     not finished (``.blocked``). A full disk or an I/O error may refuse the startup
     checkpoint or write: the reserve is released and the open tried once more (a second

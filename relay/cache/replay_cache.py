@@ -38,8 +38,8 @@ from relay.settings.config import Config
 from relay.settings.crashpoints import crash_point
 from relay.storage.disk_guard import DiskGuard
 from relay.storage.interface import ReplayStore
-from relay.storage.recovery import fence, open_disabled, open_enabled, record_gap
 from relay.storage.postgres.store import PostgresStore
+from relay.storage.recovery import fence, open_disabled, open_enabled, record_gap
 from relay.translate.chat_to_responses import TranslatedRequest
 from relay.translate.sampling import is_reasoning_model
 

@@ -19,14 +19,19 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from relay.clock import Clock
 from relay.core.disk_policy import Admission
+from relay.core.records import idle_window_s
 from relay.errors import LeaseLapsed, StoreContention, StoreError
 from relay.observability import log
 from relay.settings.database_url import DatabaseUrl
 from relay.storage.postgres.store import PostgresStore
+
+if TYPE_CHECKING:
+    from relay.cache.replay_cache import ReplayCache
+    from relay.cache.retention import WatchedClock
 
 T = TypeVar("T")
 MAX_ATTEMPTS: Final = 3
@@ -123,6 +128,23 @@ class LeaseKeeper:
     failures: int = 0
     _timer: asyncio.TimerHandle | None = field(default=None, repr=False)
     _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
+
+    @classmethod
+    def for_cache(
+        cls, cache: ReplayCache, clock: WatchedClock, *, retention_s: float
+    ) -> LeaseKeeper | None:
+        """The keeper of ``cache``'s shared store (``None``: the SQLite file has no lease).
+        It publishes ``clock``'s retention cutoff; a relay serving with caching off never
+        deletes, so its barrier stays shut and cleanup elsewhere waits for it."""
+        store = cache.store
+        if not isinstance(store, PostgresStore):
+            return None
+        window = idle_window_s(retention_s)
+
+        def cutoff() -> float | None:
+            return clock.barrier.idle_cutoff(window) if cache.enabled else None
+
+        return cls(store, clock, barrier_cutoff=cutoff)
 
     @property
     def every_s(self) -> float:

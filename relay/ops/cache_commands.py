@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from relay.clock import SystemClock
-from relay.errors import ConfigError, NotACache, SnapshotRefused, StoreError
+from relay.errors import ConfigError, NotACache, SnapshotRefused, StoreCorrupt, StoreError
 from relay.ops.progress import ProgressReport
 from relay.settings.config import load_config
+from relay.settings.database_url import DatabaseUrl
 from relay.storage.backup import (
     SnapshotKind,
     SnapshotResult,
@@ -26,6 +27,7 @@ from relay.storage.backup import (
     replace_with_snapshot,
 )
 from relay.storage.disk_guard import blocked_path, guard_path
+from relay.storage.postgres.verify import verify_shared
 from relay.storage.verify import VerifyReport, verify_store
 
 USAGE = 2
@@ -63,6 +65,29 @@ def register(commands: Any) -> None:
     verify.set_defaults(run=run_verify)
 
 
+def _shared_store(prog: str, given: Path | None) -> DatabaseUrl | None:
+    """The shared store REASONING_CACHE_URL names, unless a file was given."""
+    if given is not None:
+        return None
+    try:
+        return load_config().reasoning_cache_url
+    except ConfigError:
+        return None  # _configured_path reports it
+
+
+def _refuse_shared(prog: str, url: DatabaseUrl) -> int:
+    """Backups of the shared store are PostgreSQL's tools' job (a consistent snapshot of
+    a database other relays write to)."""
+    print(
+        f"{prog}: the reasoning cache is the PostgreSQL database {url} (REASONING_CACHE_URL); "
+        "back it up with pg_dump --format=custom and restore it with pg_restore into a new, "
+        "empty database: relays opening a restored copy give it a fresh secret, advance "
+        "every generation and poison its open intents by themselves",
+        file=sys.stderr,
+    )
+    return 1
+
+
 def _configured_path(prog: str) -> Path | None:
     try:
         return load_config().cache_path
@@ -72,6 +97,8 @@ def _configured_path(prog: str) -> Path | None:
 
 
 def run_backup(args: argparse.Namespace) -> int:
+    if (url := _shared_store("relay cache backup", args.source)) is not None:
+        return _refuse_shared("relay cache backup", url)
     source = args.source or _configured_path("relay cache backup")
     if source is None:
         return USAGE
@@ -79,6 +106,8 @@ def run_backup(args: argparse.Namespace) -> int:
 
 
 def run_restore(args: argparse.Namespace) -> int:
+    if (url := _shared_store("relay cache restore", args.dest)) is not None:
+        return _refuse_shared("relay cache restore", url)
     dest = args.dest or _configured_path("relay cache restore")
     if dest is None:
         return USAGE
@@ -143,6 +172,8 @@ def _written(kind: SnapshotKind, result: SnapshotResult) -> str:
 
 def run_verify(args: argparse.Namespace) -> int:
     prog = "relay cache verify"
+    if (url := _shared_store(prog, args.path)) is not None:
+        return _verify_shared(prog, url, json_report=args.json)
     path = args.path or _configured_path(prog)
     if path is None:
         return USAGE
@@ -170,6 +201,25 @@ def run_verify(args: argparse.Namespace) -> int:
         print(json.dumps(verified.to_json(), indent=2, sort_keys=True))
     else:
         print(render(verified))
+    return 1 if verified.damaged else 0
+
+
+def _verify_shared(prog: str, url: DatabaseUrl, *, json_report: bool) -> int:
+    report = ProgressReport(sys.stderr, f"{prog}: checking", "records")
+    try:
+        verified = verify_shared(
+            url, progress=lambda _phase, done, total: report.update(done, total)
+        )
+    except StoreError as exc:
+        report.done()
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return NOT_A_CACHE if isinstance(exc, StoreCorrupt) else 1
+    report.done()
+    print(
+        json.dumps(verified.to_json(), indent=2, sort_keys=True)
+        if json_report
+        else render(verified)
+    )
     return 1 if verified.damaged else 0
 
 

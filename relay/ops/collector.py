@@ -54,6 +54,7 @@ class RuntimeCollector(Collector):
         yield from self._cache()
         yield from self._strict()
         yield from self._store()
+        yield from self._shared()
 
     def _replay(self) -> Iterator[Metric]:
         stats = self.runtime.cache.metrics.replay
@@ -158,6 +159,45 @@ class RuntimeCollector(Collector):
             for provider, n in sorted(by_provider.items()):
                 family.add_metric([provider], n)
             yield family
+
+    def _shared(self) -> Iterator[Metric]:
+        """The store kind, and on a shared store its live instances and their leases
+        (read from the database at each scrape: a handful of rows)."""
+        runtime = self.runtime
+        if runtime.cache.store is None:
+            return
+        kind = GaugeMetricFamily("relay_store_info", "The replay store in use", labels=["kind"])
+        kind.add_metric(["sqlite" if runtime.leases is None else "postgresql"], 1)
+        yield kind
+        if runtime.leases is None:
+            return
+        try:
+            live = runtime.leases.store.live_instances()
+        except StoreError:
+            return  # the scrape still answers; status shows the failures
+        instances = GaugeMetricFamily(
+            "relay_store_live_instances", "Relays holding a live lease on the shared store"
+        )
+        instances.add_metric([], len(live))
+        yield instances
+        lease = GaugeMetricFamily(
+            "relay_store_lease_expires_in_seconds",
+            "Seconds until each live instance's lease lapses, by the database's clock",
+            labels=["instance", "self"],
+        )
+        own = runtime.leases.store.instance_id
+        for instance in live:
+            lease.add_metric([instance.id, str(instance.id == own).lower()], instance.expires_in_s)
+        yield lease
+        for name, value, text in (
+            ("relay_store_lease_lapses", runtime.leases.store.lease_lapses,
+             "Times this relay found its lease lapsed and registered as a new instance"),
+            ("relay_store_recovered_intents", runtime.leases.recovered,
+             "Intents of lapsed instances this relay poisoned and removed"),
+        ):  # fmt: skip
+            counter = CounterMetricFamily(name, text)
+            counter.add_metric([], value)
+            yield counter
 
     def _store(self) -> Iterator[Metric]:
         try:

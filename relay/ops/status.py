@@ -29,6 +29,12 @@ def cache_state(runtime: Runtime) -> str:
     return "off (store kept)" if runtime.cache.store is not None else "off"
 
 
+def store_kind(runtime: Runtime) -> str | None:
+    if runtime.cache.store is None:
+        return None
+    return "sqlite" if runtime.leases is None else "postgresql"
+
+
 def tunnel_status(runtime: Runtime) -> dict[str, Any] | None:
     """RELAY_TUNNEL_CMD's program: its state and public URL (``None``: no tunnel)."""
     if runtime.config.tunnel_command is None:
@@ -83,6 +89,9 @@ def status_document(
             "now": clock.wall(),
             "upstream": "offline fake" if offline_fake else origin_of(runtime.upstream_url),
             "cache": cache_state(runtime),
+            # "sqlite" or "postgresql"; a shared store's instances and their leases.
+            "storeKind": store_kind(runtime),
+            "shared": None if runtime.leases is None else runtime.leases.to_json(),
             "shuttingDown": runtime.shutting_down,
             "tunnel": tunnel_status(runtime),
             "metricsUrl": metrics_url,

@@ -59,4 +59,7 @@ def parse_database_url(name: str, raw: str) -> DatabaseUrl:
             f"{name}: libpq cannot parse it; expected a postgresql:// URL or key=value pairs "
             "(the value is not shown: it may hold a password)"
         ) from None
+    ports = params.get("port", "").split(",")
+    if any(port and not (port.isdigit() and 0 < int(port) < 65536) for port in ports):
+        raise ConfigError(f"{name}: the port must be a TCP port from 1 to 65535")
     return DatabaseUrl(text, describe(params))

@@ -14,16 +14,17 @@ they never see a connection, a cursor or an engine's error type:
 - rows come back as the core's value types (:mod:`relay.core.records`) and the plain
   dataclasses below.
 
-Engine-specific operations (the SQLite page copy behind the inspection snapshot, the
-row-count diagnostics) stay on the concrete class or on :class:`StoreDiagnostics`.
+The read-only diagnostics (:class:`StoreDiagnostics`) are part of the interface: the
+admin socket, the cache API and the inspection snapshot read them through the cache.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from relay.core.identity import ScopeTargeting
@@ -113,8 +114,30 @@ class PayloadReclaimer(Protocol):
     ) -> CleanupResult: ...
 
 
-class ReplayStore(Protocol):
-    """The replay cache's persistent state (design §6), whatever holds it."""
+class StoreDiagnostics(Protocol):
+    """Read-only views for the admin socket, the cache API and ``relay status`` (never a
+    payload), and the online inspection copy: the store's pages into a SQLite file at
+    ``target`` (a backend that cannot make one raises a ``StoreError`` that names the tool
+    to use instead)."""
+
+    def integrity_check(self) -> list[str]: ...
+    def recent_records(self, *, model: str | None, limit: int) -> list[RecordSummary]: ...
+    def aggregates(self, *, scan_rows: int) -> StoreAggregates: ...
+    def stats(self) -> dict[str, int]: ...
+    def source_bytes(self) -> int: ...
+    def copy_for_inspection(
+        self,
+        target: Path,
+        *,
+        pages: int,
+        wait_turn: Callable[[], None],
+        stepped: Callable[[int, int], None],
+    ) -> None: ...
+
+
+class ReplayStore(StoreDiagnostics, Protocol):
+    """The replay cache's persistent state (design §6), whatever holds it, with its
+    diagnostics."""
 
     @property
     def secret(self) -> bytes:
@@ -203,12 +226,3 @@ class ReplayStore(Protocol):
     # --- small stored facts
     def meta(self, key: str) -> str | int | float | bytes | None: ...
     def set_meta(self, key: str, value: str | int | float | None) -> None: ...
-
-
-class StoreDiagnostics(Protocol):
-    """Read-only views for the admin socket and the cache API (never a payload)."""
-
-    def integrity_check(self) -> list[str]: ...
-    def recent_records(self, *, model: str | None, limit: int) -> list[RecordSummary]: ...
-    def aggregates(self, *, scan_rows: int) -> StoreAggregates: ...
-    def stats(self) -> dict[str, int]: ...

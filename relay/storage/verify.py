@@ -47,7 +47,7 @@ _COLUMNS: Final = """o.id, o.scope_id, o.generation, o.position, o.start_digest,
 
 @dataclass(frozen=True)
 class VerifyReport:
-    path: Path
+    path: Path | str  # str: a shared store, by its password-free description
     schema_version: int
     tally: AuditTally
 

@@ -14,9 +14,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from relay.cache.disk_safety import DiskSafety
 from relay.cache.replay_cache import ReplayCache
 from relay.cache.retention import RetentionCleanup, WatchedClock
-from relay.cache.session import CacheSession, ScopedSource
+from relay.cache.session import CacheSession
 from relay.clock import ManualClock
 from relay.core.capture import ClientProjection
 from relay.core.disk_policy import MIN_RESERVE_BYTES
@@ -25,13 +26,18 @@ from relay.core.planner import Plan, PlanLimits, plan_replay
 from relay.core.receipts import Reason
 from relay.errors import StoreFull, UpstreamHTTPError
 from relay.settings.config import Config
+from relay.settings.database_url import parse_database_url
 from relay.settings.model_alias import ModelAlias
 from relay.storage.backup import SnapshotKind, make_snapshot
 from relay.storage.disk_guard import DiskGuard
+from relay.storage.interface import ReplayStore
+from relay.storage.postgres.store import PostgresStore
 from relay.storage.replay_store import ReasoningStore
+from relay.storage.scoped_source import ScopedSource
 from relay.translate.request import translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion
 from tests.support.replay_model import DAY, History
+from tests.support.sqlite_store import sqlite_store
 
 GPT5 = ModelAlias("gpt-5", "gpt-5")
 UPSTREAM_URL = "https://api.openai.com/v1/responses"
@@ -176,8 +182,13 @@ class FullDisk:
 class Relay:
     """ReplayCache → CacheSession → ReasoningStore on one SQLite file, as the handler uses them."""
 
-    def __init__(self, path: Path, clock: ManualClock) -> None:
+    def __init__(self, path: Path, clock: ManualClock, *, database_url: str | None = None) -> None:
+        """``database_url``: the shared PostgreSQL store instead of the file at ``path``
+        (the same cache, sessions and rules; no reserve, latch or offline backup there)."""
         self.path = path
+        self.database_url = (
+            None if database_url is None else parse_database_url("url", database_url)
+        )
         self.clock = clock
         self.count = 0
         self.copies = 0  # offline backups restored
@@ -202,12 +213,13 @@ class Relay:
             reasoning_cache_path=self.path,
             reasoning_cache_max_concurrent=MAX_CONCURRENT,
             reasoning_cache_reserve_bytes=MIN_RESERVE_BYTES,
+            reasoning_cache_url=self.database_url,
         )
         cache = ReplayCache.open(
             config, self.watched, upstream_url=UPSTREAM_URL, upstream_credential="sk-test",
             relay_token="relay-token", new_id=self._new_id,
         )  # fmt: skip
-        if cache.store is not None and cache.safety is not None:
+        if isinstance(cache.store, ReasoningStore) and isinstance(cache.safety, DiskSafety):
             self.disk.install(cache.store, cache.safety.guard)
         return cache
 
@@ -222,9 +234,18 @@ class Relay:
         return probe._scope  # every request here has the same configuration, so one scope
 
     @property
-    def store(self) -> ReasoningStore:
+    def store(self) -> ReplayStore:
         assert self.cache.store is not None
         return self.cache.store
+
+    @property
+    def sqlite_store(self) -> ReasoningStore:
+        """The SQLite store (the rules that copy or damage its file)."""
+        return sqlite_store(self.cache.store)
+
+    @property
+    def shared(self) -> bool:
+        return self.database_url is not None
 
     def restart(self, *, disabled: str | None = None) -> None:
         """Close and reopen the same file (startup recovery runs); optionally run a while
@@ -235,7 +256,8 @@ class Relay:
             off = self._open(enabled=False)
             if disabled == "serving":
                 off.fence("gpt-5", None, "req_off")  # before forwarding it: the gap
-                assert off.gap_recorded
+                # A shared store consumes each gap as it is recorded: none stays recorded.
+                assert off.gap_recorded != self.shared
             off.close()
         self.cache = self._open()
         scope = self._scope()
@@ -304,7 +326,23 @@ class Relay:
 
     def tamper(self, observation_id: int, where: int) -> None:
         """Change one ASCII letter/digit of a stored payload in place (same byte size)."""
-        conn = self.store._conn
+        store = self.cache.store
+        if isinstance(store, PostgresStore):
+            with store.transaction(), store._writer("tamper") as pg:
+                row = pg.execute(
+                    "SELECT output_json FROM payloads WHERE observation_id = %s", (observation_id,)
+                ).fetchone()
+                assert row is not None
+                data = bytearray(row[0])
+                spots = [i for i, c in enumerate(data) if chr(c).isascii() and chr(c).isalnum()]
+                i = spots[where % len(spots)]
+                data[i] = ord("x") if data[i] != ord("x") else ord("y")
+                pg.execute(
+                    "UPDATE payloads SET output_json = %s WHERE observation_id = %s",
+                    (bytes(data), observation_id),
+                )
+            return
+        conn = self.sqlite_store._conn
         assert conn is not None
         (text,) = conn.execute(
             "SELECT output_json FROM payloads WHERE observation_id = ?", (observation_id,)

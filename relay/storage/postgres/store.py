@@ -54,15 +54,19 @@ from relay.errors import (
     StoreUnreachable,
 )
 from relay.settings.database_url import DatabaseUrl
+from relay.storage.aggregates import PAYLOAD_BYTES_SCAN_ROWS, Bounded, StoreAggregates
+from relay.storage.interface import IntentPhase, IntentRow, RecordSummary
 from relay.storage.postgres import leases
 from relay.storage.postgres.cleanup import PgPayloadCleanup
 from relay.storage.postgres.schema import SCHEMA_VERSION, TABLES, migrate
 from relay.storage.postgres.strict import PgStrictEntries
 from relay.storage.schema import SchemaRefused
-from relay.storage.replay_store import IntentPhase, IntentRow, RecordSummary
 
 SECRET_BYTES: Final = 32
+# The tables relay.storage.aggregates counts (constants interpolated into SQL).
+AGGREGATED: Final = ("scopes", "observations", "payloads", "markers", "intents", "strict_entries")
 COVERAGE_GAP_KEY: Final = "coverage-gap"  # relay.storage.recovery's key
+IDENTITY_KEY: Final = "database-identity"  # cluster id and database oid that wrote it
 POOL_TIMEOUT_S: Final = 2.0  # the IOLoop waits at most this long for a connection
 CONNECT_TIMEOUT_S: Final = 2
 
@@ -71,6 +75,9 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 _OBSERVATION_COLUMNS: Final = """id, scope_id, generation, position, start_digest,
     end_digest, envelope_fp, payload_fp, output_hash, parent_id, prior_plan_count,
     prior_chain, intent_id, snapshot, replayable, observed_at"""
+_FIND_SCOPE: Final = (
+    "SELECT id, digest, generation, credential, model, caller FROM scopes WHERE digest = %s"
+)
 _LINEAGE: Final = f"""WITH RECURSIVE walk (wid, depth) AS (
         SELECT %s::bigint, 0
         UNION ALL
@@ -166,6 +173,7 @@ class PostgresStore:
         try:
             with pool.connection() as conn, conn.transaction():
                 migrate(conn)
+                _quarantine_if_restored(conn)
                 conn.execute(
                     "INSERT INTO store_secret (secret) VALUES (%s) ON CONFLICT DO NOTHING",
                     (secrets.token_bytes(SECRET_BYTES),),
@@ -306,12 +314,8 @@ class PostgresStore:
 
     def find_scope(self, digest: str) -> ScopeRow | None:
         with self._read("read a scope") as conn:
-            lock = " FOR UPDATE" if self._tx is not None else ""
-            row = conn.execute(
-                "SELECT id, digest, generation, credential, model, caller FROM scopes "
-                "WHERE digest = %s" + lock,
-                (digest,),
-            ).fetchone()
+            sql = _FIND_SCOPE + (" FOR UPDATE" if self._tx is not None else "")
+            row = conn.execute(sql.encode(), (digest,)).fetchone()
             if row is not None and self._tx is not None:
                 self._locked.add(row[0])
         return None if row is None else ScopeRow(*row)
@@ -469,8 +473,7 @@ class PostgresStore:
     def snapshot_last_seen(self, scope_id: int, snapshot: str) -> float | None:
         with self._scoped(scope_id, "read observations") as conn:
             row = conn.execute(
-                "SELECT max(observed_at) FROM observations WHERE scope_id = %s "
-                "AND snapshot = %s",
+                "SELECT max(observed_at) FROM observations WHERE scope_id = %s AND snapshot = %s",
                 (scope_id, snapshot),
             ).fetchone()
         return None if row is None else row[0]
@@ -591,8 +594,7 @@ class PostgresStore:
             return set()
         with self._scoped(scope_id, "read markers") as conn:
             rows = conn.execute(
-                "SELECT digest FROM markers WHERE scope_id = %s AND kind = %s "
-                "AND digest = ANY(%s)",
+                "SELECT digest FROM markers WHERE scope_id = %s AND kind = %s AND digest = ANY(%s)",
                 (scope_id, kind.value, wanted),
             )
             return {row[0] for row in rows}
@@ -745,6 +747,48 @@ class PostgresStore:
             for r in rows
         ]
 
+    def aggregates(self, *, scan_rows: int) -> StoreAggregates:
+        """The admin socket's bounded counts (:mod:`relay.storage.aggregates`), in one
+        read-only transaction: an admin poll writes nothing. ``file_bytes`` is the whole
+        database's size (``pg_database_size``); there is no WAL of the relay's own."""
+        if self._pool is None:
+            raise StoreError(f"reasoning cache {self.url} is closed")
+        limit = min(scan_rows, PAYLOAD_BYTES_SCAN_ROWS)
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                conn.execute("SET TRANSACTION READ ONLY")
+                counts: dict[str, Bounded] = {}
+                for table in AGGREGATED:  # constants
+                    sql = f"SELECT count(*) FROM (SELECT 1 FROM {table} LIMIT %s) AS t"  # noqa: S608
+                    n = _one(conn.execute(sql.encode(), (scan_rows + 1,)).fetchone())
+                    counts[table] = Bounded(min(n, scan_rows), n <= scan_rows)
+                row = conn.execute(
+                    "SELECT count(*), coalesce(sum(size), 0) FROM "
+                    "(SELECT size FROM payloads LIMIT %s) AS p",
+                    (limit,),
+                ).fetchone()
+                assert row is not None
+                more = conn.execute(
+                    "SELECT count(*) FROM (SELECT 1 FROM payloads LIMIT %s) AS p", (limit + 1,)
+                ).fetchone()
+                row2 = conn.execute(
+                    "SELECT pg_database_size(current_database()), "
+                    "(SELECT min(touched_at) FROM payloads), "
+                    "(SELECT observed_at FROM observations ORDER BY id DESC LIMIT 1)"
+                ).fetchone()
+                assert row2 is not None
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise store_error(exc, str(self.url), "read aggregates") from None
+        return StoreAggregates(
+            file_bytes=int(row2[0]),
+            free_bytes=0,
+            wal_bytes=0,
+            counts=counts,
+            payload_bytes=Bounded(int(row[1]), _one(more) <= limit),
+            oldest_payload_touched_at=row2[1],
+            newest_observation_at=row2[2],
+        )
+
     def stats(self) -> dict[str, int]:
         with self._read("count rows") as conn:
             counts: dict[str, int] = {}
@@ -754,6 +798,43 @@ class PostgresStore:
             row = conn.execute("SELECT coalesce(sum(size), 0) FROM payloads").fetchone()
             counts["payload_bytes"] = int(row[0]) if row is not None else 0
         return counts
+
+
+def _quarantine_if_restored(conn: Conn) -> bool:
+    """A database restored from a dump (``pg_restore`` into a new database: another
+    cluster or database oid than the one that wrote it) is treated as the offline restore
+    of a SQLite store is (design §7 backups): a fresh secret, every generation advanced
+    (the coverage gap of everything served since the dump), every open intent poisoned
+    and no lease carried over. Inside the startup transaction; whether it did."""
+    row = conn.execute(
+        "SELECT (SELECT system_identifier FROM pg_control_system())::text || ':' || "
+        "(SELECT oid FROM pg_database WHERE datname = current_database())::text"
+    ).fetchone()
+    assert row is not None
+    identity = str(row[0])
+    stored = conn.execute("SELECT value FROM meta WHERE key = %s", (IDENTITY_KEY,)).fetchone()
+    conn.execute(
+        "INSERT INTO meta (key, value) VALUES (%s, %s) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (IDENTITY_KEY, identity),
+    )
+    if stored is None or stored[0] == identity:
+        return False
+    conn.execute("DELETE FROM store_secret")
+    conn.execute("UPDATE scopes SET generation = generation + 1")
+    conn.execute(
+        "INSERT INTO markers (scope_id, kind, digest, position, created_at) "
+        "SELECT scope_id, %s, start_digest, position, created_at FROM intents "
+        "ON CONFLICT DO NOTHING",
+        (MarkerKind.START_POISON.value,),
+    )
+    conn.execute("DELETE FROM intents")
+    conn.execute("DELETE FROM instances")
+    return True
+
+
+def _one(row: Sequence[Any] | None) -> int:
+    return 0 if row is None else int(row[0])
 
 
 def has_retained_descendant(conn: Conn, observation_id: int) -> bool:

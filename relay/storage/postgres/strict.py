@@ -83,9 +83,7 @@ class PgStrictEntries:
         )  # fmt: skip
 
     def by_end(self, scope_digest: str, end_digest: str) -> StrictEntry | None:
-        found = self._select(
-            "scope_digest = %s AND end_digest = %s", (scope_digest, end_digest)
-        )
+        found = self._select("scope_digest = %s AND end_digest = %s", (scope_digest, end_digest))
         return found[0] if found else None
 
     def by_tool_call(self, scope_digest: str, call_id: str) -> StrictEntry | None:
@@ -197,4 +195,13 @@ class PgStrictEntries:
                     (list(calls),),
                 ):
                     calls[entry_id].append(call_id)
-        return [StrictEntry(*row, tuple(calls[row[0]])) for row in rows]
+        return [_entry(row, calls[row[0]]) for row in rows]
+
+
+def _entry(row: Sequence[Any], call_ids: Sequence[str]) -> StrictEntry:
+    (id_, scope_digest, end_digest, provider, model, reasoning, digest, chars, created_at,
+     touched_at, expires_at) = row  # fmt: skip
+    return StrictEntry(
+        id_, scope_digest, end_digest, provider, model, reasoning, digest, chars, created_at,
+        touched_at, expires_at, tuple(call_ids),
+    )  # fmt: skip

@@ -42,7 +42,7 @@ def store(tmp_path: Path) -> Path:
 @pytest.fixture(autouse=True)
 def environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The configuration the commands read when given no path: this test's own."""
-    for name in ("REASONING_CACHE_PATH", "RELAY_DATA_DIR", "RELAY_PORT"):
+    for name in ("REASONING_CACHE_PATH", "REASONING_CACHE_URL", "RELAY_DATA_DIR", "RELAY_PORT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("RELAY_DATA_DIR", str(tmp_path / "data"))
 

@@ -1,0 +1,96 @@
+"""``relay cache verify`` on the shared store: the audit of :mod:`relay.storage.verify`
+(every record's conclusions are :mod:`relay.core.store_audit`'s) over one consistent
+snapshot of the database (``REPEATABLE READ``, ``READ ONLY``), so it runs while relays
+serve and writes nothing. PostgreSQL checks its own pages; what is ours to check is every
+record, its payload bytes and its parent link. Open intents are a note: on a shared
+store, relays that are serving hold some.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import psycopg
+
+from relay.core.records import Observation, PriorPlan
+from relay.core.store_audit import AuditTally, Note, StoredRecord, audit_record
+from relay.errors import StoreCorrupt, StoreError
+from relay.settings.database_url import DatabaseUrl
+from relay.storage.postgres.schema import check_version
+from relay.storage.postgres.store import store_error
+from relay.storage.schema import RECLAIMED_BEFORE_V6, SchemaRefused
+from relay.storage.verify import PROGRESS_EVERY, Progress, VerifyReport
+
+_COLUMNS: Final = """o.id, o.scope_id, o.generation, o.position, o.start_digest,
+    o.end_digest, o.envelope_fp, o.payload_fp, o.output_hash, o.parent_id,
+    o.prior_plan_count, o.prior_chain, o.intent_id, o.snapshot, o.replayable, o.observed_at"""
+
+
+def _observation(row: tuple[Any, ...]) -> Observation:
+    return Observation(
+        row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8],
+        PriorPlan(row[9], row[10], row[11]), row[12], row[13], bool(row[14]), row[15],
+    )  # fmt: skip
+
+
+def verify_shared(url: DatabaseUrl, *, progress: Progress | None = None) -> VerifyReport:
+    """Audit the shared store at ``url``. Raises :class:`StoreCorrupt` for a database
+    that is not a reasoning cache this relay can read, other ``StoreError``\\ s when it
+    cannot be reached."""
+    try:
+        with (
+            psycopg.connect(url.conninfo, autocommit=True, connect_timeout=10) as conn,
+            conn.transaction(),
+        ):
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            try:
+                version = check_version(conn)
+            except SchemaRefused as exc:
+                raise StoreCorrupt(
+                    f"{url} is not a reasoning cache verify can read: {exc}"
+                ) from None
+            if version == 0:
+                raise StoreCorrupt(f"{url} holds no reasoning cache (no relay_schema)")
+            tally = AuditTally()
+            _records(conn, tally, progress)
+            row = conn.execute("SELECT count(*) FROM intents").fetchone()
+            tally.add(Note.OPEN_INTENT, 0 if row is None else int(row[0]))
+    except StoreError:
+        raise
+    except psycopg.Error as exc:
+        raise store_error(exc, str(url), "verify") from None
+    return VerifyReport(str(url), version, tally)
+
+
+def _records(
+    conn: psycopg.Connection[tuple[Any, ...]], tally: AuditTally, progress: Progress | None
+) -> None:
+    row = conn.execute("SELECT count(*) FROM observations").fetchone()
+    total = 0 if row is None else int(row[0])
+    if progress is not None:
+        progress("records", 0, total)
+    parents = conn.cursor()
+    # A server-side cursor: one row in memory at a time (a payload may be megabytes).
+    with conn.cursor(name="relay_verify") as rows:
+        rows.execute(
+            f"SELECT {_COLUMNS}, o.reclaimed_at, p.output_json, p.size "  # noqa: S608
+            "FROM observations o LEFT JOIN payloads p ON p.observation_id = o.id "
+            "ORDER BY o.id".encode()
+        )
+        for done, found in enumerate(rows, start=1):
+            payload = None if found[17] is None else bytes(found[17])
+            record = StoredRecord(_observation(found), found[16], payload, found[18],
+                                  reclaim_marks=True)  # fmt: skip
+            parent = None
+            parent_id = record.observation.prior_plan.parent_id
+            if parent_id is not None:
+                hit = parents.execute(
+                    f"SELECT {_COLUMNS} FROM observations o WHERE o.id = %s".encode(),  # noqa: S608
+                    (parent_id,),
+                ).fetchone()
+                parent = None if hit is None else _observation(hit)
+            tally.records += 1
+            tally.payloads += record.payload is not None
+            tally.add_all(audit_record(record, parent, before_v6=RECLAIMED_BEFORE_V6), found[0])
+            if progress is not None and (done % PROGRESS_EVERY == 0 or done == total):
+                progress("records", done, total)
