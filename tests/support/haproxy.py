@@ -53,6 +53,8 @@ def config(servers: Sequence[tuple[str, str]], listen_fd: int, health_path: str)
         "    timeout client 10m",
         "    timeout server 10m",  # a model may think for minutes between events
         "    timeout http-request 30s",
+        # A relay's loop may be busy a second (a store that cannot be reached): not dead.
+        "    timeout check 5s",
         "    retries 2",
         "    option redispatch 1",  # a refused connection is retried on another instance
         "frontend relays_in",
@@ -65,7 +67,7 @@ def config(servers: Sequence[tuple[str, str]], listen_fd: int, health_path: str)
         f"    http-response set-header {INSTANCE_HEADER} %s",  # %s: the server's name
     ]
     lines += [
-        f"    server {name} {address} check inter {CHECK_INTERVAL_MS}ms fall 1 rise 1"
+        f"    server {name} {address} check inter {CHECK_INTERVAL_MS}ms fall 2 rise 1"
         for name, address in servers
     ]
     return "\n".join(lines) + "\n"
