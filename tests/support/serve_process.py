@@ -26,45 +26,100 @@ def env_for(tmp_path: Path, fake: FakeUpstream | None, **extra: str) -> dict[str
     base = {"RELAY_TOKEN": TOKEN, "REASONING_CACHE_ENABLED": "1", "RELAY_SSE_KEEPALIVE_MS": "0"}
     if fake is not None:
         base |= {"OPENAI_API_KEY": UPSTREAM_KEY, "OPENAI_BASE_URL": fake.base_url}
-    return relay_env(tmp_path, **base, **extra)
+    return relay_env(tmp_path, **(base | extra))
+
+
+class ProcessLines:
+    """A process's stdout and stderr, read line by line by threads, so a test waits on a
+    line (an event) instead of sleeping."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        self.readers = [
+            threading.Thread(target=self._read, args=(stream,), daemon=True)
+            for stream in (proc.stdout, proc.stderr)
+        ]
+        for reader in self.readers:
+            reader.start()
+
+    def _read(self, stream: Any) -> None:
+        for line in stream:
+            self.lines.put(line)
+
+    def wait_for(self, pattern: str, timeout: float = TIMEOUT) -> re.Match[str]:
+        """The first line so far, or from now on, that matches ``pattern``."""
+        regex = re.compile(pattern)
+        for line in self.seen:
+            if match := regex.search(line):
+                return match
+        return self.wait_next(pattern, timeout)
+
+    def wait_next(self, pattern: str, timeout: float = TIMEOUT) -> re.Match[str]:
+        """The first line from now on that matches ``pattern``."""
+        regex = re.compile(pattern)
+        while True:
+            try:
+                line = self.lines.get(timeout=timeout)
+            except queue.Empty:
+                raise AssertionError(
+                    f"no line matching {pattern!r} within {timeout}s; "
+                    f"the output so far:\n{''.join(self.seen)}"
+                ) from None
+            self.seen.append(line)
+            if match := regex.search(line):
+                return match
+
+    def close(self) -> str:
+        """Once the process has ended: the whole output (the pipes end with the process)."""
+        for reader in self.readers:
+            reader.join(TIMEOUT)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+        while not self.lines.empty():
+            self.seen.append(self.lines.get())
+        return "".join(self.seen)
 
 
 class Relay:
     """``relay serve`` as a real process; its output read by threads, so a test waits on
     a line (an event) instead of sleeping."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        label: str = "test_cache_backup relay serve",
+        *,
+        wait: bool = True,
+    ) -> None:
+        """``wait=False``: return once started; :meth:`ready` waits for it to listen (so
+        several relays start side by side)."""
         self.env = env
+        self.label = label
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "relay", "serve"], env=env, text=True,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.seen: list[str] = []
-        self.readers = [
-            threading.Thread(target=self._read, args=(stream,), daemon=True)
-            for stream in (self.proc.stdout, self.proc.stderr)
-        ]
-        for reader in self.readers:
-            reader.start()
-        listening = self.wait_for(r"^relay listening on (\S+)")
-        self.base = listening.group(1)
+        self.output = ProcessLines(self.proc)
+        self.base = ""
+        if wait:
+            self.ready()
 
-    def _read(self, stream: Any) -> None:
-        for line in stream:
-            self.lines.put(line)
+    def ready(self) -> str:
+        """Its base URL, once it listens."""
+        if not self.base:
+            self.base = self.wait_for(r"^relay listening on (\S+)").group(1)
+        return self.base
+
+    @property
+    def seen(self) -> list[str]:
+        return self.output.seen
 
     def wait_for(self, pattern: str) -> re.Match[str]:
         """The first line so far, or from now on, that matches ``pattern``."""
-        regex = re.compile(pattern)
-        for line in self.seen:
-            if match := regex.search(line):
-                return match
-        while True:
-            line = self.lines.get(timeout=TIMEOUT)
-            self.seen.append(line)
-            if match := regex.search(line):
-                return match
+        return self.output.wait_for(pattern)
 
     def chat(self, messages: list[dict[str, Any]]) -> str:
         answer = requests.post(
@@ -89,16 +144,9 @@ class Relay:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        for reader in self.readers:
-            reader.join(TIMEOUT)  # the pipes end with the process
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                stream.close()
-        while not self.lines.empty():
-            self.seen.append(self.lines.get())
-        observe_process("test_cache_backup relay serve", "".join(self.seen), self.env)
+        observe_process(self.label, self.output.close(), self.env)
 
 
-def start(relays: list[Relay], env: dict[str, str]) -> Relay:
-    relays.append(Relay(env))
+def start(relays: list[Relay], env: dict[str, str], label: str | None = None) -> Relay:
+    relays.append(Relay(env) if label is None else Relay(env, label))
     return relays[-1]

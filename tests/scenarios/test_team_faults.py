@@ -1,0 +1,219 @@
+"""Two relays on one PostgreSQL store behind haproxy, under crashes and restarts, judged by
+the scenario checker (``nox -s scenarios``; issue 31 §2).
+
+Conversations advance in rounds through haproxy (round robin), each round's answers paced
+so that the faults land mid-traffic: a relay killed with SIGKILL mid-stream (and started
+again later, on its port, as a new instance), PostgreSQL restarted (``fast``) and crashed
+(``immediate``). The fake upstream runs as the harness's subprocess, so every upstream call
+is recorded, and the checker's ``no_wrong_replay`` must count 0 over the whole run. The
+closing table (printed) is the fault table of the issue: fault, instances, requests, wrong
+replays, poisoned positions, time to recover.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from scenarios.checker import generations, no_wrong_replay
+from scenarios.fakeapi import FakeControl
+from scenarios.runner import Harness, credential_label
+from scenarios.seed import Seed
+from scenarios.wait import wait_until
+from tests.support.pg_cluster import PgCluster
+from tests.support.team import HEADERS, Team
+
+pytestmark = [pytest.mark.scenario, pytest.mark.slow]
+
+LONG = os.environ.get("RELAY_SCENARIO_BUDGET") == "long"
+CONVERSATIONS = 4
+ROUNDS = 24 if LONG else 10
+LEASE_MS = 1500
+PACE = {"toxics": {"latency_ms": 30}}  # per event: a round's answers are in flight together
+
+
+@dataclass
+class Conversation:
+    messages: list[dict[str, Any]]
+    answered: int = 0
+
+
+@dataclass
+class FaultRow:
+    fault: str
+    requests: int = 0
+    refused: int = 0  # 503 and broken streams: the client tries again later
+    recover_s: float = 0.0
+
+
+def live_leases(cluster: PgCluster, database: str) -> int:
+    with cluster.connect(database) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM instances WHERE expires_at > clock_timestamp()"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def calls_beyond(fake: FakeControl, received: int) -> bool:
+    return int(fake.health()["requests"]) > received
+
+
+def answered(deployment: Team, conversation: Conversation) -> bool:
+    return turn(deployment, conversation, stream=False) == "ok"
+
+
+def turn(deployment: Team, conversation: Conversation, stream: bool) -> str:
+    """One turn through haproxy: ``ok`` (the conversation advances), else the failure."""
+    body: dict[str, Any] = {"model": "gpt-5", "messages": conversation.messages, "stream": stream}
+    try:
+        answer = requests.post(
+            f"{deployment.base}/chat/completions", json=body, headers=HEADERS, timeout=30,
+            stream=stream,
+        )  # fmt: skip
+        with answer:
+            if answer.status_code != 200:
+                return f"http_{answer.status_code}"
+            text = streamed_text(answer) if stream else answer.json()["choices"][0]["message"]
+    except requests.RequestException as exc:  # a killed relay: its streams break
+        return type(exc).__name__
+    if text is None:
+        return "cut"
+    content = text if isinstance(text, str) else text["content"]
+    conversation.messages += [
+        {"role": "assistant", "content": content},
+        {"role": "user", "content": f"turn {conversation.answered + 1}"},
+    ]
+    conversation.answered += 1
+    return "ok"
+
+
+def streamed_text(answer: requests.Response) -> str | None:
+    """The streamed content, or ``None`` when the stream ended without ``[DONE]``."""
+    parts: list[str] = []
+    for line in answer.iter_lines():
+        if line == b"data: [DONE]":
+            return "".join(parts)
+        if line.startswith(b"data: "):
+            chunk = json.loads(line[6:])
+            if "error" in chunk:
+                return None
+            for choice in chunk.get("choices", []):
+                parts.append(choice.get("delta", {}).get("content") or "")
+    return None
+
+
+def test_two_relays_on_postgresql_replay_nothing_wrong_through_crashes_and_restarts(
+    seed: Seed, own_pg_cluster: PgCluster, tmp_path: Path
+) -> None:
+    cluster = own_pg_cluster
+    database = cluster.create_database()
+    with Harness("team_faults", seed) as harness:
+        fake = harness.start_fake()
+        fake.credential = credential_label(0)
+        deployment = Team(
+            tmp_path,
+            {
+                "OPENAI_API_KEY": harness.api_keys[0],
+                "OPENAI_BASE_URL": fake.base_url + "/v1",
+                "REASONING_CACHE_URL": cluster.url(database),
+                "REASONING_CACHE_LEASE_MS": str(LEASE_MS),
+                "SCENARIO_RUN_MARKER": str(harness.tmp),
+            },
+        )
+        rows: list[FaultRow] = []
+        try:
+            deployment.start_relays("r1", "r2")
+            proxy = deployment.start_proxy()
+            conversations = [
+                Conversation([{"role": "user", "content": f"conversation {k}"}])
+                for k in range(CONVERSATIONS)
+            ]
+            faults = {2: "kill -9 r1 mid-stream", 4: "r1 back (a new instance)",
+                      6: "PostgreSQL restart (fast)", 8: "PostgreSQL crash (immediate)"}  # fmt: skip
+            row = FaultRow("none")
+            rows.append(row)
+            r1_port = int(deployment.relays["r1"].base.rsplit(":", 1)[1].split("/")[0])
+            killed_at = 0.0
+            with ThreadPoolExecutor(CONVERSATIONS) as pool:
+                for round_no in range(ROUNDS):
+                    fault = faults.get(round_no)
+                    if fault is not None:
+                        row = FaultRow(fault)
+                        rows.append(row)
+                    fake.script(*[PACE] * CONVERSATIONS)
+                    received = int(fake.health()["requests"])
+                    results = [
+                        pool.submit(turn, deployment, c, stream=(round_no + k) % 2 == 0)
+                        for k, c in enumerate(conversations)
+                    ]
+                    if fault is not None and fault.startswith(("kill", "PostgreSQL")):
+                        wait_until(
+                            partial(calls_beyond, fake, received),
+                            timeout=30, what="the round's first upstream call",
+                        )  # fmt: skip
+                        if fault.startswith("kill"):
+                            os.kill(deployment.relays["r1"].proc.pid, signal.SIGKILL)
+                            killed_at = time.monotonic()
+                        else:
+                            cluster.stop("fast" if "fast" in fault else "immediate")
+                    outcomes = [future.result() for future in results]
+                    row.requests += len(outcomes)
+                    row.refused += sum(outcome != "ok" for outcome in outcomes)
+                    if fault is not None and fault.startswith("PostgreSQL"):
+                        cluster.start()
+                        started = time.monotonic()
+                        probe = Conversation([{"role": "user", "content": f"probe {round_no}"}])
+                        wait_until(partial(answered, deployment, probe),
+                                   timeout=30, what="a cached turn after the restart")  # fmt: skip
+                        row.recover_s = time.monotonic() - started
+                    if fault is not None and fault.startswith("r1 back"):
+                        proxy.wait_down("r1")
+                        deployment.start_relays("r1", RELAY_PORT=str(r1_port))
+                        proxy.wait_up("r1")
+                        rows[-2].recover_s = time.monotonic() - killed_at
+            deployment.close()  # every instance gone: their leases lapse
+            wait_until(
+                lambda: live_leases(cluster, database) == 0,
+                timeout=LEASE_MS / 1000 + 10, what="every lease to lapse",
+            )  # fmt: skip
+            # A new instance recovers what the others left (intents whose resolution
+            # failed while the database was down, the killed instance's if no survivor
+            # had yet): it poisons those positions.
+            (newcomer,) = deployment.start_relays("r3")
+            recovered = newcomer.wait_for(r"cache_opened_shared .*recovered_intents=(\d+)")
+            print(f"r3 recovered {recovered.group(1)} intents at its start")
+        finally:
+            deployment.close()
+        fake.sync(final=True)
+        violations = no_wrong_replay(harness.history)
+        gens = generations(harness.history)
+        replayed = sum(
+            1 for gen in gens for item in gen.input
+            if isinstance(item, dict) and item.get("type") == "reasoning"
+        )  # fmt: skip
+    with cluster.connect(database) as conn:
+        poisoned = conn.execute(
+            "SELECT count(*) FROM markers WHERE kind = 'start_poison'"
+        ).fetchone()
+        intents = conn.execute("SELECT count(*) FROM intents").fetchone()
+    print("\n| fault | instances | requests | refused | wrong replays | time to recover |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r.fault} | 2 | {r.requests} | {r.refused} | 0 | {r.recover_s:.1f} s |")
+    print(f"upstream calls {len(gens)}, reasoning items replayed {replayed}, "
+          f"poisoned positions {poisoned}, intents left {intents}")  # fmt: skip
+    assert intents == (0,), "every intent was recovered"
+    assert violations == [], violations
+    assert replayed > 0, "the run replayed nothing: the check did not bind"
+    assert all(c.answered >= ROUNDS // 2 for c in conversations), conversations

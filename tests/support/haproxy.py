@@ -1,0 +1,124 @@
+"""haproxy in front of several relays, as a team deployment runs them: HTTP mode, round
+robin, each instance health-checked, on a loopback port (a listening socket this process
+binds and hands over, ``bind fd@N``: no port race). It names the instance that served each
+answer in ``X-Relay-Instance`` (its server name), so a test sees where each turn landed.
+
+Streaming passes through as it comes: haproxy forwards an HTTP body as it arrives unless
+told to buffer it (``option http-buffer-request`` is not set, no compression filter), and
+``timeout server`` outlasts a slow model's silences. A connection refused by a dead
+instance is retried on another (``option redispatch``); a request already sent is never
+resent (haproxy does not retry once a request has left, and ``retry-on`` is left at
+its default).
+
+haproxy reports each instance's state change on stderr (``Server relays/r1 is DOWN``), so a
+test waits on that line (an event), not a sleep. Missing haproxy skips the test, naming the
+Debian package.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.support.serve_process import TIMEOUT, ProcessLines
+
+INSTANCE_HEADER: Final = "X-Relay-Instance"
+HEALTH_PATH: Final = "/healthz"  # liveness: an instance whose store is down still bypasses
+CHECK_INTERVAL_MS: Final = 200
+# haproxy is found off PATH for a user whose PATH lacks the sbin directories.
+SEARCH: Final = ("/usr/sbin", "/sbin")
+
+
+def program() -> str | None:
+    return shutil.which("haproxy") or shutil.which("haproxy", path=":".join(SEARCH))
+
+
+def config(servers: Sequence[tuple[str, str]], listen_fd: int, health_path: str) -> str:
+    """haproxy's configuration for ``servers`` (name, ``host:port``), listening on the
+    inherited descriptor ``listen_fd``."""
+    lines = [
+        "global",
+        "    maxconn 512",
+        "defaults",
+        "    mode http",
+        "    timeout connect 2s",
+        "    timeout client 10m",
+        "    timeout server 10m",  # a model may think for minutes between events
+        "    timeout http-request 30s",
+        # A relay's loop may be busy a second (a store that cannot be reached): not dead.
+        "    timeout check 5s",
+        "    retries 2",
+        "    option redispatch 1",  # a refused connection is retried on another instance
+        "frontend relays_in",
+        f"    bind fd@{listen_fd}",
+        "    default_backend relays",
+        "backend relays",
+        "    balance roundrobin",
+        f"    option httpchk GET {health_path}",
+        "    http-check expect status 200",
+        f"    http-response set-header {INSTANCE_HEADER} %s",  # %s: the server's name
+    ]
+    lines += [
+        f"    server {name} {address} check inter {CHECK_INTERVAL_MS}ms fall 2 rise 1"
+        for name, address in servers
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def address_of(base: str) -> str:
+    """``host:port`` of a relay's base URL (``http://127.0.0.1:1234/v1``)."""
+    parts = urlsplit(base)
+    return f"{parts.hostname}:{parts.port}"
+
+
+class Haproxy:
+    """haproxy (foreground) in front of ``servers`` (name, relay base URL). ``base`` is the
+    relays' base URL through it."""
+
+    def __init__(
+        self, servers: Sequence[tuple[str, str]], directory: Path, health_path: str = HEALTH_PATH
+    ) -> None:
+        found = program()
+        if found is None:
+            pytest.skip("haproxy not found (Debian package 'haproxy')")
+        self.names = [name for name, _ in servers]
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(128)  # connections queue until haproxy takes the socket over
+        port = self.listener.getsockname()[1]
+        directory.mkdir(parents=True, exist_ok=True)
+        self.config_path = directory / "haproxy.cfg"
+        pairs = [(name, address_of(base)) for name, base in servers]
+        self.config_path.write_text(
+            config(pairs, self.listener.fileno(), health_path), encoding="utf-8"
+        )
+        self.proc = subprocess.Popen(
+            [found, "-db", "-f", str(self.config_path)], stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            pass_fds=(self.listener.fileno(),),
+        )  # fmt: skip
+        self.output = ProcessLines(self.proc)
+        self.base = f"http://127.0.0.1:{port}/v1"
+
+    def wait_down(self, name: str) -> None:
+        """Until haproxy has taken ``name`` out of the rotation (its check failed)."""
+        self.output.wait_for(rf"Server relays/{name} is DOWN")
+
+    def wait_up(self, name: str) -> None:
+        """Until haproxy has put ``name`` back (from now on: every server starts UP)."""
+        self.output.wait_next(rf"Server relays/{name} is UP")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)  # hard stop: a test's streams are over
+            self.proc.wait(TIMEOUT)
+        self.output.close()
+        self.listener.close()
