@@ -5,12 +5,12 @@ local transaction, admission against the database's size, and the lease heartbea
 :class:`SharedSafety` stands where :class:`~relay.cache.disk_safety.DiskSafety` stands for
 the SQLite file (``ReplayCache.safety``). There is no reserve file and no latch: a
 database that cannot be reached fails each safety write with 503 ``cache_unavailable``
-(:class:`~relay.errors.StoreUnreachable`) and the next request after it is back
-connects again, so the relay recovers without an operator. A lost race (deadlock,
-serialization failure) reruns the same local transaction, at most :data:`MAX_ATTEMPTS` times: each caller's transaction
-comes before its send or after its answer, so no model request is sent again. A lapsed
-lease (:class:`~relay.errors.LeaseLapsed`) makes this process register as a new instance
-before its transaction runs again.
+(:class:`~relay.errors.StoreUnreachable`) and the next request after it is back connects
+again, so the relay recovers without an operator. A lost race (deadlock, serialization
+failure) reruns the same local transaction, at most :data:`MAX_ATTEMPTS` times: each
+caller's transaction comes before its send or after its answer, so no model request is
+sent again. A lapsed lease (:class:`~relay.errors.LeaseLapsed`) makes this process
+register as a new instance before its transaction runs again.
 """
 
 from __future__ import annotations
