@@ -26,25 +26,15 @@ from pathlib import Path
 from relay.clock import Clock
 from relay.core.disk_policy import DEFAULT_RESERVE_BYTES
 from relay.storage.cleanup import PayloadCleanup
-from relay.storage.database import SECRET_BYTES, Database, store_error
+from relay.storage.database import Database
 from relay.storage.diagnostics import Diagnostics
 from relay.storage.intents import Intents
-from relay.storage.interface import IntentPhase, IntentRow, RecordSummary
 from relay.storage.markers import Markers
 from relay.storage.meta import Meta
 from relay.storage.observations import Observations
 from relay.storage.payloads import Payloads
 from relay.storage.scopes import Scopes
 from relay.storage.strict_store import StrictEntries
-
-__all__ = [
-    "SECRET_BYTES",
-    "IntentPhase",
-    "IntentRow",
-    "ReasoningStore",
-    "RecordSummary",
-    "store_error",
-]
 
 
 class ReasoningStore(Scopes, Observations, Payloads, Markers, Intents, Meta, Diagnostics):
