@@ -77,3 +77,22 @@ def test_a_relay_that_died_leaves_a_position_its_survivor_poisons(
         ["rs_1"],
         [Reason.START_POISONED],
     )
+
+
+def test_a_relay_serving_with_caching_off_retires_every_record_before_each_forward(
+    pair: tuple[Relay, Relay],
+) -> None:
+    """The other relays serve on: a relay with caching off on the shared store advances
+    every generation before each reasoning request it forwards unobserved, not once."""
+    a, b = pair
+    u0 = user("hi")
+    answer(a, (u0,), "one", 1)
+    follow = (u0, said("one"), user("more"))
+    b.cache.close()
+    b.cache = b._open(enabled=False)  # b restarts with caching off
+    for expected in (2, 3):
+        assert b.begin(follow) is None  # forwarded unobserved
+        assert a.generation() == expected
+        assert replayed(a, follow)[0] == []
+    answer(a, follow, "two", 2)  # recorded in the newest generation: replays again
+    assert replayed(a, (*follow, said("two"), user("next"))) == (["rs_2"], [])
