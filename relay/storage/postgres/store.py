@@ -818,8 +818,11 @@ def _quarantine_if_restored(conn: Conn) -> bool:
     (the coverage gap of everything served since the dump), every open intent poisoned
     and no lease carried over. Inside the startup transaction; whether it did."""
     row = conn.execute(
-        "SELECT (SELECT system_identifier FROM pg_control_system())::text || ':' || "
-        "(SELECT oid FROM pg_database WHERE datname = current_database())::text"
+        # A managed service may deny pg_control_system(): the oid alone then (a dump
+        # restored into another database still gets another oid).
+        "SELECT CASE WHEN has_function_privilege('pg_control_system()', 'EXECUTE') "
+        "THEN (SELECT system_identifier FROM pg_control_system())::text ELSE '' END "
+        "|| ':' || (SELECT oid FROM pg_database WHERE datname = current_database())::text"
     ).fetchone()
     assert row is not None
     identity = str(row[0])
