@@ -624,14 +624,15 @@ class PostgresStore:
                 )
 
     def pin(self, intent_id: str, observation_ids: Iterable[int]) -> None:
-        rows = [(intent_id, observation_id) for observation_id in dict.fromkeys(observation_ids)]
-        if not rows:
+        """One statement for the whole plan (an array, not a row per block)."""
+        ids = list(dict.fromkeys(observation_ids))
+        if not ids:
             return
-        with self._writer("pin dependencies") as conn, conn.cursor() as cursor:
-            cursor.executemany(
-                "INSERT INTO dependencies (intent_id, ancestor_id) VALUES (%s, %s) "
-                "ON CONFLICT DO NOTHING",
-                rows,
+        with self._writer("pin dependencies") as conn:
+            conn.execute(
+                "INSERT INTO dependencies (intent_id, ancestor_id) "
+                "SELECT %s, unnest(%s::bigint[]) ON CONFLICT DO NOTHING",
+                (intent_id, ids),
             )
 
     def set_intent_phase(
