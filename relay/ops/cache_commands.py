@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from relay.clock import SystemClock
-from relay.errors import ConfigError, NotACache, SnapshotRefused, StoreCorrupt, StoreError
+from relay.errors import ConfigError, NotACache, SnapshotRefused, StoreError
 from relay.ops.progress import ProgressReport
 from relay.settings.config import load_config
 from relay.settings.database_url import DatabaseUrl
@@ -174,10 +174,7 @@ def _written(kind: SnapshotKind, result: SnapshotResult) -> str:
 def run_verify(args: argparse.Namespace) -> int:
     prog = "relay cache verify"
     if (url := _shared_store(prog, args.path)) is not None:
-        # A database that is no reasoning cache is refused as StoreCorrupt: exit 3.
-        return _verify(
-            prog, lambda progress: verify_shared(url, progress=progress), StoreCorrupt, args.json
-        )
+        return _verify(prog, lambda progress: verify_shared(url, progress=progress), args.json)
     path = args.path or _configured_path(prog)
     if path is None:
         return USAGE
@@ -191,17 +188,10 @@ def run_verify(args: argparse.Namespace) -> int:
     for sibling, meaning in siblings:
         if sibling.exists():
             print(f"{prog}: note: {sibling} exists: {meaning}", file=sys.stderr)
-    return _verify(
-        prog, lambda progress: verify_store(path, progress=progress), NotACache, args.json
-    )
+    return _verify(prog, lambda progress: verify_store(path, progress=progress), args.json)
 
 
-def _verify(
-    prog: str,
-    run: Callable[[Progress], VerifyReport],
-    not_a_cache: type[StoreError],
-    json_report: bool,
-) -> int:
+def _verify(prog: str, run: Callable[[Progress], VerifyReport], json_report: bool) -> int:
     """Run a verification with progress on stderr; print its report; the exit code."""
     report = ProgressReport(sys.stderr, f"{prog}: checking", "records")
     try:
@@ -209,7 +199,7 @@ def _verify(
     except StoreError as exc:
         report.done()
         print(f"{prog}: {exc}", file=sys.stderr)
-        return NOT_A_CACHE if isinstance(exc, not_a_cache) else 1
+        return NOT_A_CACHE if isinstance(exc, NotACache) else 1
     report.done()
     if json_report:
         print(json.dumps(verified.to_json(), indent=2, sort_keys=True))

@@ -13,11 +13,11 @@ from typing import Any
 import psycopg
 
 from relay.core.store_audit import AuditTally, Note, StoredRecord, audit_record
-from relay.errors import StoreCorrupt, StoreError
+from relay.errors import NotACache, StoreCorrupt, StoreError
 from relay.settings.database_url import DatabaseUrl
 from relay.storage.postgres.schema import check_version
 from relay.storage.postgres.store import store_error
-from relay.storage.schema import RECLAIMED_BEFORE_V6, SchemaRefused
+from relay.storage.schema import RECLAIMED_BEFORE_V6, SchemaRefused, SchemaTooNew
 from relay.storage.verify import (
     AUDIT_COLUMNS,
     PROGRESS_EVERY,
@@ -28,9 +28,9 @@ from relay.storage.verify import (
 
 
 def verify_shared(url: DatabaseUrl, *, progress: Progress | None = None) -> VerifyReport:
-    """Audit the shared store at ``url``. Raises :class:`StoreCorrupt` for a database
-    that is not a reasoning cache this relay can read, other ``StoreError``\\ s when it
-    cannot be reached."""
+    """Audit the shared store at ``url``. Raises :class:`NotACache` for a database that
+    holds no reasoning cache, :class:`StoreCorrupt` for one a newer relay wrote, other
+    ``StoreError``\\ s when it cannot be reached."""
     try:
         with (
             psycopg.connect(url.conninfo, autocommit=True, connect_timeout=10) as conn,
@@ -39,12 +39,14 @@ def verify_shared(url: DatabaseUrl, *, progress: Progress | None = None) -> Veri
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             try:
                 version = check_version(conn)
-            except SchemaRefused as exc:
+            except SchemaTooNew as exc:
                 raise StoreCorrupt(
                     f"{url} is not a reasoning cache verify can read: {exc}"
                 ) from None
+            except SchemaRefused as exc:
+                raise NotACache(f"{url} is not a relay cache: {exc}") from None
             if version == 0:
-                raise StoreCorrupt(f"{url} holds no reasoning cache (no relay_schema)")
+                raise NotACache(f"{url} holds no reasoning cache (no relay_schema)")
             tally = AuditTally()
             _records(conn, tally, progress)
             row = conn.execute("SELECT count(*) FROM intents").fetchone()

@@ -100,3 +100,11 @@ def test_a_restored_copy_is_quarantined_by_its_first_relay(pg_database: PgDataba
             assert original.secret == secret
     finally:
         pg_database.cluster.drop_database(copy.name)
+
+
+def test_verify_of_a_database_without_a_cache_exits_3(
+    pg_database: PgDatabase, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("REASONING_CACHE_URL", pg_database.url)
+    assert cache_commands.run_verify(argparse.Namespace(path=None, json=False)) == 3
+    assert "holds no reasoning cache" in capsys.readouterr().err
