@@ -185,7 +185,7 @@ class StoreBlocked(StoreError):
 
 class StoreUnreachable(StoreError):
     """The shared PostgreSQL store cannot be reached (down, restarting, the network): a
-    request needing a safety write gets 503; the pool reconnects on its own."""
+    request needing a safety write gets 503; the next one after it is back reconnects."""
 
 
 class StoreContention(StoreError):

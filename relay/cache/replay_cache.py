@@ -160,13 +160,14 @@ class ReplayCache:
         if config.reasoning_cache_url is not None:
             # The shared store: opened whether caching is on or off here, since other
             # relays use it now (off, this one records coverage gaps before forwarding).
-            store, safety, recovered = open_shared(
+            shared, safety, recovered = open_shared(
                 config.reasoning_cache_url, clock,
                 lease_ms=config.reasoning_cache_lease_ms,
                 disk_bytes=config.reasoning_cache_disk_bytes,
             )  # fmt: skip
             log.event("cache_opened_shared", database=str(config.reasoning_cache_url),
-                      instance=store.instance_id, recovered_intents=recovered)  # fmt: skip
+                      instance=shared.instance_id, recovered_intents=recovered)  # fmt: skip
+            store = shared
         elif config.reasoning_cache_enabled or store_exists(path):
             guard = DiskGuard(path, config.reasoning_cache_reserve_bytes)
             sqlite = store = open_store(guard, clock)  # refuses a latched or blocked store

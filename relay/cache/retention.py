@@ -9,9 +9,8 @@ startup) and lives in memory only.
 
 :class:`RetentionCleanup` runs :meth:`ReplayStore.cleanup.reclaim` every
 ``REASONING_CACHE_CLEANUP_INTERVAL_MS`` (an hour by default) on the IOLoop, the thread
-that owns the store's connection. It is scheduled with asyncio's ``call_later``, whose
-clock is monotonic: Tornado's ``PeriodicCallback`` follows ``time.time()``, so a wall
-clock stepped back two days would stall it for two days. A run deletes nothing while
+that owns the store's connection, on a monotonic timer (:mod:`relay.cache.periodic`:
+a wall clock stepped back two days cannot stall it). A run deletes nothing while
 the barrier is closed; otherwise it reclaims what the cutoff
 (``REASONING_CACHE_RETENTION_DAYS``) and the storage rules allow. Each run logs
 ``cache_cleanup`` with counts only; a store failure is logged and the next run tries
@@ -20,10 +19,10 @@ again (it never fails a request).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass, field
 
+from relay.cache.periodic import Periodic
 from relay.clock import Clock
 from relay.core.deletion_barrier import ClockSample, DeletionBarrier
 from relay.core.records import idle_window_s
@@ -75,14 +74,12 @@ class RetentionTotals:
 
 
 @dataclass
-class RetentionCleanup:
+class RetentionCleanup(Periodic):
     store: ReplayStore
     clock: WatchedClock
     retention_s: float
     every_s: float = 3600.0
     totals: RetentionTotals = field(default_factory=RetentionTotals)
-    _timer: asyncio.TimerHandle | None = None
-    _loop: asyncio.AbstractEventLoop | None = None
 
     def run(self) -> CleanupResult | None:
         """One cleanup run now; ``None`` when the barrier kept it from deleting anything
@@ -139,23 +136,11 @@ class RetentionCleanup:
         except StoreError as err:  # a failed checkpoint loses nothing: the WAL stays valid
             log.event("cache_checkpoint_failed", logging.WARNING, code=err.code)
 
-    def start(self) -> None:
-        """Run every ``every_s`` on the running event loop (call from it)."""
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-            self._timer = self._loop.call_later(self.every_s, self._tick)
+    def interval_s(self) -> float:
+        return self.every_s
 
-    def _tick(self) -> None:
-        try:
-            self.run()
-        finally:
-            if self._loop is not None:  # not stopped meanwhile
-                self._timer = self._loop.call_later(self.every_s, self._tick)
-
-    def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = self._loop = None
+    def tick(self) -> None:
+        self.run()
 
     def to_json(self) -> dict[str, object]:
         """For the cache API (``encryptedRecords.retention``): counts and times only.

@@ -5,22 +5,22 @@ local transaction, admission against the database's size, and the lease heartbea
 :class:`SharedSafety` stands where :class:`~relay.cache.disk_safety.DiskSafety` stands for
 the SQLite file (``ReplayCache.safety``). There is no reserve file and no latch: a
 database that cannot be reached fails each safety write with 503 ``cache_unavailable``
-(:class:`~relay.errors.StoreUnreachable`) and the pool reconnects by itself, so the relay
-recovers without an operator. A lost race (deadlock, serialization failure) reruns the
-same local transaction, at most :data:`MAX_ATTEMPTS` times: each caller's transaction
-comes before its send or after its answer, so no model request is sent again. A lapsed
-lease (:class:`~relay.errors.LeaseLapsed`) makes this process register as a new instance
-before its transaction runs again.
+(:class:`~relay.errors.StoreUnreachable`) and the next request after it is back connects
+again, so the relay recovers without an operator. A lost race (deadlock, serialization
+failure) reruns the same local transaction, at most :data:`MAX_ATTEMPTS` times: each
+caller's transaction comes before its send or after its answer, so no model request is
+sent again. A lapsed lease (:class:`~relay.errors.LeaseLapsed`) makes this process
+register as a new instance before its transaction runs again.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeVar
 
+from relay.cache.periodic import Periodic
 from relay.clock import Clock
 from relay.core.disk_policy import Admission
 from relay.core.records import idle_window_s
@@ -114,7 +114,7 @@ class SharedSafety:
 
 
 @dataclass
-class LeaseKeeper:
+class LeaseKeeper(Periodic):
     """Renew this instance's lease every third of its length and recover lapsed
     instances' intents, on the IOLoop (asyncio's monotonic ``call_later``: a wall clock
     step cannot stall it). ``barrier_cutoff`` reads this instance's retention cutoff
@@ -126,8 +126,6 @@ class LeaseKeeper:
     renewals: int = 0
     recovered: int = 0
     failures: int = 0
-    _timer: asyncio.TimerHandle | None = field(default=None, repr=False)
-    _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
 
     @classmethod
     def for_cache(
@@ -146,9 +144,11 @@ class LeaseKeeper:
 
         return cls(store, clock, barrier_cutoff=cutoff)
 
-    @property
-    def every_s(self) -> float:
+    def interval_s(self) -> float:
         return self.store.lease_ms / 3000.0
+
+    def tick(self) -> None:
+        self.beat()
 
     def beat(self) -> None:
         """One renewal and one recovery pass now (failures are logged, never raised)."""
@@ -165,23 +165,6 @@ class LeaseKeeper:
         if recovered:
             self.recovered += recovered
             log.event("cache_lapsed_intents_recovered", logging.WARNING, intents=recovered)
-
-    def start(self) -> None:
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-            self._timer = self._loop.call_later(self.every_s, self._tick)
-
-    def _tick(self) -> None:
-        try:
-            self.beat()
-        finally:
-            if self._loop is not None:
-                self._timer = self._loop.call_later(self.every_s, self._tick)
-
-    def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = self._loop = None
 
     def to_json(self) -> dict[str, object]:
         """For ``relay status`` and the cache API: this instance, the live ones and their

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from relay.storage.backup import (
 )
 from relay.storage.disk_guard import blocked_path, guard_path
 from relay.storage.postgres.verify import verify_shared
-from relay.storage.verify import VerifyReport, verify_store
+from relay.storage.verify import Progress, VerifyReport, verify_store
 
 USAGE = 2
 NOT_A_CACHE = 3
@@ -173,7 +174,10 @@ def _written(kind: SnapshotKind, result: SnapshotResult) -> str:
 def run_verify(args: argparse.Namespace) -> int:
     prog = "relay cache verify"
     if (url := _shared_store(prog, args.path)) is not None:
-        return _verify_shared(prog, url, json_report=args.json)
+        # A database that is no reasoning cache is refused as StoreCorrupt: exit 3.
+        return _verify(
+            prog, lambda progress: verify_shared(url, progress=progress), StoreCorrupt, args.json
+        )
     path = args.path or _configured_path(prog)
     if path is None:
         return USAGE
@@ -187,39 +191,30 @@ def run_verify(args: argparse.Namespace) -> int:
     for sibling, meaning in siblings:
         if sibling.exists():
             print(f"{prog}: note: {sibling} exists: {meaning}", file=sys.stderr)
+    return _verify(
+        prog, lambda progress: verify_store(path, progress=progress), NotACache, args.json
+    )
+
+
+def _verify(
+    prog: str,
+    run: Callable[[Progress], VerifyReport],
+    not_a_cache: type[StoreError],
+    json_report: bool,
+) -> int:
+    """Run a verification with progress on stderr; print its report; the exit code."""
     report = ProgressReport(sys.stderr, f"{prog}: checking", "records")
     try:
-        verified = verify_store(
-            path, progress=lambda _phase, done, total: report.update(done, total)
-        )
+        verified = run(lambda _phase, done, total: report.update(done, total))
     except StoreError as exc:
         report.done()
         print(f"{prog}: {exc}", file=sys.stderr)
-        return NOT_A_CACHE if isinstance(exc, NotACache) else 1
+        return NOT_A_CACHE if isinstance(exc, not_a_cache) else 1
     report.done()
-    if args.json:
+    if json_report:
         print(json.dumps(verified.to_json(), indent=2, sort_keys=True))
     else:
         print(render(verified))
-    return 1 if verified.damaged else 0
-
-
-def _verify_shared(prog: str, url: DatabaseUrl, *, json_report: bool) -> int:
-    report = ProgressReport(sys.stderr, f"{prog}: checking", "records")
-    try:
-        verified = verify_shared(
-            url, progress=lambda _phase, done, total: report.update(done, total)
-        )
-    except StoreError as exc:
-        report.done()
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return NOT_A_CACHE if isinstance(exc, StoreCorrupt) else 1
-    report.done()
-    print(
-        json.dumps(verified.to_json(), indent=2, sort_keys=True)
-        if json_report
-        else render(verified)
-    )
     return 1 if verified.damaged else 0
 
 

@@ -40,7 +40,7 @@ PROGRESS_EVERY: Final = 1000  # records between progress reports
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
-_COLUMNS: Final = """o.id, o.scope_id, o.generation, o.position, o.start_digest,
+AUDIT_COLUMNS: Final = """o.id, o.scope_id, o.generation, o.position, o.start_digest,
     o.end_digest, o.envelope_fp, o.payload_fp, o.output_hash, o.parent_id,
     o.prior_plan_count, o.prior_chain, o.intent_id, o.snapshot, o.replayable, o.observed_at"""
 
@@ -69,7 +69,7 @@ class VerifyReport:
         }
 
 
-def _observation(row: tuple[Any, ...]) -> Observation:
+def audited_observation(row: tuple[Any, ...]) -> Observation:
     return Observation(
         row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8],
         PriorPlan(row[9], row[10], row[11]), row[12], row[13], bool(row[14]), row[15],
@@ -133,13 +133,15 @@ def _records(
     total = conn.execute("SELECT count(*) FROM observations").fetchone()[0]
     reclaimed = "o.reclaimed_at" if marks else "NULL"
     rows = conn.execute(
-        f"SELECT {_COLUMNS}, {reclaimed}, CAST(p.output_json AS BLOB), p.size "  # noqa: S608
+        f"SELECT {AUDIT_COLUMNS}, {reclaimed}, CAST(p.output_json AS BLOB), p.size "  # noqa: S608
         "FROM observations o LEFT JOIN payloads p ON p.observation_id = o.id ORDER BY o.id"
     )
     if progress is not None:
         progress("records", 0, total)
     for done, row in enumerate(rows, start=1):
-        record = StoredRecord(_observation(row), row[16], row[17], row[18], reclaim_marks=marks)
+        record = StoredRecord(
+            audited_observation(row), row[16], row[17], row[18], reclaim_marks=marks
+        )
         parent = _parent(conn, record.observation)
         tally.records += 1
         tally.payloads += record.payload is not None
@@ -153,7 +155,7 @@ def _parent(conn: sqlite3.Connection, record: Observation) -> Observation | None
     if parent_id is None:
         return None
     row = conn.execute(
-        f"SELECT {_COLUMNS} FROM observations o WHERE o.id = ?",  # noqa: S608
+        f"SELECT {AUDIT_COLUMNS} FROM observations o WHERE o.id = ?",  # noqa: S608
         (parent_id,),
     ).fetchone()
-    return None if row is None else _observation(row)
+    return None if row is None else audited_observation(row)

@@ -12,6 +12,7 @@ import openai
 import pytest
 import requests
 
+from relay.cache.disk_safety import DiskSafety
 from relay.clock import ManualClock
 from relay.upstream.health import FRESH_S
 from tests.support.stack import Stack, running_stack
@@ -87,7 +88,7 @@ def test_a_full_cache_is_unready(tmp_path: Path) -> None:
 def test_a_latched_cache_is_unready(tmp_path: Path) -> None:
     with running_stack(tmp_path / "data", {"REASONING_CACHE_ENABLED": "1"}) as stack:
         runtime = stack.relay.runtime
-        assert runtime is not None and runtime.cache.safety is not None
+        assert runtime is not None and isinstance(runtime.cache.safety, DiskSafety)
         runtime.cache.safety.guard.latched = True  # as DiskSafety latches after two failures
         code, body = readyz(stack)
         assert code == 503 and body["checks"]["cache"] == {"ok": False, "state": "latched"}

@@ -18,7 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import pytest
 import requests
 
 from fakeupstream.fake import FakeUpstream
@@ -236,12 +235,6 @@ def test_a_postgresql_restart_refuses_only_safety_writes_then_recovers(
         verify_clean(two, pg_database)
 
 
-@pytest.mark.xfail(
-    reason="the pool hands out a connection the restart closed: PostgresStore.open's "
-    "ConnectionPool needs check=ConnectionPool.check_connection (or a transaction that "
-    "finds its connection broken before it began should run once more on a fresh one)",
-    raises=AssertionError,
-)
 def test_an_instance_idle_through_a_postgresql_restart_serves_its_next_request(
     tmp_path: Path, upstream: FakeUpstream, pg_database: PgDatabase
 ) -> None:

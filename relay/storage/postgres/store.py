@@ -1,8 +1,9 @@
 """The replay cache's shared PostgreSQL store: the SQLite store's semantics for several
 relays at once (design §6 and "Team deployment: guarantee by guarantee").
 
-One :class:`PostgresStore` per relay process, over a psycopg connection pool. Writes
-happen only inside :meth:`PostgresStore.transaction` (one pooled connection, ``BEGIN`` …
+One :class:`PostgresStore` per relay process, over a few reused psycopg connections
+(:mod:`relay.storage.postgres.connections`). Writes
+happen only inside :meth:`PostgresStore.transaction` (one connection, ``BEGIN`` …
 ``COMMIT`` with ``synchronous_commit = on``), so a decision's rows commit durably, all or
 nothing, before the caller acts on them. Reads work inside or outside one.
 
@@ -26,13 +27,13 @@ never a value.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Final, Literal
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg_pool import ConnectionPool, PoolTimeout
 
 from relay.clock import Clock
 from relay.core.identity import ScopeTargeting
@@ -58,6 +59,7 @@ from relay.storage.aggregates import PAYLOAD_BYTES_SCAN_ROWS, Bounded, StoreAggr
 from relay.storage.interface import IntentPhase, IntentRow, RecordSummary
 from relay.storage.postgres import leases
 from relay.storage.postgres.cleanup import PgPayloadCleanup
+from relay.storage.postgres.connections import Conn, Connections
 from relay.storage.postgres.schema import SCHEMA_VERSION, TABLES, migrate
 from relay.storage.postgres.strict import PgStrictEntries
 from relay.storage.schema import SchemaRefused
@@ -67,10 +69,8 @@ SECRET_BYTES: Final = 32
 AGGREGATED: Final = ("scopes", "observations", "payloads", "markers", "intents", "strict_entries")
 COVERAGE_GAP_KEY: Final = "coverage-gap"  # relay.storage.recovery's key
 IDENTITY_KEY: Final = "database-identity"  # cluster id and database oid that wrote it
-POOL_TIMEOUT_S: Final = 2.0  # the IOLoop waits at most this long for a connection
 CONNECT_TIMEOUT_S: Final = 2
 
-Conn = psycopg.Connection[tuple[Any, ...]]
 
 _OBSERVATION_COLUMNS: Final = """id, scope_id, generation, position, start_digest,
     end_digest, envelope_fp, payload_fp, output_hash, parent_id, prior_plan_count,
@@ -89,9 +89,9 @@ _LINEAGE: Final = f"""WITH RECURSIVE walk (wid, depth) AS (
 
 
 def store_error(exc: BaseException, where: str, action: str) -> StoreError:
-    """Translate a psycopg (or pool) error using its class and SQLSTATE only: its text
+    """Translate a psycopg error using its class and SQLSTATE only: its text
     may quote stored values."""
-    if isinstance(exc, PoolTimeout | psycopg.OperationalError) and not isinstance(
+    if isinstance(exc, psycopg.OperationalError) and not isinstance(
         exc, pg_errors.DeadlockDetected | pg_errors.QueryCanceled
     ):
         return StoreUnreachable(
@@ -117,11 +117,11 @@ class PostgresStore:
     kind: Final = "postgresql"
 
     def __init__(
-        self, pool: ConnectionPool[Conn], url: DatabaseUrl, secret: bytes, clock: Clock,
+        self, pool: Connections, url: DatabaseUrl, secret: bytes, clock: Clock,
         *, lease_ms: int,
     ) -> None:  # fmt: skip
         """Use :meth:`open`."""
-        self._pool: ConnectionPool[Conn] | None = pool
+        self._pool: Connections | None = pool
         self.url = url
         self._secret = secret
         self._clock = clock
@@ -142,19 +142,11 @@ class PostgresStore:
         """Connect, migrate (refusing a newer schema), create the secret once, and register
         this process's lease. Raises :class:`StoreUnreachable` when the database cannot be
         reached, :class:`StoreCorrupt` for one that is not a usable reasoning cache."""
-        pool: ConnectionPool[Conn] = ConnectionPool(
-            url.conninfo,
-            min_size=1,
-            max_size=4,
-            open=False,
-            timeout=POOL_TIMEOUT_S,
-            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
-            name="relay-cache",
-        )
+        pool = Connections(url.conninfo, connect_timeout=CONNECT_TIMEOUT_S)
         try:
-            pool.open(wait=True, timeout=POOL_TIMEOUT_S * 3)
-        except PoolTimeout:
-            pool.close()
+            with pool.connection():
+                pass  # reachable, and the credentials work
+        except psycopg.Error:
             raise StoreUnreachable(
                 f"cannot reach the reasoning cache database {url}: check REASONING_CACHE_URL, "
                 "the server and its authentication (PGPASSFILE/PGPASSWORD)"
@@ -169,7 +161,7 @@ class PostgresStore:
         return store
 
     @staticmethod
-    def _prepare(pool: ConnectionPool[Conn], url: DatabaseUrl) -> bytes:
+    def _prepare(pool: Connections, url: DatabaseUrl) -> bytes:
         try:
             with pool.connection() as conn, conn.transaction():
                 migrate(conn)
@@ -184,7 +176,7 @@ class PostgresStore:
                 f"{url} is not a usable reasoning cache: {exc}; point REASONING_CACHE_URL "
                 "at another database"
             ) from None
-        except (psycopg.Error, PoolTimeout) as exc:
+        except psycopg.Error as exc:
             raise store_error(exc, str(url), "the startup migration") from None
         if row is None or len(bytes(row[0])) != SECRET_BYTES:
             raise StoreCorrupt(f"reasoning cache {url}: the cache secret is malformed")
@@ -231,9 +223,9 @@ class PostgresStore:
         if pool is None:
             return
         try:
-            with pool.connection(timeout=POOL_TIMEOUT_S) as conn:
+            with pool.connection() as conn:
                 leases.release(conn, self.instance_id)
-        except (psycopg.Error, PoolTimeout):
+        except psycopg.Error:
             pass  # the lease lapses on its own
         pool.close()
 
@@ -267,7 +259,7 @@ class PostgresStore:
         try:
             with self._pool.connection() as conn:
                 yield conn
-        except (psycopg.Error, PoolTimeout) as exc:
+        except psycopg.Error as exc:
             raise store_error(exc, str(self.url), action) from None
 
     @contextmanager
@@ -294,7 +286,7 @@ class PostgresStore:
                 finally:
                     self._tx = None
                     self._locked.clear()
-        except (psycopg.Error, PoolTimeout) as exc:
+        except psycopg.Error as exc:
             raise store_error(exc, str(self.url), "a transaction") from None
 
     def _lock_scope(self, conn: Conn, scope_id: int) -> None:
@@ -777,7 +769,7 @@ class PostgresStore:
                     "(SELECT observed_at FROM observations ORDER BY id DESC LIMIT 1)"
                 ).fetchone()
                 assert row2 is not None
-        except (psycopg.Error, PoolTimeout) as exc:
+        except psycopg.Error as exc:
             raise store_error(exc, str(self.url), "read aggregates") from None
         return StoreAggregates(
             file_bytes=int(row2[0]),
@@ -787,6 +779,25 @@ class PostgresStore:
             payload_bytes=Bounded(int(row[1]), _one(more) <= limit),
             oldest_payload_touched_at=row2[1],
             newest_observation_at=row2[2],
+        )
+
+    def source_bytes(self) -> int:
+        """What an inspection copy would read: the database's size."""
+        return self.used_bytes()
+
+    def copy_for_inspection(
+        self,
+        target: Path,
+        *,
+        pages: int,
+        wait_turn: Callable[[], None],
+        stepped: Callable[[int, int], None],
+    ) -> None:
+        """No SQLite pages to copy: the shared store's inspection copy is pg_dump's."""
+        raise StoreError(
+            f"reasoning cache {self.url}: the inspection snapshot copies a SQLite store; "
+            "for the shared PostgreSQL store use pg_dump --format=custom on a replica or "
+            "during a quiet period"
         )
 
     def stats(self) -> dict[str, int]:

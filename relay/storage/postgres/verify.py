@@ -8,29 +8,23 @@ store, relays that are serving hold some.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 import psycopg
 
-from relay.core.records import Observation, PriorPlan
 from relay.core.store_audit import AuditTally, Note, StoredRecord, audit_record
 from relay.errors import StoreCorrupt, StoreError
 from relay.settings.database_url import DatabaseUrl
 from relay.storage.postgres.schema import check_version
 from relay.storage.postgres.store import store_error
 from relay.storage.schema import RECLAIMED_BEFORE_V6, SchemaRefused
-from relay.storage.verify import PROGRESS_EVERY, Progress, VerifyReport
-
-_COLUMNS: Final = """o.id, o.scope_id, o.generation, o.position, o.start_digest,
-    o.end_digest, o.envelope_fp, o.payload_fp, o.output_hash, o.parent_id,
-    o.prior_plan_count, o.prior_chain, o.intent_id, o.snapshot, o.replayable, o.observed_at"""
-
-
-def _observation(row: tuple[Any, ...]) -> Observation:
-    return Observation(
-        row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8],
-        PriorPlan(row[9], row[10], row[11]), row[12], row[13], bool(row[14]), row[15],
-    )  # fmt: skip
+from relay.storage.verify import (
+    AUDIT_COLUMNS,
+    PROGRESS_EVERY,
+    Progress,
+    VerifyReport,
+    audited_observation,
+)
 
 
 def verify_shared(url: DatabaseUrl, *, progress: Progress | None = None) -> VerifyReport:
@@ -73,22 +67,22 @@ def _records(
     # A server-side cursor: one row in memory at a time (a payload may be megabytes).
     with conn.cursor(name="relay_verify") as rows:
         rows.execute(
-            f"SELECT {_COLUMNS}, o.reclaimed_at, p.output_json, p.size "  # noqa: S608
+            f"SELECT {AUDIT_COLUMNS}, o.reclaimed_at, p.output_json, p.size "  # noqa: S608
             "FROM observations o LEFT JOIN payloads p ON p.observation_id = o.id "
             "ORDER BY o.id".encode()
         )
         for done, found in enumerate(rows, start=1):
             payload = None if found[17] is None else bytes(found[17])
-            record = StoredRecord(_observation(found), found[16], payload, found[18],
+            record = StoredRecord(audited_observation(found), found[16], payload, found[18],
                                   reclaim_marks=True)  # fmt: skip
             parent = None
             parent_id = record.observation.prior_plan.parent_id
             if parent_id is not None:
                 hit = parents.execute(
-                    f"SELECT {_COLUMNS} FROM observations o WHERE o.id = %s".encode(),  # noqa: S608
+                    f"SELECT {AUDIT_COLUMNS} FROM observations o WHERE o.id = %s".encode(),  # noqa: S608
                     (parent_id,),
                 ).fetchone()
-                parent = None if hit is None else _observation(hit)
+                parent = None if hit is None else audited_observation(hit)
             tally.records += 1
             tally.payloads += record.payload is not None
             tally.add_all(audit_record(record, parent, before_v6=RECLAIMED_BEFORE_V6), found[0])

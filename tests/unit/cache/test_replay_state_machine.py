@@ -64,6 +64,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from relay.cache.disk_safety import DiskSafety
 from relay.cache.session import CacheSession
 from relay.clock import ManualClock
 from relay.core.capture import ClientProjection
@@ -706,10 +707,11 @@ class ReplayMachine(RuleBasedStateMachine):
         growing = self.growing()
         request = growing[pick % len(growing)]
         disk, guard = self.relay.disk, guard_path(self.relay.path)
-        assert self.relay.cache.safety is not None
-        reserve = self.relay.cache.safety.guard.reserve
+        safety = self.relay.cache.safety
+        assert isinstance(safety, DiskSafety)
+        reserve = safety.guard.reserve
         if not reserve.exists():  # released by an earlier full disk: back once there is room
-            assert self.relay.cache.safety.guard.ensure_reserve()
+            assert safety.guard.ensure_reserve()
         disk.full, disk.room_after_release, disk.failures = True, room_after_release, 0
         try:
             if room_after_release:

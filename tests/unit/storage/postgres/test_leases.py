@@ -143,3 +143,16 @@ def test_cleanup_runs_on_one_instance_at_a_time(pg_database: PgDatabase) -> None
             assert store.cleanup.reclaim(100.0).reclaimed == 0
         assert store.cleanup.skipped_locked == 1
         assert store.cleanup.reclaim(100.0).reclaimed == 1
+
+
+def test_a_silent_instance_is_recovered_once_its_lease_runs_out(pg_database: PgDatabase) -> None:
+    """No manual lapse: an instance that stops renewing (killed) is recovered by a
+    survivor once its short lease has run out by the database's clock, not before."""
+    with open_pg(pg_database, lease_ms=400) as killed, open_pg(pg_database) as survivor:
+        scope = dispatch(killed, "intent_killed", 3)
+        assert survivor.recover_lapsed(1.0) == 0  # still within its lease
+        with pg_database.connect() as conn:  # wait on the database's clock, not ours
+            conn.execute("SELECT pg_sleep(0.5)")
+        assert survivor.recover_lapsed(2.0) == 1
+        assert survivor.poisoned_starts(scope, [h(3)]) == {h(3)}
+        assert not killed.heartbeat()  # it comes back as a new instance

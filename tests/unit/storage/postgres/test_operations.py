@@ -62,13 +62,13 @@ def test_the_commands_use_the_shared_store_when_it_is_configured(
     monkeypatch.setenv("REASONING_CACHE_URL", pg_database.url)
     assert cache_commands.run_verify(argparse.Namespace(path=None, json=False)) == 0
     assert "result: clean" in capsys.readouterr().out
-    for refused in (
-        lambda: cache_commands.run_backup(argparse.Namespace(dest=Path("b.dump"), source=None)),
-        lambda: cache_commands.run_restore(
-            argparse.Namespace(src=Path("b.dump"), dest=None, replace=False)
-        ),
+    backup = argparse.Namespace(dest=Path("b.dump"), source=None)
+    restore = argparse.Namespace(src=Path("b.dump"), dest=None, replace=False)
+    for command, args in (
+        (cache_commands.run_backup, backup),
+        (cache_commands.run_restore, restore),
     ):
-        assert refused() == 1
+        assert command(args) == 1
         err = capsys.readouterr().err
         assert "pg_dump" in err and "pg_restore" in err and err.count("\n") == 1
 

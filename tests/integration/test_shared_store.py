@@ -1,0 +1,156 @@
+"""Two relays on one PostgreSQL store over real loopback servers (the SDK as the client,
+the fake upstream's continuity probe as the judge): a conversation whose turns alternate
+between the relays replays every earlier block; PostgreSQL going away turns only the
+requests that need a safety write into 503 cache_unavailable, and both relays recover by
+themselves when it is back."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from relay.app.server import RelayServer
+from relay.ops.collector import RuntimeCollector
+from relay.ops.status import status_document
+from tests.support.cache_stack import CACHE_ON, ask, continuity
+from tests.support.log_leaks import observe_process
+from tests.support.pg_cluster import PgCluster, PgDatabase
+from tests.support.relay_cli import relay_env
+from tests.support.stack import Stack, running_stack
+
+PASSWORD = "pw-never-printed-4431"
+
+
+@contextmanager
+def two_relays(tmp_path: Path, url: str) -> Iterator[tuple[Stack, Stack]]:
+    """Two relays sharing the store at ``url`` and one fake upstream (one scope: the same
+    upstream origin, credential and relay token), each with its own data directory."""
+    env = {**CACHE_ON, "REASONING_CACHE_URL": url, "RELAY_ADMIN_SOCKET": "off"}
+    with running_stack(tmp_path / "a", env) as first:
+        config = dataclasses.replace(first.config, data_dir=tmp_path / "b")
+        relay = RelayServer(config, clock=first.clock)
+        first.loop.run(relay.start())
+        second = Stack(first.loop, first.fake, relay, config, first.clock)
+        try:
+            yield first, second
+        finally:
+            second.close_clients()
+            first.loop.run(relay.stop())
+
+
+def turn(messages: list[dict[str, Any]], text: str, n: int) -> None:
+    messages += [{"role": "assistant", "content": text}, {"role": "user", "content": f"q{n}"}]
+
+
+def ask_after_restart(stack: Stack, messages: list[dict[str, Any]]) -> tuple[str, list[int]]:
+    """The answer, and the statuses of the failures before it: a pooled connection that
+    died with the server fails at most once more, then the pool has a fresh one."""
+    failed: list[int] = []
+    for _attempt in range(3):
+        try:
+            return ask(stack, messages, stream=False), failed
+        except openai.APIStatusError as err:
+            failed.append(err.status_code)
+    raise AssertionError(f"no recovery: {failed}")
+
+
+def test_a_conversation_alternating_between_relays_replays_every_block(
+    tmp_path: Path, pg_database: PgDatabase
+) -> None:
+    with two_relays(tmp_path, pg_database.url) as (a, b):
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "hello"}]
+        for n, (relay, stream) in enumerate([(a, True), (b, False), (a, False), (b, True)]):
+            text = ask(relay, messages, stream=stream)
+            assert continuity(text) == (n, n, 0), f"turn {n}"
+            turn(messages, text, n)
+        for stack in (a, b):
+            runtime = stack.relay.runtime
+            assert runtime is not None and runtime.leases is not None
+            shared = runtime.leases.to_json()
+            live = shared["liveInstances"]
+            assert isinstance(live, list) and len(live) == 2, shared
+            assert any("postgresql://" in line for line in stack.relay.banner())
+
+
+def test_a_database_restart_fails_safety_writes_only_and_recovers(
+    tmp_path: Path, own_pg_cluster: PgCluster
+) -> None:
+    database = own_pg_cluster.create_database()
+    with two_relays(tmp_path, own_pg_cluster.url(database)) as (a, b):
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "hello"}]
+        turn(messages, ask(a, messages, stream=False), 0)
+        own_pg_cluster.stop()
+        for relay in (a, b):
+            with pytest.raises(openai.APIStatusError) as refused:
+                ask(relay, messages, stream=False)
+            assert refused.value.status_code == 503
+            body = refused.value.body
+            assert isinstance(body, dict) and body["code"] == "cache_unavailable"
+            with relay.openai() as client:  # no safety write needed: it still works
+                plain = client.chat.completions.create(
+                    model="gpt-4o", messages=[{"role": "user", "content": "hi"}]
+                )
+                assert plain.choices[0].message.content
+        own_pg_cluster.start()
+        for n, relay in enumerate((b, a), start=1):
+            text, failed = ask_after_restart(relay, messages)
+            assert set(failed) <= {503}
+            assert continuity(text)[0] == n, f"relay {n} did not recover"
+            turn(messages, text, n)
+
+
+def test_serve_refuses_an_unreachable_database_in_one_line(
+    tmp_path: Path, own_pg_cluster: PgCluster
+) -> None:
+    """``relay serve`` as a process: one line naming the database and the variable, and
+    the password in the URL nowhere in its output."""
+    own_pg_cluster.stop()
+    url = own_pg_cluster.url("postgres").replace("relay@", f"relay:{PASSWORD}@")
+    env = relay_env(tmp_path, REASONING_CACHE_ENABLED="1", REASONING_CACHE_URL=url,
+                    RELAY_ADMIN_SOCKET="off")  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "relay", "serve"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    observe_process("test_shared_store relay serve", result.stdout + result.stderr, env)
+    assert result.returncode == 1
+    assert PASSWORD not in result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("relay: cannot open the reasoning cache: cannot reach")
+    assert "REASONING_CACHE_URL" in lines[0] and "postgresql://relay@" in lines[0]
+
+
+def test_status_and_metrics_show_the_store_kind_and_the_leases(
+    tmp_path: Path, pg_database: PgDatabase
+) -> None:
+    with two_relays(tmp_path, pg_database.url) as (a, _other):
+        ops, runtime = a.relay.ops, a.relay.runtime
+        assert ops is not None and runtime is not None
+
+        async def read() -> tuple[dict[str, Any], dict[str, float]]:
+            doc = status_document(runtime, ops.sampler, ops.snapshots, offline_fake=False)
+            samples = {
+                f"{s.name}{sorted(s.labels.items())}": s.value
+                for family in RuntimeCollector(runtime, ops.sampler).collect()
+                for s in family.samples
+            }
+            return doc, samples
+
+        doc, samples = a.loop.run(read())
+        assert doc["relay"]["storeKind"] == "postgresql"
+        shared = doc["relay"]["shared"]
+        assert shared["database"].startswith("postgresql://") and len(shared["liveInstances"]) == 2
+        assert doc["store"]["counts"]["observations"]["value"] == 0
+        assert samples["relay_store_info[('kind', 'postgresql')]"] == 1
+        assert samples["relay_store_live_instances[]"] == 2
+        own = [k for k in samples if "lease_expires" in k and "'self', 'true'" in k]
+        assert len(own) == 1 and 0 < samples[own[0]] <= 30
