@@ -23,8 +23,9 @@ import requests
 from fakeupstream.fake import FakeUpstream
 from scenarios.wait import wait_until
 from tests.support.cache_stack import continuity
-from tests.support.pg_cluster import PgDatabase
+from tests.support.pg_cluster import PgCluster, PgDatabase
 from tests.support.relay_cli import run_relay
+from tests.support.serve_process import Relay, env_for, start
 from tests.support.team import Team, Turn, content_deltas, team
 
 LEASE_MS = 1500  # short, so a survivor takes over a dead instance's intents quickly
@@ -249,3 +250,32 @@ def test_an_instance_idle_through_a_postgresql_restart_serves_its_next_request(
         turns = [two.chat(messages), two.chat(messages)]
         assert {turn.instance for turn in turns} == {"r1", "r2"}
         assert [(t.status, t.error_code) for t in turns] == [(200, None)] * 2
+
+
+def test_a_relay_signs_in_with_its_pgpassfile_and_never_prints_the_password(
+    tmp_path: Path, upstream: FakeUpstream, pg_cluster: PgCluster, relays: list[Relay]
+) -> None:
+    """A role that needs its password (scram-sha-256 on the socket); the URL names the
+    role and no password; libpq finds it in PGPASSFILE (0600), as it allows."""
+    password = "pgpass-secret-0b9f2c71"
+    pg_cluster.create_role("team_relay", password)
+    database = pg_cluster.create_database(owner="team_relay")
+    passfile = tmp_path / "pgpass"
+    passfile.write_text(f"*:*:*:team_relay:{password}\n", encoding="utf-8")
+    passfile.chmod(0o600)  # libpq ignores a file others can read
+    url = pg_cluster.url(database, user="team_relay")
+    relay = start(relays, env_for(tmp_path, upstream, REASONING_CACHE_URL=url,
+                                  PGPASSFILE=str(passfile)))  # fmt: skip
+    try:
+        messages = relay.conversation("signed in")
+        assert continuity(relay.chat(messages)) == (1, 1, 0)
+        relay.stop()
+        assert password not in "".join(relay.seen)
+        with pg_cluster.connect(database) as conn:
+            owners = conn.execute("SELECT DISTINCT tableowner FROM pg_tables "
+                                  "WHERE schemaname = 'public'").fetchall()  # fmt: skip
+        assert owners == [("team_relay",)]  # the relay worked as that role
+    finally:
+        pg_cluster.drop_database(database)
+        with pg_cluster.connect() as conn:
+            conn.execute("DROP ROLE team_relay")
