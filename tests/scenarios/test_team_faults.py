@@ -203,6 +203,11 @@ def test_two_relays_on_postgresql_replay_nothing_wrong_through_crashes_and_resta
                         (r1,) = deployment.start_relays("r1", RELAY_PORT=r1_port)
                         proxy.wait_up("r1")
                         row.recover_s = time.monotonic() - started
+                        # Back as a new instance; the dead one's lease row is gone.
+                        again = r1.wait_for(r"cache_opened_shared .*instance=(\S+)").group(1)
+                        assert again != r1_instance
+                        gone = f"SELECT count(*) FROM instances WHERE id = '{r1_instance}'"
+                        assert count(cluster, database, gone) == 0
                     if round_no + 1 in FAULTS or round_no + 1 == ROUNDS:
                         row.poisoned += count(cluster, database, POISONED)
             deployment.close()  # every instance gone: their leases lapse
