@@ -15,7 +15,7 @@ import pytest
 
 from fakeupstream.fake import FakeUpstream
 from tests.support.haproxy import RECIPE, address_of, config, program
-from tests.support.team import content_deltas, team
+from tests.support.team import content_deltas, data_frames, team
 
 
 def test_consecutive_requests_land_on_different_instances(
@@ -49,7 +49,7 @@ def test_a_stream_passes_through_as_it_comes(tmp_path: Path, upstream: FakeUpstr
             assert answer.status_code == 200
             assert answer.headers["Content-Type"].startswith("text/event-stream")
             assert "Content-Encoding" not in answer.headers
-            first = next(content_deltas(answer))
+            first = next(content_deltas(data_frames(answer)))
             assert first == "first "
             assert upstream.requests[-1].ended is None  # the upstream is still holding it
 

@@ -12,7 +12,6 @@ replays, poisoned positions, time to recover.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -23,15 +22,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 
 from scenarios.checker import generations, no_wrong_replay
+from scenarios.client import chat
 from scenarios.fakeapi import FakeControl
 from scenarios.runner import Harness, credential_label
 from scenarios.seed import Seed
 from scenarios.wait import wait_until
 from tests.support.pg_cluster import PgCluster
-from tests.support.team import HEADERS, Team
+from tests.support.stack import TOKEN
+from tests.support.team import Team
 
 pytestmark = [pytest.mark.scenario, pytest.mark.slow]
 
@@ -83,40 +83,17 @@ def turn(deployment: Team, conversation: Conversation, stream: bool) -> str:
     """One turn through haproxy: ``ok`` (the conversation advances), else the failure."""
     body: dict[str, Any] = {"model": "gpt-5", "messages": conversation.messages, "stream": stream}
     try:
-        answer = requests.post(
-            f"{deployment.base}/chat/completions", json=body, headers=HEADERS, timeout=30,
-            stream=stream,
-        )  # fmt: skip
-        with answer:
-            if answer.status_code != 200:
-                return f"http_{answer.status_code}"
-            text = streamed_text(answer) if stream else answer.json()["choices"][0]["message"]
-    except requests.RequestException as exc:  # a killed relay: its streams break
+        answer = chat(deployment.base, TOKEN, body, timeout=30)
+    except OSError as exc:  # a killed relay: its connections break
         return type(exc).__name__
-    if text is None:
-        return "cut"
-    content = text if isinstance(text, str) else text["content"]
+    if answer.outcome != "success":
+        return answer.outcome
     conversation.messages += [
-        {"role": "assistant", "content": content},
+        {"role": "assistant", "content": answer.text},
         {"role": "user", "content": f"turn {conversation.answered + 1}"},
     ]
     conversation.answered += 1
     return "ok"
-
-
-def streamed_text(answer: requests.Response) -> str | None:
-    """The streamed content, or ``None`` when the stream ended without ``[DONE]``."""
-    parts: list[str] = []
-    for line in answer.iter_lines():
-        if line == b"data: [DONE]":
-            return "".join(parts)
-        if line.startswith(b"data: "):
-            chunk = json.loads(line[6:])
-            if "error" in chunk:
-                return None
-            for choice in chunk.get("choices", []):
-                parts.append(choice.get("delta", {}).get("content") or "")
-    return None
 
 
 POISONED = "SELECT count(*) FROM markers WHERE kind = 'start_poison'"
