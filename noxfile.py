@@ -164,9 +164,6 @@ def bench(session: nox.Session) -> None:
     them)."""
     install_project(session, "test")
     session.run("python", "-m", "bench", *session.posargs)
-    # Team deployment: the PostgreSQL store next to SQLite, one relay vs two behind haproxy.
-    ensure_system_packages(session)
-    session.run("python", "-m", "bench.team")
 
 
 @nox.session
