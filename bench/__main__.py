@@ -57,6 +57,7 @@ from bench.servers import (
     relay_profile,
     stream_once,
 )
+from bench.shared_store import run_shared_store, shared_store_report
 from bench.store_growth import STEPS as GROWTH_STEPS
 from bench.store_growth import VARIANT_STEPS, bench_store_growth, growth_report
 
@@ -450,6 +451,9 @@ def main() -> None:
                         help="messages of the long-conversation rows (none: skip them)")  # fmt: skip
     parser.add_argument("--growth-steps", type=int, nargs="*", default=list(GROWTH_STEPS),
                         help="agent steps of the store-growth rows (none: skip them)")  # fmt: skip
+    parser.add_argument("--shared-iterations", type=int, default=20,
+                        help="paired rounds of the PostgreSQL vs SQLite row (0: skip the "
+                        "shared-store section)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("bench-results/bench.json"))
     args = parser.parse_args()
     sizes = sorted(args.sizes)
@@ -468,6 +472,8 @@ def main() -> None:
                 (args.out.parent / f"profile-cache-{row['messages']}.md").write_text(
                     "\n\n".join(left) + "\n"
                 )
+        if args.shared_iterations:
+            result["shared_store"] = run_shared_store(args.shared_iterations)
     result["canonical"] = bench_canonical_vs_stdlib(cursor_history(sizes[-1]), repeat=args.repeat)
     result["identity"] = bench_identity_scaling(sizes, repeat=args.repeat)
     result["cache_path"] = bench_cache_scaling(sizes, repeat=args.repeat)
@@ -491,6 +497,8 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     print(report(result))
+    if "shared_store" in result:
+        print("\n" + "\n".join(shared_store_report(result["shared_store"])))
     print(f"\nwritten: {args.out}")
 
 

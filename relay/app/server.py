@@ -252,6 +252,8 @@ class RelayServer:
             )
             if (warning := budget.concurrency_warning()) is not None:
                 lines.append(f"WARNING: {warning}")
+        elif self.config.reasoning_cache_url is not None:
+            lines.append(cache_off_over_shared_store_warning(self.config.reasoning_cache_url))
         elif self.runtime.cache.store is not None:
             lines.append(cache_off_over_store_warning(self.config.cache_path))
         else:
@@ -305,6 +307,15 @@ def cache_off_over_store_warning(path: object) -> str:
         "cache on then stops replaying every conversation stored so far; to keep them, "
         "stop now and start with REASONING_CACHE_ENABLED=1 (a run that forwards no model "
         "request changes nothing)"
+    )
+
+
+def cache_off_over_shared_store_warning(url: object) -> str:
+    """The banner's line for a cache-off relay on the shared store (design §20)."""
+    return (
+        f"WARNING: reasoning cache: off on this relay, over the shared store {url}: every "
+        "reasoning request it forwards first stops replay of every conversation stored so "
+        "far, for all relays; set REASONING_CACHE_ENABLED=1 on every relay of the store"
     )
 
 

@@ -166,7 +166,9 @@ class RuntimeCollector(Collector):
         runtime = self.runtime
         if runtime.cache.store is None:
             return
-        kind = GaugeMetricFamily("relay_store_info", "The replay store in use", labels=["kind"])
+        kind = GaugeMetricFamily(
+            "relay_cache_store_info", "The replay store in use", labels=["kind"]
+        )
         kind.add_metric(["sqlite" if runtime.leases is None else "postgresql"], 1)
         yield kind
         if runtime.leases is None:
@@ -176,12 +178,12 @@ class RuntimeCollector(Collector):
         except StoreError:
             return  # the scrape still answers; status shows the failures
         instances = GaugeMetricFamily(
-            "relay_store_live_instances", "Relays holding a live lease on the shared store"
+            "relay_shared_live_instances", "Relays holding a live lease on the shared store"
         )
         instances.add_metric([], len(live))
         yield instances
         lease = GaugeMetricFamily(
-            "relay_store_lease_expires_in_seconds",
+            "relay_shared_lease_expires_in_seconds",
             "Seconds until each live instance's lease lapses, by the database's clock",
             labels=["instance", "self"],
         )
@@ -190,9 +192,9 @@ class RuntimeCollector(Collector):
             lease.add_metric([instance.id, str(instance.id == own).lower()], instance.expires_in_s)
         yield lease
         for name, value, text in (
-            ("relay_store_lease_lapses", runtime.leases.store.lease_lapses,
+            ("relay_shared_lease_lapses", runtime.leases.store.lease_lapses,
              "Times this relay found its lease lapsed and registered as a new instance"),
-            ("relay_store_recovered_intents", runtime.leases.recovered,
+            ("relay_shared_recovered_intents", runtime.leases.recovered,
              "Intents of lapsed instances this relay poisoned and removed"),
         ):  # fmt: skip
             counter = CounterMetricFamily(name, text)

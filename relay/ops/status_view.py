@@ -105,6 +105,8 @@ def render(doc: dict[str, Any], *, colour: bool) -> str:
     else:
         rows.append(("last errors", paint(GREEN, "none")))
     rows.append(("store", _store(doc.get("store"), relay["now"])))
+    if relay.get("shared"):
+        rows.append(("shared", _shared(relay["shared"])))
     snapshot = doc["snapshot"]
     if snapshot["running"] and snapshot["progress"]:
         p = snapshot["progress"]
@@ -115,6 +117,21 @@ def render(doc: dict[str, Any], *, colour: bool) -> str:
         rows.append(("metrics", relay["metricsUrl"]))
     width = max(len(label) for label, _ in rows)
     return "\n".join(f"{paint(DIM, label.ljust(width))}  {value}" for label, value in rows)
+
+
+def _shared(shared: dict[str, Any]) -> str:
+    """The shared PostgreSQL store: where, how many relays hold a lease, this one's."""
+    live = shared.get("liveInstances")
+    if live is None:
+        return f"{shared['database']}: leases unreadable (the database cannot be reached)"
+    own = next((i for i in live if i["id"] == shared["instance"]), None)
+    mine = (
+        f"this relay {shared['instance']} lease {own['leaseExpiresInSeconds']:.1f}s"
+        if own is not None
+        else f"this relay {shared['instance']} holds no live lease"
+    )
+    lapses = f", {shared['leaseLapses']} lapses" if shared.get("leaseLapses") else ""
+    return f"{shared['database']}: {len(live)} live relays ({mine}{lapses})"
 
 
 def _store(store: dict[str, Any] | None, now: float) -> str:

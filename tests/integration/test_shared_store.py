@@ -150,7 +150,17 @@ def test_status_and_metrics_show_the_store_kind_and_the_leases(
         shared = doc["relay"]["shared"]
         assert shared["database"].startswith("postgresql://") and len(shared["liveInstances"]) == 2
         assert doc["store"]["counts"]["observations"]["value"] == 0
-        assert samples["relay_store_info[('kind', 'postgresql')]"] == 1
-        assert samples["relay_store_live_instances[]"] == 2
+        assert samples["relay_cache_store_info[('kind', 'postgresql')]"] == 1
+        assert samples["relay_shared_live_instances[]"] == 2
         own = [k for k in samples if "lease_expires" in k and "'self', 'true'" in k]
         assert len(own) == 1 and 0 < samples[own[0]] <= 30
+
+
+def test_a_relay_with_caching_off_on_the_shared_store_says_what_it_costs(
+    tmp_path: Path, pg_database: PgDatabase
+) -> None:
+    env = {"REASONING_CACHE_URL": pg_database.url, "RELAY_ADMIN_SOCKET": "off"}
+    with running_stack(tmp_path, env) as stack:
+        warning = [line for line in stack.relay.banner() if line.startswith("WARNING")]
+        assert len(warning) == 1 and "over the shared store postgresql://relay@" in warning[0]
+        assert "for all relays" in warning[0]

@@ -182,15 +182,18 @@ class FullDisk:
 class Relay:
     """ReplayCache → CacheSession → ReasoningStore on one SQLite file, as the handler uses them."""
 
-    def __init__(self, path: Path, clock: ManualClock, *, database_url: str | None = None) -> None:
+    def __init__(
+        self, path: Path, clock: ManualClock, *, database_url: str | None = None, first_id: int = 0
+    ) -> None:
         """``database_url``: the shared PostgreSQL store instead of the file at ``path``
-        (the same cache, sessions and rules; no reserve, latch or offline backup there)."""
+        (the same cache, sessions and rules; no reserve, latch or offline backup there).
+        ``first_id``: where this relay's ids start (two relays on one database)."""
         self.path = path
         self.database_url = (
             None if database_url is None else parse_database_url("url", database_url)
         )
         self.clock = clock
-        self.count = 0
+        self.count = first_id
         self.copies = 0  # offline backups restored
         self.last_intent = ""
         self.disk = FullDisk()

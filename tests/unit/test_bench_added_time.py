@@ -6,6 +6,7 @@ import pytest
 
 from bench.__main__ import added_report
 from bench.servers import added_time
+from bench.shared_store import shared_store_report
 
 # Three rounds whose machine speed drifts. Cache on: the rounds' own differences are 1, 10
 # and 10 ms (median 10), while the difference of the modes' medians, 15 - 10, would mix
@@ -38,3 +39,18 @@ def test_the_small_row_is_judged_against_the_cache_on_target(
     row = next(line for line in lines[1].splitlines() if line.startswith("| small"))
     assert verdict in row
     assert "1.50 → 1.25" in row
+
+
+def test_the_shared_store_report_says_why_it_was_skipped_or_shows_both_rows() -> None:
+    assert shared_store_report({"skipped": "no initdb"}) == [
+        "Shared PostgreSQL store: skipped (no initdb)"
+    ]
+    lines = shared_store_report({
+        "ttft": {"messages": 201, "sqlite_s": 0.0612, "postgresql_s": 0.0841,
+                 "postgresql_minus_sqlite_s": 0.0169},
+        "iterations": 20, "concurrency": 8, "turns": 6,
+        "throughput": {"1": {"requests": 48, "seconds": 2.4, "requests_per_s": 20.0},
+                       "2": {"requests": 48, "seconds": 1.6, "requests_per_s": 30.0}},
+    })  # fmt: skip
+    assert "| PostgreSQL - SQLite (paired) | +16.90 |" in lines
+    assert lines[-2:] == ["| 1 | 48 | 2.40 | 20.0 |", "| 2 | 48 | 1.60 | 30.0 |"]

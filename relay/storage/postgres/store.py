@@ -624,14 +624,15 @@ class PostgresStore:
                 )
 
     def pin(self, intent_id: str, observation_ids: Iterable[int]) -> None:
-        rows = [(intent_id, observation_id) for observation_id in dict.fromkeys(observation_ids)]
-        if not rows:
+        """One statement for the whole plan (an array, not a row per block)."""
+        ids = list(dict.fromkeys(observation_ids))
+        if not ids:
             return
-        with self._writer("pin dependencies") as conn, conn.cursor() as cursor:
-            cursor.executemany(
-                "INSERT INTO dependencies (intent_id, ancestor_id) VALUES (%s, %s) "
-                "ON CONFLICT DO NOTHING",
-                rows,
+        with self._writer("pin dependencies") as conn:
+            conn.execute(
+                "INSERT INTO dependencies (intent_id, ancestor_id) "
+                "SELECT %s, unnest(%s::bigint[]) ON CONFLICT DO NOTHING",
+                (intent_id, ids),
             )
 
     def set_intent_phase(
@@ -818,8 +819,11 @@ def _quarantine_if_restored(conn: Conn) -> bool:
     (the coverage gap of everything served since the dump), every open intent poisoned
     and no lease carried over. Inside the startup transaction; whether it did."""
     row = conn.execute(
-        "SELECT (SELECT system_identifier FROM pg_control_system())::text || ':' || "
-        "(SELECT oid FROM pg_database WHERE datname = current_database())::text"
+        # A managed service may deny pg_control_system(): the oid alone then (a dump
+        # restored into another database still gets another oid).
+        "SELECT CASE WHEN has_function_privilege('pg_control_system()', 'EXECUTE') "
+        "THEN (SELECT system_identifier FROM pg_control_system())::text ELSE '' END "
+        "|| ':' || (SELECT oid FROM pg_database WHERE datname = current_database())::text"
     ).fetchone()
     assert row is not None
     identity = str(row[0])

@@ -106,7 +106,27 @@ def test_tunnel_strict_providers_and_metrics_url_rows() -> None:
 
 def test_no_tunnel_no_metrics_no_rows() -> None:
     labels = {line.split(None, 1)[0] for line in render(doc(), colour=False).splitlines()}
-    assert not labels & {"tunnel", "strict", "metrics"}
+    assert not labels & {"tunnel", "strict", "metrics", "shared"}
+
+
+@pytest.mark.parametrize(
+    ("live", "lapses", "line"),
+    [
+        ([{"id": "inst_a", "leaseExpiresInSeconds": 24.04}, {"id": "inst_b",
+          "leaseExpiresInSeconds": 3.0}], 0,
+         "postgresql://relay@db/cache: 2 live relays (this relay inst_a lease 24.0s)"),
+        ([{"id": "inst_b", "leaseExpiresInSeconds": 3.0}], 1,
+         "postgresql://relay@db/cache: 1 live relays (this relay inst_a holds no live lease, "
+         "1 lapses)"),
+        (None, 0, "postgresql://relay@db/cache: leases unreadable (the database cannot be "
+         "reached)"),
+    ],
+)  # fmt: skip
+def test_the_shared_store_row(live: list[dict[str, Any]] | None, lapses: int, line: str) -> None:
+    shared = {"database": "postgresql://relay@db/cache", "instance": "inst_a",
+              "liveInstances": live, "leaseLapses": lapses}  # fmt: skip
+    rows = render(doc(relay={**doc()["relay"], "shared": shared}), colour=False).splitlines()
+    assert [row.split(None, 1)[1].strip() for row in rows if row.startswith("shared")] == [line]
 
 
 @pytest.mark.parametrize(

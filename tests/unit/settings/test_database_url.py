@@ -3,7 +3,11 @@ valid, and no message or description ever carries the password."""
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from relay.errors import ConfigError
 from relay.settings.config import load_config
@@ -47,3 +51,24 @@ def test_unset_keeps_the_sqlite_store_and_the_lease_is_validated() -> None:
     assert PASSWORD not in repr(load_config({"REASONING_CACHE_URL": f"password={PASSWORD}"}))
     with pytest.raises(ConfigError, match=r"^REASONING_CACHE_LEASE_MS='100': expected"):
         load_config({"REASONING_CACHE_LEASE_MS": "100"})
+
+
+@given(
+    password=st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), min_size=8),
+    user=st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True),
+    host=st.from_regex(r"[a-z][a-z0-9-]{0,20}", fullmatch=True),
+)
+def test_no_password_ever_reaches_the_description(password: str, user: str, host: str) -> None:
+    """Whatever the password (URL-quoted in a URL, quoted in key=value form), the
+    description shows user, host and database, and never the password."""
+    assume(password not in f"postgresql://{user}@{host}/cache")
+    spellings = [
+        f"postgresql://{user}:{quote(password, safe='')}@{host}/cache",
+        "host={} user={} dbname=cache password='{}'".format(
+            host, user, password.replace("\\", "\\\\").replace("'", "\\'")
+        ),
+    ]
+    for raw in spellings:
+        url = parse_database_url("REASONING_CACHE_URL", raw)
+        assert url.description == f"postgresql://{user}@{host}/cache"
+        assert password not in repr(url)
