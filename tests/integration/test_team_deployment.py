@@ -10,7 +10,6 @@ tests/scenarios/test_team_faults.py (``nox -s scenarios``).
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -18,14 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import requests
-
 from fakeupstream.fake import FakeUpstream
 from scenarios.wait import wait_until
 from tests.support.cache_stack import continuity
-from tests.support.pg_cluster import PgDatabase
+from tests.support.pg_cluster import PgCluster, PgDatabase
 from tests.support.relay_cli import run_relay
-from tests.support.team import Team, Turn, content_deltas, team
+from tests.support.serve_process import Relay, env_for, start
+from tests.support.team import Team, Turn, content_deltas, data_frames, stream_end, team
 
 LEASE_MS = 1500  # short, so a survivor takes over a dead instance's intents quickly
 LATENCY_MS = 150  # per event of a racing answer: both are in flight at once
@@ -71,7 +69,7 @@ def test_a_conversation_alternating_between_instances_replays_every_earlier_bloc
             if k % 2:  # every other turn streamed: the same rules either way
                 with two.stream(messages) as answer:
                     turn = Turn(200, answer.headers["X-Relay-Instance"], {})
-                    text = "".join(content_deltas(answer))
+                    text = "".join(content_deltas(data_frames(answer)))
                 turn = Turn(200, turn.instance, {"choices": [{"message": {"content": text}}]})
             else:
                 turn = two.chat(messages)
@@ -149,7 +147,7 @@ def test_a_killed_instances_intent_is_poisoned_by_a_survivor_within_the_lease(
         )
         with two.stream(messages) as answer:
             victim = answer.headers["X-Relay-Instance"]
-            assert "half said".startswith(next(content_deltas(answer)))
+            assert "half said".startswith(next(content_deltas(data_frames(answer))))
             (dead,) = rows(pg_database, "SELECT instance_id, position FROM intents")
             os.kill(two.relays[victim].proc.pid, signal.SIGKILL)
             killed_at = time.monotonic()
@@ -178,18 +176,6 @@ def test_a_killed_instances_intent_is_poisoned_by_a_survivor_within_the_lease(
         verify_clean(two, pg_database)
 
 
-def stream_end(answer: requests.Response) -> list[dict[str, Any]]:
-    """The rest of a chat stream: its error frames, ``[]`` if it ended with ``[DONE]``."""
-    errors = []
-    for line in answer.iter_lines():
-        if line == b"data: [DONE]":
-            return []
-        if line.startswith(b"data: ") and b'"error"' in line:
-            errors.append(json.loads(line[len(b"data: ") :])["error"])
-    assert errors, "the stream ended with neither [DONE] nor an error frame"
-    return errors
-
-
 def test_a_postgresql_restart_refuses_only_safety_writes_then_recovers(
     tmp_path: Path, upstream: FakeUpstream, pg_database: PgDatabase
 ) -> None:
@@ -200,13 +186,13 @@ def test_a_postgresql_restart_refuses_only_safety_writes_then_recovers(
         # One answer in flight as the database goes: paced after its first events.
         upstream.enqueue({"toxics": {"latency_ms": 100, "latency_after_events": 5}})
         with two.stream(messages) as answer:
-            deltas = content_deltas(answer)
-            assert next(deltas)
+            frames = data_frames(answer)
+            assert next(content_deltas(frames))
             cluster.stop("fast")
             try:
                 # Its observation cannot commit: an error frame, never [DONE] (no false
                 # success).
-                assert [e["code"] for e in stream_end(answer)] == ["cache_unavailable"]
+                assert [e["code"] for e in stream_end(frames)] == ["cache_unavailable"]
             except BaseException:
                 cluster.start()
                 raise
@@ -249,3 +235,32 @@ def test_an_instance_idle_through_a_postgresql_restart_serves_its_next_request(
         turns = [two.chat(messages), two.chat(messages)]
         assert {turn.instance for turn in turns} == {"r1", "r2"}
         assert [(t.status, t.error_code) for t in turns] == [(200, None)] * 2
+
+
+def test_a_relay_signs_in_with_its_pgpassfile_and_never_prints_the_password(
+    tmp_path: Path, upstream: FakeUpstream, pg_cluster: PgCluster, relays: list[Relay]
+) -> None:
+    """A role that needs its password (scram-sha-256 on the socket); the URL names the
+    role and no password; libpq finds it in PGPASSFILE (0600), as it allows."""
+    password = "pgpass-secret-0b9f2c71"
+    pg_cluster.create_role("team_relay", password)
+    database = pg_cluster.create_database(owner="team_relay")
+    passfile = tmp_path / "pgpass"
+    passfile.write_text(f"*:*:*:team_relay:{password}\n", encoding="utf-8")
+    passfile.chmod(0o600)  # libpq ignores a file others can read
+    url = pg_cluster.url(database, user="team_relay")
+    relay = start(relays, env_for(tmp_path, upstream, REASONING_CACHE_URL=url,
+                                  PGPASSFILE=str(passfile)))  # fmt: skip
+    try:
+        messages = relay.conversation("signed in")
+        assert continuity(relay.chat(messages)) == (1, 1, 0)
+        relay.stop()
+        assert password not in "".join(relay.seen)
+        with pg_cluster.connect(database) as conn:
+            owners = conn.execute("SELECT DISTINCT tableowner FROM pg_tables "
+                                  "WHERE schemaname = 'public'").fetchall()  # fmt: skip
+        assert owners == [("team_relay",)]  # the relay worked as that role
+    finally:
+        pg_cluster.drop_database(database)
+        with pg_cluster.connect() as conn:
+            conn.execute("DROP ROLE team_relay")

@@ -1,7 +1,9 @@
-"""haproxy in front of several relays, as a team deployment runs them: HTTP mode, round
-robin, each instance health-checked, on a loopback port (a listening socket this process
-binds and hands over, ``bind fd@N``: no port race). It names the instance that served each
-answer in ``X-Relay-Instance`` (its server name), so a test sees where each turn landed.
+"""haproxy in front of several relays, run from the README's recipe
+(contrib/team/haproxy.cfg: HTTP mode, round robin, each instance health-checked) with only
+its address, its servers and its check timing replaced: on a loopback port (a listening
+socket this process binds and hands over, ``bind fd@N``: no port race). The recipe names
+the instance that served each answer in ``X-Relay-Instance`` (its server name), so a test
+sees where each turn landed.
 
 Streaming passes through as it comes: haproxy forwards an HTTP body as it arrives unless
 told to buffer it (``option http-buffer-request`` is not set, no compression filter), and
@@ -30,7 +32,8 @@ import pytest
 
 from tests.support.serve_process import TIMEOUT, ProcessLines
 
-INSTANCE_HEADER: Final = "X-Relay-Instance"
+RECIPE: Final = Path(__file__).resolve().parents[2] / "contrib" / "team" / "haproxy.cfg"
+INSTANCE_HEADER: Final = "X-Relay-Instance"  # the recipe names the answering instance
 HEALTH_PATH: Final = "/healthz"  # liveness: an instance whose store is down still bypasses
 CHECK_INTERVAL_MS: Final = 200
 # haproxy is found off PATH for a user whose PATH lacks the sbin directories.
@@ -42,34 +45,22 @@ def program() -> str | None:
 
 
 def config(servers: Sequence[tuple[str, str]], listen_fd: int, health_path: str) -> str:
-    """haproxy's configuration for ``servers`` (name, ``host:port``), listening on the
-    inherited descriptor ``listen_fd``."""
-    lines = [
-        "global",
-        "    maxconn 512",
-        "defaults",
-        "    mode http",
-        "    timeout connect 2s",
-        "    timeout client 10m",
-        "    timeout server 10m",  # a model may think for minutes between events
-        "    timeout http-request 30s",
-        # A relay's loop may be busy a second (a store that cannot be reached): not dead.
-        "    timeout check 5s",
-        "    retries 2",
-        "    option redispatch 1",  # a refused connection is retried on another instance
-        "frontend relays_in",
-        f"    bind fd@{listen_fd}",
-        "    default_backend relays",
-        "backend relays",
-        "    balance roundrobin",
-        f"    option httpchk GET {health_path}",
-        "    http-check expect status 200",
-        f"    http-response set-header {INSTANCE_HEADER} %s",  # %s: the server's name
-    ]
-    lines += [
-        f"    server {name} {address} check inter {CHECK_INTERVAL_MS}ms fall 2 rise 1"
-        for name, address in servers
-    ]
+    """The README's recipe (contrib/team/haproxy.cfg) as the tests run it: listening on the
+    inherited descriptor ``listen_fd``, in front of ``servers`` (name, ``host:port``), with
+    checks fast enough for a test; every other line as the recipe has it."""
+    replaced = {
+        "bind ": f"    bind fd@{listen_fd}",
+        "option httpchk ": f"    option httpchk GET {health_path}",
+        "default-server ": f"    default-server check inter {CHECK_INTERVAL_MS}ms fall 2 rise 1",
+    }
+    lines = []
+    for line in RECIPE.read_text(encoding="utf-8").splitlines():
+        setting = line.strip()
+        if setting.startswith("server "):
+            continue
+        key = next((key for key in replaced if setting.startswith(key)), None)
+        lines.append(line if key is None else replaced[key])
+    lines += [f"    server {name} {address}" for name, address in servers]
     return "\n".join(lines) + "\n"
 
 

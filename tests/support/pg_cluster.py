@@ -173,11 +173,7 @@ class PgCluster:
         return pid is not None and running(pid)
 
     def postmaster_pid(self) -> int | None:
-        try:
-            first = (self.data / "postmaster.pid").read_text(encoding="utf-8").split("\n", 1)[0]
-        except FileNotFoundError:
-            return None
-        return int(first) if first.strip().isdigit() else None
+        return postmaster_pid(self.data)
 
     def destroy(self) -> None:
         """Stop the server (if it runs) and remove the cluster's directory."""
@@ -258,6 +254,15 @@ def _server_env() -> dict[str, str]:
     return {**env, "LC_ALL": "C", "LANG": "C"}
 
 
+def postmaster_pid(data: Path) -> int | None:
+    """The server's pid from its data directory's lock file (``None``: not running)."""
+    try:
+        first = (data / "postmaster.pid").read_text(encoding="utf-8").split("\n", 1)[0]
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return int(first) if first.strip().isdigit() else None
+
+
 def sweep_stale(temp: Path | None = None) -> list[Path]:
     """Stop and remove the clusters of earlier runs that were killed (their pid is gone);
     the clusters of runs still alive are left alone."""
@@ -266,12 +271,8 @@ def sweep_stale(temp: Path | None = None) -> list[Path]:
         pid = root.name.removeprefix(TEMP_MARKER).split("-", 1)[0]
         if not pid.isdigit() or running(int(pid)):
             continue
-        try:
-            first = (root / "data" / "postmaster.pid").read_text(encoding="utf-8").split("\n")[0]
-        except (FileNotFoundError, NotADirectoryError):
-            first = ""
-        if first.strip().isdigit() and running(int(first)):
-            os.kill(int(first), signal.SIGQUIT)  # PostgreSQL's immediate shutdown
+        if (server := postmaster_pid(root / "data")) is not None and running(server):
+            os.kill(server, signal.SIGQUIT)  # PostgreSQL's immediate shutdown
         shutil.rmtree(root, ignore_errors=True)
         swept.append(root)
     return swept

@@ -115,15 +115,38 @@ class Team:
             relay.close()
 
 
-def content_deltas(answer: requests.Response) -> Iterator[str]:
-    """The content of each chunk of a chat stream, as it arrives."""
+DONE = "[DONE]"
+
+
+def data_frames(answer: requests.Response) -> Iterator[Any]:
+    """Each ``data:`` frame of a chat stream as it arrives, parsed (``DONE`` for
+    ``[DONE]``). One iterator per stream: it buffers what it has read."""
     for line in answer.iter_lines():
-        if not line.startswith(b"data: ") or line == b"data: [DONE]":
-            continue
-        chunk = json.loads(line[len(b"data: ") :])
-        for choice in chunk.get("choices", []):
+        if line.startswith(b"data: "):
+            payload = line[len(b"data: ") :]
+            yield DONE if payload == b"[DONE]" else json.loads(payload)
+
+
+def content_deltas(frames: Iterator[Any]) -> Iterator[str]:
+    """The content of each chunk, as it arrives, up to ``[DONE]``."""
+    for frame in frames:
+        if frame == DONE:
+            return
+        for choice in frame.get("choices", []):
             if content := choice.get("delta", {}).get("content"):
                 yield content
+
+
+def stream_end(frames: Iterator[Any]) -> list[dict[str, Any]]:
+    """The rest of a stream: its error frames, ``[]`` if it ended with ``[DONE]``."""
+    errors = []
+    for frame in frames:
+        if frame == DONE:
+            return []
+        if "error" in frame:
+            errors.append(frame["error"])
+    assert errors, "the stream ended with neither [DONE] nor an error frame"
+    return errors
 
 
 def upstream_env(fake: FakeUpstream) -> dict[str, str]:
