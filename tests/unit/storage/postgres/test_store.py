@@ -3,9 +3,11 @@ against a real cluster: the same answers as the SQLite store's for the same call
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Protocol
 
 import pytest
 
@@ -19,7 +21,7 @@ from relay.core.records import (
     StoredPayload,
     StoredSizeExceeded,
 )
-from relay.storage.interface import IntentPhase, ReplayStore
+from relay.storage.interface import IntentPhase, PayloadReclaimer, ReplayStore, StrictStore
 from relay.storage.postgres.store import PostgresStore
 from relay.storage.recovery import COVERAGE_GAP_KEY, fence, record_gap
 from tests.support.pg_cluster import PgDatabase
@@ -60,9 +62,38 @@ def observe(
     return row.id
 
 
-def test_the_store_satisfies_the_protocol(store: PostgresStore) -> None:
-    typed: ReplayStore = store  # mypy checks the structure; the call checks it works
+def test_the_store_satisfies_the_protocols(store: PostgresStore) -> None:
+    typed: ReplayStore = store  # mypy checks the structure; the calls check they work
+    strict: StrictStore = store.strict
+    cleanup: PayloadReclaimer = store.cleanup
     assert typed.secret == store.secret and len(store.secret) == 32
+    assert strict.get(1) is None and cleanup.eligible(0.0) == 0
+
+
+@pytest.mark.parametrize(
+    ("protocol", "part"),
+    [(ReplayStore, None), (StrictStore, "strict"), (PayloadReclaimer, "cleanup")],
+)
+def test_every_protocol_member_has_the_declared_parameters(
+    store: PostgresStore, protocol: type, part: str | None
+) -> None:
+    """What mypy checks above, at run time too: a member renamed or a parameter dropped on
+    either side fails here even where no caller is type-checked."""
+    implementation = store if part is None else getattr(store, part)
+    checked = 0
+    for klass in protocol.__mro__:
+        for name, declared in vars(klass).items():
+            if name.startswith("_") or klass in (object, Protocol):
+                continue
+            assert hasattr(implementation, name), name
+            if not callable(declared) or isinstance(declared, property):
+                continue
+            actual = inspect.signature(getattr(implementation, name)).parameters
+            for param in list(inspect.signature(declared).parameters.values())[1:]:
+                assert param.name in actual, f"{name}({param.name})"
+                assert actual[param.name].kind == param.kind, f"{name}({param.name})"
+            checked += 1
+    assert checked >= 2  # the protocol was read at all
 
 
 def test_writes_need_a_transaction_and_transactions_do_not_nest(store: PostgresStore) -> None:
