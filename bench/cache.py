@@ -36,10 +36,11 @@ from relay.cache.replay_cache import ReplayCache
 from relay.cache.session import CacheSession, ScopedSource
 from relay.clock import SystemClock
 from relay.core.capture import PAYLOAD_DOMAIN, ClientProjection
+from relay.core.history_digest import HistoryDigests, history_digests
 from relay.core.hot_blocks import HotBlocks
-from relay.core.identity import HistoryDigests, Scope, build_scope, history_digests
 from relay.core.planner import Plan, plan_replay
 from relay.core.records import EMPTY_PLAN, Observation, ScopeRow
+from relay.core.scope import Scope, build_scope
 from relay.settings.config import Config
 from relay.settings.routing import resolve_model
 from relay.translate.chat_to_responses import TranslatedRequest

@@ -18,20 +18,15 @@ from relay.cache.disk_safety import DiskSafety, open_store
 from relay.cache.session import CacheSession, SessionContext
 from relay.clock import Clock
 from relay.core.canonical import CanonicalRefused
+from relay.core.history_digest import HistoryDigests, history_digests
 from relay.core.hot_blocks import HotBlocks
-from relay.core.identity import (
-    HistoryDigests,
-    Scope,
-    build_scope,
-    history_digests,
-    scope_targeting,
-)
 from relay.core.planner import PlanLimits
 from relay.core.receipts import Reason
 from relay.core.records import MarkerKind
 from relay.core.replay_stats import ReplayStats
 from relay.core.resources import CapacityLedger
 from relay.core.responses_history import REASON_TEXT, Underivable, derive_responses_history
+from relay.core.scope import Scope, build_scope, scope_targeting
 from relay.observability import log
 from relay.settings.config import Config
 from relay.settings.crashpoints import crash_point

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from relay.clock import Clock
 from relay.core.canonical import CanonicalRefused
 from relay.core.capture import CaptureResult, ClientProjection, OutputCapture, finish_capture
+from relay.core.history_digest import AssistantBlockKey, HistoryDigests
 from relay.core.hot_blocks import HotBlocks
-from relay.core.identity import AssistantBlockKey, HistoryDigests, Scope, merged_include
 from relay.core.planner import Plan, PlanLimits, Rejection, plan_replay
 from relay.core.receipts import Reason
 from relay.core.records import (
@@ -35,6 +35,7 @@ from relay.core.rejection import RejectionKind, classify_rejection, redact_ciphe
 from relay.core.replace import replace_blocks
 from relay.core.replay_stats import Outcome
 from relay.core.resources import CapacityLedger, Lease
+from relay.core.scope import Scope, merged_include
 from relay.errors import StoreError, UpstreamHTTPError
 from relay.observability import log
 from relay.settings.crashpoints import crash_point

@@ -57,13 +57,14 @@ _SLICE: Final = 4096
 # Measuring slices long strings too, only to bound its temporaries.
 _MEASURE_SLICE: Final = 65536
 _SHORT: Final = 256  # below this, one encoding call beats counting
-_U64: Final = struct.Struct(">Q")
+# The framing of every document: its length as a u64 big-endian count of bytes.
+U64: Final = struct.Struct(">Q")
 _INT_MIN: Final = -(2**63)
 _INT_MAX: Final = 2**64 - 1
 
 # Encoded, a code point takes at most 6 bytes (``\\u00xx``; UTF-8 needs at most 4).
 MAX_ESCAPE: Final = 6
-_ONLY_STR: Final = frozenset((str,))
+ONLY_STR: Final = frozenset((str,))  # ONLY_STR.issuperset(map(type, xs)): all exactly str
 _MAX_PLANS: Final = 64  # flat templates one Budget keeps (distinct key sets)
 
 
@@ -122,6 +123,19 @@ class Sink(Protocol):
     """Where emitted bytes go (a hashlib object)."""
 
     def update(self, data: bytes, /) -> None: ...
+
+
+class Fanout:
+    """A sink feeding one emission to several sinks (each document is emitted once)."""
+
+    __slots__ = ("sinks",)
+
+    def __init__(self, sinks: tuple[Sink, ...]) -> None:
+        self.sinks = sinks
+
+    def update(self, data: bytes, /) -> None:
+        for sink in self.sinks:
+            sink.update(data)
 
 
 # --- measuring -----------------------------------------------------------------------
@@ -284,7 +298,7 @@ class Budget:
             if len(self.plans) < _MAX_PLANS:
                 self.plans[keys] = small
         values = value.values()
-        if not _ONLY_STR.issuperset(map(type, values)) or sum(map(len, values)) > small:
+        if not ONLY_STR.issuperset(map(type, values)) or sum(map(len, values)) > small:
             return None
         try:
             # An equal str subclass key finds the plan too: rendering refuses it.
@@ -302,6 +316,12 @@ def fits_one_chunk(chars: int, fixed: int) -> bool:
     return MAX_ESCAPE * chars + fixed <= CHUNK_BYTES
 
 
+def one_chunk_chars(fixed: int) -> int:
+    """The most code points strings may hold in all for them, encoded, plus ``fixed``
+    bytes of literal text to fit one chunk whatever they hold (:func:`fits_one_chunk`)."""
+    return (CHUNK_BYTES - fixed) // MAX_ESCAPE
+
+
 # --- one-pass rendering of flat objects ------------------------------------------------
 # A dict whose keys and values are all strings (user, system and tool messages) is
 # rendered by one orjson call (Budget.render_flat); a bound per key set is kept.
@@ -310,7 +330,7 @@ def fits_one_chunk(chars: int, fixed: int) -> bool:
 def _flat_bound(keys: tuple[Any, ...]) -> int | None:
     """The most code points the values of a flat dict with these keys may hold in all for
     its text to fit one chunk, whatever they hold; ``None`` for keys outside the path."""
-    if not keys or len(keys) > 16 or not _ONLY_STR.issuperset(map(type, keys)):
+    if not keys or len(keys) > 16 or not ONLY_STR.issuperset(map(type, keys)):
         return None
     try:
         # Bytes besides the values' encoded code points: braces, commas, colons, keys
@@ -318,7 +338,7 @@ def _flat_bound(keys: tuple[Any, ...]) -> int | None:
         fixed = sum(len(_dumps(key)) + 4 for key in keys) + 1
     except EncodeError:  # a key with a lone surrogate: measure() refuses it
         return None
-    return (CHUNK_BYTES - fixed) // MAX_ESCAPE
+    return one_chunk_chars(fixed)
 
 
 # --- emitting ------------------------------------------------------------------------
@@ -380,12 +400,21 @@ def chunks(value: object, size: int) -> Iterator[bytes]:
 
 def frame(sink: Sink, value: object, size: int) -> None:
     """Append one measured document to ``sink``: its u64 big-endian length, then its bytes."""
-    sink.update(_U64.pack(size))
+    sink.update(U64.pack(size))
     if size <= CHUNK_BYTES:  # the common case of chunks(), without a generator
         sink.update(_dumps(value, option=_SORTED))
         return
     for chunk in chunks(value, size):
         sink.update(chunk)
+
+
+def append_framed(out: bytearray, text: bytes | None) -> int | None:
+    """Append a rendered text to ``out``, framed; its size (``None``: nothing rendered)."""
+    if text is None:
+        return None
+    out += U64.pack(len(text))
+    out += text
+    return len(text)
 
 
 def canonical_bytes(value: object, limits: CanonicalLimits = CANONICAL_LIMITS) -> bytes:

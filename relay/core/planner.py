@@ -21,8 +21,8 @@ from typing import Any, Final, Protocol
 
 import orjson
 
+from relay.core.history_digest import AssistantBlockKey, HistoryDigests
 from relay.core.hot_blocks import HotBlocks, VerifiedPayload
-from relay.core.identity import AssistantBlockKey, HistoryDigests
 from relay.core.receipts import Reason
 from relay.core.records import (
     EMPTY_PLAN,

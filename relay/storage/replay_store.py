@@ -37,7 +37,6 @@ from typing import Any, Final, Literal
 
 from relay.clock import Clock
 from relay.core.disk_policy import DEFAULT_RESERVE_BYTES, wal_policy
-from relay.core.identity import ScopeTargeting
 from relay.core.records import (
     TOUCH_GRANULARITY_S,
     MarkerKind,
@@ -48,6 +47,7 @@ from relay.core.records import (
     StoredPayload,
     StoredSizeExceeded,
 )
+from relay.core.scope import ScopeTargeting
 from relay.errors import StoreCorrupt, StoreError, StoreFull, StoreIOError, StoreLocked
 from relay.storage.aggregates import StoreAggregates, read_aggregates, source_bytes
 from relay.storage.cleanup import PayloadCleanup, has_retained_descendant

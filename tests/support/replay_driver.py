@@ -20,9 +20,10 @@ from relay.cache.session import CacheSession, ScopedSource
 from relay.clock import ManualClock
 from relay.core.capture import ClientProjection
 from relay.core.disk_policy import MIN_RESERVE_BYTES
-from relay.core.identity import HistoryDigests, Scope, history_digests
+from relay.core.history_digest import HistoryDigests, history_digests
 from relay.core.planner import Plan, PlanLimits, plan_replay
 from relay.core.receipts import Reason
+from relay.core.scope import Scope
 from relay.errors import StoreFull, UpstreamHTTPError
 from relay.settings.config import Config
 from relay.settings.model_alias import ModelAlias

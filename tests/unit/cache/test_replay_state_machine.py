@@ -66,7 +66,7 @@ from hypothesis.stateful import (
 from relay.cache.session import CacheSession, ScopedSource
 from relay.clock import ManualClock
 from relay.core.capture import ClientProjection
-from relay.core.identity import HistoryDigests
+from relay.core.history_digest import HistoryDigests
 from relay.core.planner import Plan, plan_replay
 from relay.core.receipts import Reason
 from relay.core.records import BlockRef, StoredPayload, plan_chain

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from relay.core.capture import ClientProjection, finish_capture
 from relay.core.envelope import normalize_assistant
-from relay.core.identity import history_digests
+from relay.core.history_digest import history_digests
 from relay.core.planner import plan_replay
 from relay.core.predict import SentToolCall, predict_envelopes
 from relay.core.receipts import Reason

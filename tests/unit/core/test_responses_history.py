@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relay.core.identity import history_digests
+from relay.core.history_digest import history_digests
 from relay.core.responses_history import (
     REASON_TEXT,
     Underivable,
@@ -24,7 +24,7 @@ from relay.core.responses_history import (
 )
 from relay.errors import InvalidRequest
 from relay.translate.responses_input import custom_tool_names, resolve_tool_calls
-from tests.unit.core.test_identity import make_scope
+from tests.support.identity_cases import make_scope
 
 FUNCTION_CALL = {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"}
 OUTPUT = {"type": "function_call_output", "call_id": "c1", "output": "ok"}

@@ -17,7 +17,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from relay.clock import ManualClock
-from relay.core.identity import ScopeTargeting
 from relay.core.records import (
     EMPTY_PLAN,
     TOUCH_GRANULARITY_S,
@@ -30,6 +29,7 @@ from relay.core.records import (
     StoredSizeExceeded,
     plan_chain,
 )
+from relay.core.scope import ScopeTargeting
 from relay.errors import CacheUnavailable, StoreCorrupt, StoreError, StoreFull, StoreLocked
 from relay.storage.replay_store import (
     _FEW,
