@@ -43,9 +43,9 @@ from relay.core.records import EMPTY_PLAN, Observation, ScopeRow
 from relay.core.scope import Scope, build_scope
 from relay.settings.config import Config
 from relay.settings.routing import resolve_model
-from relay.translate.chat_to_responses import TranslatedRequest
 from relay.translate.events import ChatCompletion
 from relay.translate.request import translate_request
+from relay.translate.request_types import TranslatedRequest
 from relay.translate.responses_to_chat import response_to_chat_completion
 
 KEY = "sk-bench"

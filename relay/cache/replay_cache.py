@@ -33,7 +33,7 @@ from relay.settings.crashpoints import crash_point
 from relay.storage.disk_guard import DiskGuard
 from relay.storage.recovery import fence, open_disabled, open_enabled, record_gap
 from relay.storage.replay_store import ReasoningStore
-from relay.translate.chat_to_responses import TranslatedRequest
+from relay.translate.request_types import TranslatedRequest
 from relay.translate.sampling import is_reasoning_model
 
 T = TypeVar("T")

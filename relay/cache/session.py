@@ -41,7 +41,7 @@ from relay.observability import log
 from relay.settings.crashpoints import crash_point
 from relay.storage.replay_store import ReasoningStore
 from relay.translate.body_encoding import RawItems
-from relay.translate.chat_to_responses import TranslatedRequest
+from relay.translate.request_types import TranslatedRequest
 
 if TYPE_CHECKING:
     from relay.cache.disk_safety import DiskSafety

@@ -18,7 +18,7 @@ from relay.observability import log
 from relay.pipeline.chat import ChatPipeline
 from relay.settings.routing import resolve_model
 from relay.translate.chat_sse import KEEPALIVE
-from relay.translate.chat_to_responses import droppable_in
+from relay.translate.parameters import droppable_in
 from relay.translate.request import translate_request
 from relay.transport.upstream import Dialect
 

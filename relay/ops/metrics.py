@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 
 from relay.http.routes import label_of
 from relay.ops.window import CounterHistory, ErrorTally
-from relay.translate.chat_to_responses import NEUTRAL_ONLY
+from relay.translate.parameters import NEUTRAL_ONLY
 from relay.translate.responses_input import REFUSED
 
 # From a local fake's milliseconds to a slow model's first token.

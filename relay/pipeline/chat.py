@@ -42,8 +42,8 @@ from relay.pipeline.actions import (
 )
 from relay.pipeline.base import Phase, Pipeline
 from relay.translate.chat_sse import DONE, encode_chunk, encode_error
-from relay.translate.chat_to_responses import TranslatedRequest
 from relay.translate.events import ChatCompletion
+from relay.translate.request_types import TranslatedRequest
 from relay.translate.responses_to_chat import response_to_chat_completion
 from relay.translate.stream_converter import ChatStreamConverter, Chunk
 

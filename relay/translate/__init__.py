@@ -6,8 +6,8 @@ answer: :func:`response_to_chat_completion`. Responses SSE events → Chat chunk
 The types at that boundary (events read, chunks and answers made): :mod:`relay.translate.events`.
 """
 
-from relay.translate.chat_to_responses import TranslatedRequest
 from relay.translate.request import translate_request
+from relay.translate.request_types import TranslatedRequest
 from relay.translate.responses_to_chat import response_to_chat_completion, usage_to_chat
 from relay.translate.sampling import is_reasoning_model, sampling_params
 from relay.translate.stream_converter import ChatStreamConverter

@@ -26,17 +26,17 @@ from typing import Any
 
 from relay.errors import InvalidRequest, UnsupportedParameter
 from relay.settings.model_alias import ModelAlias
-from relay.translate.chat_to_responses import (
-    OUTPUT_TYPES,
+from relay.translate.events import CustomCallForm
+from relay.translate.messages import OUTPUT_TYPES
+from relay.translate.parameters import (
     PASSTHROUGH,
-    TranslatedRequest,
     client_model_name,
     optional_str,
     parse_reasoning_object,
     reasoning_settings,
     stream_flags,
 )
-from relay.translate.events import CustomCallForm
+from relay.translate.request_types import TranslatedRequest
 from relay.translate.sampling import sampling_params
 
 # Responses fields that cannot work through a stateless relay that always streams upstream,
