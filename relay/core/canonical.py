@@ -31,12 +31,17 @@ again. It renders only what is provably at most one chunk
 (every code point encodes to at most 6 bytes) and charges the budget with the same sizes,
 node counts and depths as :meth:`Budget.measure`; whatever it cannot decide that way (a
 limit reached, a value outside the fast shapes) goes through :meth:`Budget.measure`, so
-refusals are exactly the ones ``measure`` gives. A caller that renders a whole history
-before emitting holds at most the history's canonical bytes, which the byte limit bounds.
+refusals are exactly the ones ``measure`` gives. :meth:`Budget.render_document` is the
+same for any object or array (the scope with its tools' schemas, a message with content
+parts): a walk over the containers alone and two C calls (``marshal`` for exact types,
+orjson for the text) instead of measuring every value in Python. A caller that renders a
+whole history before emitting holds at most the history's canonical bytes, which the byte
+limit bounds.
 """
 
 from __future__ import annotations
 
+import marshal
 import math
 import struct
 from collections.abc import Iterator
@@ -272,14 +277,47 @@ class Budget:
         """Measure ``value`` like :meth:`measure` (same size, charges and refusals) and
         return ``(size, text)``: the canonical text, rendered once, when it fits in one
         chunk, else ``None`` (the value is to be streamed with :func:`frame`)."""
-        if type(value) is dict:
+        kind = type(value)
+        if kind is dict:
             text = self.render_flat(value)
+            if text is None:
+                text = self.render_document(value)
+            if text is not None:
+                return len(text), text
+        elif kind is list:
+            text = self.render_document(value)
             if text is not None:
                 return len(text), text
         size = self.measure(value)
         if size <= CHUNK_BYTES:
             return size, _dumps(value, option=_SORTED)
         return size, None
+
+    def render_document(self, value: dict[Any, Any] | list[Any]) -> bytes | None:
+        """The canonical text of any object or array that provably fits one chunk, charged
+        like :meth:`measure` charges it; ``None``, charging nothing, otherwise (then
+        :meth:`measure` it for the size or the exact refusal).
+
+        The C code does the per-value work :meth:`measure` does in Python: a walk over the
+        containers alone counts nodes, depth and code points (which bound the text before
+        it is rendered: at most one chunk ever exists), ``marshal`` refuses every type that
+        is not exactly a canonical one (a subclass, an enum member, any other object) and
+        orjson renders, refusing non-str keys, lone surrogates and integers beyond 64 bits.
+        A float the walk meets must be finite (orjson would write NaN as ``null``)."""
+        tally = [0, 0]  # children of every container (nodes less the document), code points
+        try:
+            depth = _shape(value, 1, tally, self.limits.max_depth)
+        except (_Unfit, TypeError):  # TypeError: a key without a length (measure refuses it)
+            return None
+        nodes = tally[0] + 1
+        if MAX_ESCAPE * tally[1] + _NODE_BYTES * nodes > CHUNK_BYTES:
+            return None
+        try:
+            marshal.dumps(value)  # only exact builtin types marshal (or buffers orjson refuses)
+            text = _dumps(value, option=_SORTED)
+        except (ValueError, EncodeError):
+            return None
+        return text if self.admit(len(text), nodes, depth) else None
 
     def render_flat(self, value: dict[Any, Any]) -> bytes | None:
         """The canonical text of a non-empty dict of strings (user, system and tool
@@ -307,6 +345,45 @@ class Budget:
             return None
         # Depth 1: the object and its values.
         return text if self.admit(len(text), len(values) + 1, 1) else None
+
+
+class _Unfit(InternalSignal):
+    """The walk met what only :meth:`Budget.measure` decides (too deep, a non-finite float);
+    private to :meth:`Budget.render_document`, never escapes it."""
+
+
+# Bytes a value adds besides its strings' encoded code points, at most: a comma, a key's
+# quotes and colon, and its own text when it is not a string (20 for a 64-bit integer, 24
+# for a float; quotes or brackets otherwise).
+_NODE_BYTES: Final = 32
+
+
+def _shape(value: dict[Any, Any] | list[Any] | tuple[Any, ...], depth: int, tally: list[int],
+           max_depth: int) -> int:  # fmt: skip
+    """The deepest container nesting at or below ``value`` (itself at ``depth``); adds its
+    children to ``tally[0]`` and the code points of its keys and strings to ``tally[1]``.
+    Only containers are visited by call: strings are counted by ``len``."""
+    if depth > max_depth:
+        raise _Unfit
+    tally[0] += len(value)
+    if type(value) is dict:
+        tally[1] += sum(map(len, value))
+        items: Any = value.values()
+    else:
+        items = value
+    deepest = depth
+    chars = 0
+    for item in items:
+        kind = type(item)
+        if kind is str:
+            chars += len(item)
+        elif kind is dict or kind is list or kind is tuple:
+            below = _shape(item, depth + 1, tally, max_depth)
+            deepest = max(deepest, below)
+        elif kind is float and not math.isfinite(item):
+            raise _Unfit
+    tally[1] += chars
+    return deepest
 
 
 def fits_one_chunk(chars: int, fixed: int) -> bool:

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from relay.core.canonical import Budget, Fanout, frame
+from relay.core.canonical import U64, Budget, Fanout, frame
 from relay.core.limits import CANONICAL_LIMITS, IDENTITY_FORMAT_VERSION, CanonicalLimits
 
 SCOPE_TAG: Final = b"rrr/scope/v1\0"
@@ -162,8 +162,15 @@ def build_scope(
         "openai_beta": openai_beta,
     }
     budget = Budget(limits)
-    size = budget.measure(value)
     scope_hash = hashlib.sha256(SCOPE_TAG)
     starts = (hashlib.sha256(HISTORY_TAGS[0]), hashlib.sha256(HISTORY_TAGS[1]))
-    frame(Fanout((scope_hash, *starts)), value, size)
+    text = budget.render_document(value)  # the tools' schemas: no walk over every value
+    if text is None:  # more than a chunk, or refused: measured, then streamed
+        size = budget.measure(value)
+        frame(Fanout((scope_hash, *starts)), value, size)
+    else:
+        size = len(text)
+        framed = U64.pack(size) + text
+        for sink in (scope_hash, *starts):
+            sink.update(framed)
     return Scope(scope_hash.hexdigest(), targeting, limits, size, budget.nodes, value, starts)
