@@ -45,7 +45,7 @@ import marshal
 import math
 import struct
 from collections.abc import Iterator
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 import orjson
 
@@ -277,17 +277,17 @@ class Budget:
         """Measure ``value`` like :meth:`measure` (same size, charges and refusals) and
         return ``(size, text)``: the canonical text, rendered once, when it fits in one
         chunk, else ``None`` (the value is to be streamed with :func:`frame`)."""
+        text = None
         kind = type(value)
         if kind is dict:
-            text = self.render_flat(value)
+            flat = cast("dict[Any, Any]", value)
+            text = self.render_flat(flat)
             if text is None:
-                text = self.render_document(value)
-            if text is not None:
-                return len(text), text
+                text = self.render_document(flat)
         elif kind is list:
-            text = self.render_document(value)
-            if text is not None:
-                return len(text), text
+            text = self.render_document(cast("list[Any]", value))
+        if text is not None:
+            return len(text), text
         size = self.measure(value)
         if size <= CHUNK_BYTES:
             return size, _dumps(value, option=_SORTED)
