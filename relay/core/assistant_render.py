@@ -133,12 +133,7 @@ def _render_envelope(
         message, keys = stripped, stripped.keys()
     if not exclude_reasoning_content and "reasoning_content" in keys:
         return _render_assistant_general(message, exclude_reasoning_content, budget)
-    content = message.get("content")
-    if content is None:
-        content = ""
-    calls = message.get("tool_calls")
-    if calls is None:
-        calls = _NO_CALLS
+    content, calls = _content_and_calls(message)
     # role: is_assistant made it equal to "assistant"; a str subclass (or key) is not canonical.
     if (
         type(content) is not str
@@ -165,6 +160,14 @@ def _render_envelope(
     }  # fmt: skip
     envelope = {"content": content, "role": "assistant", "tool_calls": [normalized_call]}
     return _render(envelope, 10, 4, budget)  # 4 values of the envelope and 6 of the call
+
+
+def _content_and_calls(message: dict[str, Any]) -> tuple[Any, Any]:
+    """``content`` and ``tool_calls`` as normalization reads them: ``None`` is no text and
+    no calls (the values are not type-checked here)."""
+    content = message.get("content")
+    calls = message.get("tool_calls")
+    return ("" if content is None else content), (_NO_CALLS if calls is None else calls)
 
 
 def _without_nullish(message: dict[str, Any]) -> dict[str, Any] | None:
@@ -226,12 +229,7 @@ def _render_assistant_general(
     """:func:`render_assistant` for any number of calls and a kept reasoning_content."""
     if not _ASSISTANT_KEYS.issuperset(message):
         return None
-    content = message.get("content")
-    if content is None:
-        content = ""
-    calls = message.get("tool_calls")
-    if calls is None:
-        calls = _NO_CALLS
+    content, calls = _content_and_calls(message)
     if type(calls) is not list:
         return None
     reasoning = not exclude_reasoning_content and "reasoning_content" in message
