@@ -33,7 +33,7 @@ from bench.identity import (
 )
 from relay.app.runtime import Runtime
 from relay.cache.replay_cache import ReplayCache
-from relay.cache.session import CacheSession, ScopedSource
+from relay.cache.session import CacheSession
 from relay.clock import SystemClock
 from relay.core.capture import PAYLOAD_DOMAIN, ClientProjection
 from relay.core.history_digest import HistoryDigests, history_digests
@@ -43,6 +43,7 @@ from relay.core.records import EMPTY_PLAN, Observation, ScopeRow
 from relay.core.scope import Scope, build_scope
 from relay.settings.config import Config
 from relay.settings.routing import resolve_model
+from relay.storage.scoped_source import ScopedSource
 from relay.translate.events import ChatCompletion
 from relay.translate.request import translate_request
 from relay.translate.request_types import TranslatedRequest

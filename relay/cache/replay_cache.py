@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from relay.cache.disk_safety import DiskSafety, open_store
+from relay.cache.disk_safety import DiskSafety, open_store, store_exists
 from relay.cache.session import CacheSession, SessionContext
 from relay.clock import Clock
 from relay.core.canonical import CanonicalRefused
@@ -31,8 +31,8 @@ from relay.observability import log
 from relay.settings.config import Config
 from relay.settings.crashpoints import crash_point
 from relay.storage.disk_guard import DiskGuard
+from relay.storage.interface import ReplayStore
 from relay.storage.recovery import fence, open_disabled, open_enabled, record_gap
-from relay.storage.replay_store import ReasoningStore
 from relay.translate.request_types import TranslatedRequest
 from relay.translate.sampling import is_reasoning_model
 
@@ -93,7 +93,7 @@ class ReplayCache:
         self,
         config: Config,
         clock: Clock,
-        store: ReasoningStore | None,
+        store: ReplayStore | None,
         *,
         upstream_url: str,
         upstream_credential: str,
@@ -149,7 +149,7 @@ class ReplayCache:
         (:data:`EMBEDDED_FAKE_ORIGIN`)."""
         store = safety = None
         path = config.cache_path
-        if config.reasoning_cache_enabled or ReasoningStore.exists(path):
+        if config.reasoning_cache_enabled or store_exists(path):
             guard = DiskGuard(path, config.reasoning_cache_reserve_bytes)
             store = open_store(guard, clock)  # refuses a latched or blocked store
             safety = DiskSafety(

@@ -11,7 +11,7 @@ is synchronous: nothing can interleave between a commit and the byte it guards.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -25,11 +25,8 @@ from relay.core.planner import Plan, PlanLimits, Rejection, plan_replay
 from relay.core.receipts import Reason
 from relay.core.records import (
     MarkerKind,
-    Observation,
-    OversizedPayload,
     PriorPlan,
     ScopeRow,
-    StoredPayload,
 )
 from relay.core.rejection import RejectionKind, classify_rejection, redact_ciphertext
 from relay.core.replace import replace_blocks
@@ -39,7 +36,8 @@ from relay.core.scope import Scope, merged_include
 from relay.errors import StoreError, UpstreamHTTPError
 from relay.observability import log
 from relay.settings.crashpoints import crash_point
-from relay.storage.replay_store import ReasoningStore
+from relay.storage.interface import ReplayStore
+from relay.storage.scoped_source import ScopedSource
 from relay.translate.body_encoding import RawItems
 from relay.translate.request_types import TranslatedRequest
 
@@ -75,53 +73,11 @@ class ReplayRefusal:
     resend: dict[str, Any] | None
 
 
-class ScopedSource:
-    """The planner's view of the store, bound to one scope."""
-
-    def __init__(self, store: ReasoningStore, scope_id: int) -> None:
-        self._store = store
-        self._scope_id = scope_id
-
-    def observations_ending_at(
-        self, end_digests: Iterable[str]
-    ) -> Mapping[str, Sequence[Observation]]:
-        return self._store.observations_ending_at(self._scope_id, end_digests)
-
-    def ends_with_records(self, end_digests: Iterable[str]) -> set[str]:
-        return self._store.ends_with_records(self._scope_id, end_digests)
-
-    def lineage(self, observation_id: int, limit: int) -> Sequence[Observation]:
-        return self._store.lineage(self._scope_id, observation_id, limit)
-
-    def poisoned_starts(self, start_digests: Iterable[str]) -> set[str]:
-        return self._store.poisoned_starts(self._scope_id, start_digests)
-
-    def conflicted_ends(self, end_digests: Iterable[str]) -> set[str]:
-        return self._store.conflicted_ends(self._scope_id, end_digests)
-
-    def rejected_ends(self, end_digests: Iterable[str]) -> set[str]:
-        return self._store.rejected_ends(self._scope_id, end_digests)
-
-    def unresolved_intents_at(self, start_digests: Iterable[str]) -> Mapping[str, set[str]]:
-        return self._store.unresolved_intents_at(self._scope_id, start_digests)
-
-    def latest_snapshot(self) -> str | None:
-        return self._store.latest_snapshot(self._scope_id)
-
-    def snapshot_last_seen(self, snapshot: str) -> float | None:
-        return self._store.snapshot_last_seen(self._scope_id, snapshot)
-
-    def load_payloads(
-        self, observation_ids: Iterable[int], *, max_bytes: int
-    ) -> Mapping[int, StoredPayload | OversizedPayload]:
-        return self._store.load_payloads(observation_ids, max_bytes=max_bytes)
-
-
 class CacheSession:
     def __init__(
         self,
         context: SessionContext,
-        store: ReasoningStore,
+        store: ReplayStore,
         lease: Lease,
         *,
         request_id: str,

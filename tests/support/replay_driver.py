@@ -16,7 +16,7 @@ from typing import Any
 
 from relay.cache.replay_cache import ReplayCache
 from relay.cache.retention import RetentionCleanup, WatchedClock
-from relay.cache.session import CacheSession, ScopedSource
+from relay.cache.session import CacheSession
 from relay.clock import ManualClock
 from relay.core.capture import ClientProjection
 from relay.core.disk_policy import MIN_RESERVE_BYTES
@@ -30,9 +30,11 @@ from relay.settings.model_alias import ModelAlias
 from relay.storage.backup import SnapshotKind, make_snapshot
 from relay.storage.disk_guard import DiskGuard
 from relay.storage.replay_store import ReasoningStore
+from relay.storage.scoped_source import ScopedSource
 from relay.translate.request import translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion
 from tests.support.replay_model import DAY, History
+from tests.support.sqlite_store import sqlite_store
 
 GPT5 = ModelAlias("gpt-5", "gpt-5")
 UPSTREAM_URL = "https://api.openai.com/v1/responses"
@@ -209,7 +211,7 @@ class Relay:
             relay_token="relay-token", new_id=self._new_id,
         )  # fmt: skip
         if cache.store is not None and cache.safety is not None:
-            self.disk.install(cache.store, cache.safety.guard)
+            self.disk.install(sqlite_store(cache.store), cache.safety.guard)
         return cache
 
     @property
@@ -224,8 +226,7 @@ class Relay:
 
     @property
     def store(self) -> ReasoningStore:
-        assert self.cache.store is not None
-        return self.cache.store
+        return sqlite_store(self.cache.store)
 
     def restart(self, *, disabled: str | None = None) -> None:
         """Close and reopen the same file (startup recovery runs); optionally run a while

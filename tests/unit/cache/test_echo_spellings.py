@@ -28,6 +28,7 @@ from relay.settings.model_alias import ModelAlias
 from relay.storage.replay_store import ReasoningStore
 from relay.translate.request import translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion
+from tests.support.sqlite_store import sqlite_store
 
 GPT5 = ModelAlias("gpt-5", "gpt-5")
 TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
@@ -52,8 +53,7 @@ class Relay:
 
     @property
     def store(self) -> ReasoningStore:
-        assert self.cache.store is not None
-        return self.cache.store
+        return sqlite_store(self.cache.store)
 
     def generate(
         self, messages: Sequence[Message], output: Sequence[Message] | None

@@ -63,7 +63,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from relay.cache.session import CacheSession, ScopedSource
+from relay.cache.session import CacheSession
 from relay.clock import ManualClock
 from relay.core.capture import ClientProjection
 from relay.core.history_digest import HistoryDigests
@@ -72,6 +72,7 @@ from relay.core.receipts import Reason
 from relay.core.records import BlockRef, StoredPayload, plan_chain
 from relay.errors import StoreLatched
 from relay.storage.disk_guard import guard_path
+from relay.storage.scoped_source import ScopedSource
 from relay.storage.verify import verify_store
 from relay.translate.body_encoding import encode_body
 from tests.support.replay_driver import (

@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 
-from relay.cache.session import CacheSession, ScopedSource
+from relay.cache.session import CacheSession
 from relay.clock import ManualClock
 from relay.core.capture import ClientProjection
 from relay.core.receipts import Reason
 from relay.core.records import StoredPayload
 from relay.core.rejection import RejectionKind
 from relay.errors import UpstreamHTTPError
+from relay.storage.scoped_source import ScopedSource
 from relay.translate.body_encoding import encode_body
 from tests.support.replay_driver import (
     REFUSED,
