@@ -21,6 +21,7 @@ from relay.core.canonical import CanonicalRefused
 from relay.core.capture import CaptureResult, ClientProjection, OutputCapture, finish_capture
 from relay.core.hot_blocks import HotBlocks
 from relay.core.identity import AssistantBlockKey, HistoryDigests, Scope, merged_include
+from relay.core.json_bytes import RawItems
 from relay.core.planner import Plan, PlanLimits, Rejection, plan_replay
 from relay.core.receipts import Reason
 from relay.core.records import (
@@ -39,8 +40,8 @@ from relay.errors import StoreError, UpstreamHTTPError
 from relay.observability import log
 from relay.settings.crashpoints import crash_point
 from relay.storage.replay_store import ReasoningStore
-from relay.translate.body_encoding import RawItems
 from relay.translate.chat_to_responses import TranslatedRequest
+from relay.translate.responses_to_chat import project_output
 
 if TYPE_CHECKING:
     from relay.cache.disk_safety import DiskSafety
@@ -139,7 +140,7 @@ class CacheSession:
         self._history = history
         self._messages = messages
         self._spans = spans
-        self.capture = OutputCapture(max_bytes=context.max_entry_bytes)
+        self.capture = OutputCapture(project=project_output, max_bytes=context.max_entry_bytes)
         self.plan = Plan()
         self._row: ScopeRow | None = None
         self._intent: str | None = None

@@ -57,13 +57,13 @@ _SLICE: Final = 4096
 # Measuring slices long strings too, only to bound its temporaries.
 _MEASURE_SLICE: Final = 65536
 _SHORT: Final = 256  # below this, one encoding call beats counting
-_U64: Final = struct.Struct(">Q")
+U64: Final = struct.Struct(">Q")  # a length prefix (identity frames its pieces with it too)
 _INT_MIN: Final = -(2**63)
 _INT_MAX: Final = 2**64 - 1
 
 # Encoded, a code point takes at most 6 bytes (``\\u00xx``; UTF-8 needs at most 4).
 MAX_ESCAPE: Final = 6
-_ONLY_STR: Final = frozenset((str,))
+ONLY_STR: Final = frozenset((str,))  # ONLY_STR.issuperset(map(type, xs)): all str, in C
 _MAX_PLANS: Final = 64  # flat templates one Budget keeps (distinct key sets)
 
 
@@ -284,7 +284,7 @@ class Budget:
             if len(self.plans) < _MAX_PLANS:
                 self.plans[keys] = small
         values = value.values()
-        if not _ONLY_STR.issuperset(map(type, values)) or sum(map(len, values)) > small:
+        if not ONLY_STR.issuperset(map(type, values)) or sum(map(len, values)) > small:
             return None
         try:
             # An equal str subclass key finds the plan too: rendering refuses it.
@@ -310,7 +310,7 @@ def fits_one_chunk(chars: int, fixed: int) -> bool:
 def _flat_bound(keys: tuple[Any, ...]) -> int | None:
     """The most code points the values of a flat dict with these keys may hold in all for
     its text to fit one chunk, whatever they hold; ``None`` for keys outside the path."""
-    if not keys or len(keys) > 16 or not _ONLY_STR.issuperset(map(type, keys)):
+    if not keys or len(keys) > 16 or not ONLY_STR.issuperset(map(type, keys)):
         return None
     try:
         # Bytes besides the values' encoded code points: braces, commas, colons, keys
@@ -380,7 +380,7 @@ def chunks(value: object, size: int) -> Iterator[bytes]:
 
 def frame(sink: Sink, value: object, size: int) -> None:
     """Append one measured document to ``sink``: its u64 big-endian length, then its bytes."""
-    sink.update(_U64.pack(size))
+    sink.update(U64.pack(size))
     if size <= CHUNK_BYTES:  # the common case of chunks(), without a generator
         sink.update(_dumps(value, option=_SORTED))
         return

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
@@ -43,7 +43,6 @@ from relay.core.predict import SentToolCall, predict_envelopes
 from relay.core.projection import DEFAULT_MAX_BYTES, ClientProjection, utf8_length
 from relay.core.receipts import Reason
 from relay.errors import RelayError
-from relay.translate.responses_to_chat import response_to_chat_completion
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -59,6 +58,11 @@ PAYLOAD_DOMAIN: Final = b"rrr/payload/v1\0"
 _TERMINAL_EVENTS: Final = ("response.completed", "response.incomplete", "response.failed")
 # Whatever json.dumps or a malformed value can throw at us; each means "not known exactly".
 _BAD_DATA: Final = (ValueError, TypeError, RecursionError)
+
+# The JSON Chat answer a completed output makes, built by the very code that builds the
+# client's answer (``relay.translate.responses_to_chat.project_output``; raises RelayError
+# when the items make none). Injected: the core sits below the translation.
+Projector = Callable[[list[dict[str, Any]]], Mapping[str, Any]]
 
 
 def payload_digests(payload: bytes) -> tuple[str, str]:
@@ -145,7 +149,8 @@ class OutputCapture:
     exhaustion poisons the position"; :attr:`exhausted` tells it apart for logs).
     """
 
-    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(self, *, project: Projector, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self._project = project
         self._max_bytes = max_bytes
         self._done: dict[int, _Finalized] = {}  # output_index → finalized item
         self._done_bytes = 0
@@ -250,25 +255,19 @@ class OutputCapture:
 
 
 def _projects_to(
-    output: list[dict[str, Any]], sent: ClientProjection
+    output: list[dict[str, Any]], sent: ClientProjection, project: Projector
 ) -> tuple[SentToolCall, ...] | None:
     """The original items' tool calls when they give the client exactly what it was sent,
     else None.
 
-    The items go through the very code that builds the JSON answer, so "several message
-    items in one choice" and call order are decided in one place. They are projected with
-    custom tool calls in the custom form, which keeps their kind; a custom call the client
-    got in the function form (``RELAY_CUSTOM_TOOL_CALLS=function``) is the same call.
+    The items go through the very code that builds the JSON answer (``project``), so
+    "several message items in one choice" and call order are decided in one place. They
+    are projected with custom tool calls in the custom form, which keeps their kind; a
+    custom call the client got in the function form (``RELAY_CUSTOM_TOOL_CALLS=function``)
+    is the same call.
     """
     try:
-        completion = response_to_chat_completion(
-            {"status": "completed", "output": output},
-            completion_id="",
-            created=0,
-            model="",
-            reasoning_summaries=False,
-            custom_tool_calls="custom",
-        )
+        completion = project(output)
     except RelayError:
         return None
     original = ClientProjection.from_completion(completion, max_bytes=None)
@@ -339,7 +338,7 @@ def finish_capture(capture: OutputCapture, sent: ClientProjection) -> CaptureRes
     output, output_json = original
     if sent.exhausted:
         return poison(Reason.CAPTURE_EXHAUSTED)
-    calls = _projects_to(output, sent)
+    calls = _projects_to(output, sent, capture._project)
     if calls is None:
         return poison(Reason.PROJECTION_MISMATCH)
     # The original's calls: what was sent, with each custom call's kind whatever its form.

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple, Protocol
 
 from relay.core.canonical import (
     MAX_ESCAPE,
+    ONLY_STR,
+    U64,
     Budget,
     CanonicalLimitExceeded,
     EncodeError,
@@ -53,8 +54,6 @@ from relay.core.limits import (
 SCOPE_TAG: Final = b"rrr/scope/v1\0"
 HISTORY_TAGS: Final = (b"rrr/history/v1\0", b"rrr/history-without-reasoning-content/v1\0")
 ENVELOPE_TAGS: Final = (b"rrr/envelope/v1\0", b"rrr/envelope-without-reasoning-content/v1\0")
-
-_U64: Final = struct.Struct(">Q")
 
 ENCRYPTED_REASONING_INCLUDE: Final = "reasoning.encrypted_content"
 
@@ -383,7 +382,6 @@ _ONE_CALL_KEYS: Final = frozenset({"role", "content", "tool_calls"})
 _CALL_KEYS: Final = frozenset({"id", "type", "function"})
 _INDEXED_CALL_KEYS: Final = frozenset({"id", "type", "function", "index"})
 _FUNCTION_KEYS: Final = frozenset({"name", "arguments"})
-_ONLY_STR: Final = frozenset((str,))
 _NO_CALLS: Final[list[Any]] = []
 _NO_CALLS_MEMBER: Final = b',"tool_calls":[]}'
 _FIRST_INDEX: Final = b',"index":0,'
@@ -435,7 +433,7 @@ def _render_assistant(
         size = len(text) - _INDEX_BYTES
         if not budget.admit(size, 10, 4):  # 4 values and 6 of the call
             return None
-        out += _U64.pack(size)
+        out += U64.pack(size)
         # The index is the last member but one: found from the end, cut out in place.
         cut = len(out) + text.rfind(_FIRST_INDEX) + 1  # after its leading comma
         out += text
@@ -452,7 +450,7 @@ def _render_assistant(
         size = len(text) - 1 + len(_NO_CALLS_MEMBER)
         if not budget.admit(size, 4, 2):  # the envelope and 3 values
             return None
-        out += _U64.pack(size)
+        out += U64.pack(size)
         out += text
         out[-1:] = _NO_CALLS_MEMBER  # in place of the closing brace
         return size
@@ -463,7 +461,7 @@ def _append(out: bytearray, text: bytes | None) -> int | None:
     """Append a rendered text to ``out``, framed; its size (``None``: nothing rendered)."""
     if text is None:
         return None
-    out += _U64.pack(len(text))
+    out += U64.pack(len(text))
     out += text
     return len(text)
 
@@ -492,7 +490,7 @@ def _render_envelope(
         type(content) is not str
         or type(calls) is not list
         or type(message["role"]) is not str
-        or not _ONLY_STR.issuperset(map(type, keys))
+        or not ONLY_STR.issuperset(map(type, keys))
     ):
         return None
     if not calls:
@@ -503,7 +501,7 @@ def _render_envelope(
     if len(calls) != 1:
         return _render_assistant_general(message, exclude_reasoning_content, budget)
     call = _only_call(calls)
-    if call is None or not _ONLY_STR.issuperset(map(type, (*calls[0], *calls[0]["function"]))):
+    if call is None or not ONLY_STR.issuperset(map(type, (*calls[0], *calls[0]["function"]))):
         return None
     arguments, name, call_id, kind, _ = call
     if len(content) + len(arguments) + len(name) + len(call_id) + len(kind) > _SMALL_CHARS:
@@ -611,7 +609,7 @@ def _render_assistant_general(
         normalized_calls.append(
             {"function": {"arguments": arguments, "name": name}, "id": call_id, "type": kind}
         )
-    if not _ONLY_STR.issuperset(map(type, typed)) or not _ONLY_STR.issuperset(map(type, texts)):
+    if not ONLY_STR.issuperset(map(type, typed)) or not ONLY_STR.issuperset(map(type, texts)):
         return None
     fixed = _ENVELOPE_FIXED + _CALL_FIXED * len(calls) + (_REASONING_FIXED if reasoning else 0)
     if not fits_one_chunk(sum(map(len, texts)), fixed):

@@ -46,8 +46,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from relay.errors import InvalidRequest, UnsupportedParameter
+from relay.settings.custom_calls import CustomCallForm
 from relay.settings.model_alias import ModelAlias
-from relay.translate.events import CustomCallForm
 from relay.translate.sampling import is_reasoning_model, sampling_params
 
 

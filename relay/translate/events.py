@@ -264,12 +264,6 @@ def read_error(data: RawEvent) -> ErrorEvent:
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
 
 
-# How a custom tool call reaches the client: a function-type call whose ``arguments`` is
-# the raw input, or the Chat API's own ``{"type": "custom", "custom": {name, input}}``.
-CustomCallForm = Literal["function", "custom"]
-CUSTOM_CALL_FORMS: tuple[CustomCallForm, ...] = ("function", "custom")
-
-
 class FunctionDelta(TypedDict, total=False):
     name: str
     arguments: str

@@ -38,11 +38,11 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal
 
 from relay.errors import UpstreamProtocolError
+from relay.settings.custom_calls import CustomCallForm
 from relay.translate import events
 from relay.translate.events import (
     ChatCompletionChunk,
     ChunkDelta,
-    CustomCallForm,
     FinishReason,
     RawEvent,
     ToolCallDelta,

@@ -38,7 +38,7 @@ from tornado.iostream import IOStream
 from tornado.netutil import DefaultLoopResolver
 from tornado.simple_httpclient import HTTPStreamClosedError, SimpleAsyncHTTPClient, _HTTPConnection
 
-from relay.clock import Clock
+from relay.clock import Clock, Deadline
 from relay.errors import (
     InternalSignal,
     RelayError,
@@ -50,7 +50,6 @@ from relay.errors import (
 )
 from relay.settings.crashpoints import crash_point
 from relay.transport.chunked import BulkChunkedHTTP1Connection
-from relay.transport.deadline import Deadline
 from relay.transport.pool import ConnectionPool, PooledTCPClient
 from relay.transport.sse import (
     TERMINAL_EVENTS,

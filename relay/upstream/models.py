@@ -23,11 +23,10 @@ from tornado.iostream import StreamClosedError
 from tornado.simple_httpclient import HTTPTimeoutError, SimpleAsyncHTTPClient
 
 from relay.app.runtime import Runtime
-from relay.clock import Clock
+from relay.clock import Clock, Deadline
 from relay.errors import InternalSignal
 from relay.observability import log
 from relay.settings.providers import BUILTIN, Provider
-from relay.transport.deadline import Deadline
 from relay.transport.upstream import (  # abortable, as a model call's request
     _AbortableRequest,
     origin_of,

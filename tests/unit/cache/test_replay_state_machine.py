@@ -67,13 +67,13 @@ from relay.cache.session import CacheSession, ScopedSource
 from relay.clock import ManualClock
 from relay.core.capture import ClientProjection
 from relay.core.identity import HistoryDigests
+from relay.core.json_bytes import encode_body
 from relay.core.planner import Plan, plan_replay
 from relay.core.receipts import Reason
 from relay.core.records import BlockRef, StoredPayload, plan_chain
 from relay.errors import StoreLatched
 from relay.storage.disk_guard import guard_path
 from relay.storage.verify import verify_store
-from relay.translate.body_encoding import encode_body
 from tests.support.replay_driver import (
     MAX_CONCURRENT,
     REFUSED,

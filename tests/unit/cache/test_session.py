@@ -17,11 +17,11 @@ import pytest
 from relay.cache.session import CacheSession, ScopedSource
 from relay.clock import ManualClock
 from relay.core.capture import ClientProjection
+from relay.core.json_bytes import encode_body
 from relay.core.receipts import Reason
 from relay.core.records import StoredPayload
 from relay.core.rejection import RejectionKind
 from relay.errors import UpstreamHTTPError
-from relay.translate.body_encoding import encode_body
 from tests.support.replay_driver import (
     REFUSED,
     Relay,

@@ -24,7 +24,7 @@ from relay.core.store_audit import (
     audit_payload,
     audit_record,
 )
-from relay.translate.responses_to_chat import response_to_chat_completion
+from relay.translate.responses_to_chat import project_output, response_to_chat_completion
 
 BEFORE_V6 = -1.0
 
@@ -35,7 +35,7 @@ def h(n: int) -> str:
 
 def captured(items: list[dict[str, Any]]) -> tuple[bytes, str, str]:
     """(stored bytes, payload fingerprint, output hash) of an admitted output."""
-    capture = OutputCapture()
+    capture = OutputCapture(project=project_output)
     for index, item in enumerate(items):
         capture.feed(
             "response.output_item.done", {"output_index": index, "item": copy.deepcopy(item)}
