@@ -36,6 +36,7 @@ from relay.core.rejection import RejectionKind, classify_rejection, redact_ciphe
 from relay.core.replace import replace_blocks
 from relay.core.replay_stats import Outcome
 from relay.core.resources import CapacityLedger, Lease
+from relay.core.responses_events import ResponsesEvent
 from relay.errors import StoreError, UpstreamHTTPError
 from relay.observability import log
 from relay.settings.crashpoints import crash_point
@@ -219,12 +220,12 @@ class CacheSession:
             body["input"] = replace_blocks(body["input"], self._spans, blocks)
         return body
 
-    def feed(self, event_type: str, data: Any) -> None:
+    def feed(self, event: ResponsesEvent) -> None:
         if not self._answered:  # the first event: the upstream took this request (2xx)
             self._answered = True
             if self.plan.blocks:
                 self._count("accepted")
-        self.capture.feed(event_type, data)
+        self.capture.feed(event)
 
     def refused(self, error: UpstreamHTTPError) -> ReplayRefusal | None:
         """See :meth:`_refused`."""

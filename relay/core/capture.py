@@ -2,8 +2,9 @@
 
 Two sides are collected separately while a response is relayed:
 
-- :class:`OutputCapture` gets every upstream Responses event (the relay always streams
-  upstream, JSON answers included) and keeps the finalized original items: each
+- :class:`OutputCapture` gets every upstream Responses event, decoded
+  (:mod:`relay.core.responses_events`; the relay always streams upstream, JSON answers
+  included) and keeps the finalized original items: each
   ``output_item.done`` item and the terminal response's ``output``;
 - :class:`~relay.core.projection.ClientProjection` gets every Chat chunk produced for
   the client (or the JSON completion) and keeps what the client was told.
@@ -42,6 +43,16 @@ from typing import Any, Final, Literal
 from relay.core.predict import SentToolCall, predict_envelopes
 from relay.core.projection import DEFAULT_MAX_BYTES, ClientProjection, utf8_length
 from relay.core.receipts import Reason
+from relay.core.responses_events import (
+    TERMINAL_EVENTS,
+    ErrorEvent,
+    Malformed,
+    OutputItemDone,
+    ResponseCompleted,
+    ResponseFailed,
+    ResponseIncomplete,
+    ResponsesEvent,
+)
 from relay.errors import RelayError
 
 __all__ = [
@@ -55,7 +66,9 @@ __all__ = [
 ]
 
 PAYLOAD_DOMAIN: Final = b"rrr/payload/v1\0"
-_TERMINAL_EVENTS: Final = ("response.completed", "response.incomplete", "response.failed")
+# What the capture reads: a malformed one of these poisons (any other is ignored, as the
+# stream converter ignores what it does not read).
+_READ: Final = TERMINAL_EVENTS | {OutputItemDone.type}
 # Whatever json.dumps or a malformed value can throw at us; each means "not known exactly".
 _BAD_DATA: Final = (ValueError, TypeError, RecursionError)
 
@@ -168,23 +181,28 @@ class OutputCapture:
         """Whether a terminal event was seen."""
         return self._terminal is not None
 
-    def feed(self, event_type: str, data: Mapping[str, Any]) -> None:
-        """One upstream SSE event, as given to the stream converter."""
+    def feed(self, event: ResponsesEvent) -> None:
+        """One decoded upstream event, as given to the stream converter."""
         if self._terminal is not None:
             return  # the converter ignores anything after the terminal event too
-        if event_type == "response.output_item.done":
-            self._item_done(data)
-        elif event_type in _TERMINAL_EVENTS:
-            self._finish(event_type, data.get("response"))
-        elif event_type == "error":
-            self._terminal = event_type
+        if isinstance(event, OutputItemDone):
+            self._item_done(event)
+        elif isinstance(event, ResponseCompleted | ResponseIncomplete | ResponseFailed):
+            self._finish(event.type, event.response)
+        elif isinstance(event, ErrorEvent):
+            self._terminal = event.type
             self._done.clear()  # poisoned: free the items now
+        elif isinstance(event, Malformed) and event.type in _READ:
+            # A done item or a terminal response the relay cannot read: not known exactly.
+            self.malformed = True
+            if event.type in TERMINAL_EVENTS:
+                self._terminal = event.type
 
-    def _item_done(self, data: Mapping[str, Any]) -> None:
+    def _item_done(self, event: OutputItemDone) -> None:
         if self.exhausted:
             return
-        index, item = data.get("output_index"), data.get("item")
-        if type(index) is not int or index < 0 or not isinstance(item, dict):
+        index, item = event.output_index, event.item
+        if index < 0:
             self.malformed = True
             return
         try:

@@ -32,9 +32,6 @@ from typing import Any, NamedTuple
 
 from relay.errors import UpstreamProtocolError
 
-# The events that end a Responses stream.
-TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
-
 _LINE_END = re.compile(rb"[\r\n]")
 _BOM = b"\xef\xbb\xbf"
 _CR = 0x0D

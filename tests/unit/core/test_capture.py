@@ -35,6 +35,7 @@ from relay.core.capture import (
 )
 from relay.core.predict import SentToolCall, predict_envelope
 from relay.core.receipts import Reason
+from relay.core.responses_events import decode
 from relay.errors import RelayError
 from relay.settings.custom_calls import CustomCallForm
 from relay.translate.responses_to_chat import project_output, response_to_chat_completion
@@ -93,11 +94,11 @@ def relay(
     chunks: list[Chunk] = []
     failed = False
     for event_type, data in events:
-        capture.feed(event_type, data)
+        capture.feed(decode(event_type, data))
         if failed:
             continue  # the client got an error; capture still sees the rest
         try:
-            new = converter.feed(event_type, data)
+            new = converter.feed(decode(event_type, data))
         except RelayError:
             failed = True
             continue

@@ -13,6 +13,7 @@ import pytest
 
 from relay.core.capture import ClientProjection, OutputCapture, finish_capture
 from relay.core.records import EMPTY_PLAN, RETIRED_CHAIN, Observation, PriorPlan
+from relay.core.responses_events import decode
 from relay.core.store_audit import (
     EXAMPLES_PER_CODE,
     AuditTally,
@@ -38,10 +39,12 @@ def captured(items: list[dict[str, Any]]) -> tuple[bytes, str, str]:
     capture = OutputCapture(project=project_output)
     for index, item in enumerate(items):
         capture.feed(
-            "response.output_item.done", {"output_index": index, "item": copy.deepcopy(item)}
+            decode(
+                "response.output_item.done", {"output_index": index, "item": copy.deepcopy(item)}
+            )
         )
-    capture.feed("response.completed", {"response": {"status": "completed", "model": "gpt-5",
-                                                     "output": copy.deepcopy(items)}})  # fmt: skip
+    capture.feed(decode("response.completed", {"response": {"status": "completed", "model": "gpt-5",
+                                                     "output": copy.deepcopy(items)}}))  # fmt: skip
     completion = response_to_chat_completion(
         {"status": "completed", "output": items}, completion_id="c", created=0, model="gpt-5",
         reasoning_summaries=False,
