@@ -215,7 +215,7 @@ ResponsesEvent = (
 Terminal = ResponseCompleted | ResponseIncomplete | ResponseFailed
 
 
-def _problem(event_type: str, data: Mapping[str, Any], fields: tuple[tuple[str, type], ...]) -> str:
+def _problem(event_type: str, data: Mapping[str, Any], fields: _Fields) -> str:
     """The message for the first field that is not of its exact kind."""
     for key, kind in fields:
         if type(data.get(key)) is not kind:
@@ -228,10 +228,11 @@ def _item_id(data: Mapping[str, Any]) -> str | None:
     return item_id if type(item_id) is str else None
 
 
-# Each decoder tests the exact types inline (the fast path; one event in thousands fails
-# it) and builds the message only when a field is wrong.
+# A decoder tests the exact types and builds the message only when a field is wrong (one
+# event in thousands). The most frequent event by far, the text delta, has its own.
 
 _Decoder = Callable[[str, Mapping[str, Any]], "ResponsesEvent"]
+_Fields = tuple[tuple[str, type], ...]
 _RESPONSE: Final = (("response", dict),)
 _ITEM: Final = (("item", dict), ("output_index", int))
 _CONTENT_DELTA: Final = (("output_index", int), ("content_index", int), ("delta", str))
@@ -251,121 +252,54 @@ def _text_delta(t: str, d: Mapping[str, Any]) -> ResponsesEvent:
     return Malformed(t, d, _problem(t, d, _CONTENT_DELTA))
 
 
-def _text_done(t: str, d: Mapping[str, Any]) -> ResponsesEvent:
-    o, c, text = d.get("output_index"), d.get("content_index"), d.get("text")
-    if type(o) is int and type(c) is int and type(text) is str:
-        return OutputTextDone(o, c, text, _item_id(d))
-    return Malformed(t, d, _problem(t, d, _TEXT_DONE))
+def _checked(
+    cls: Callable[..., ResponsesEvent], fields: _Fields, *, item_id: bool = True
+) -> _Decoder:
+    """A decoder of an event whose fields are ``fields`` (passed to ``cls`` in that order,
+    then the ``item_id`` when the event has one)."""
+    keys = tuple(key for key, _ in fields)
+    kinds = tuple(kind for _, kind in fields)
+
+    def decode_one(t: str, d: Mapping[str, Any]) -> ResponsesEvent:
+        values = [d.get(key) for key in keys]
+        if all(map(_is_exactly, values, kinds)):
+            return cls(*values, _item_id(d)) if item_id else cls(*values)
+        return Malformed(t, d, _problem(t, d, fields))
+
+    return decode_one
 
 
-def _refusal_delta(t: str, d: Mapping[str, Any]) -> ResponsesEvent:
-    o, c, delta = d.get("output_index"), d.get("content_index"), d.get("delta")
-    if type(o) is int and type(c) is int and type(delta) is str:
-        return RefusalDelta(o, c, delta, _item_id(d))
-    return Malformed(t, d, _problem(t, d, _CONTENT_DELTA))
+def _is_exactly(value: object, kind: type) -> bool:
+    return type(value) is kind
 
 
-def _refusal_done(t: str, d: Mapping[str, Any]) -> ResponsesEvent:
-    o, c, refusal = d.get("output_index"), d.get("content_index"), d.get("refusal")
-    if type(o) is int and type(c) is int and type(refusal) is str:
-        return RefusalDone(o, c, refusal, _item_id(d))
-    return Malformed(t, d, _problem(t, d, _REFUSAL_DONE))
-
-
-def _summary_delta(t: str, d: Mapping[str, Any]) -> ResponsesEvent:
-    o, s, delta = d.get("output_index"), d.get("summary_index"), d.get("delta")
-    if type(o) is int and type(s) is int and type(delta) is str:
-        return SummaryTextDelta(o, s, delta, _item_id(d))
-    return Malformed(t, d, _problem(t, d, _SUMMARY_DELTA))
-
-
-def _summary_done(t: str, d: Mapping[str, Any]) -> ResponsesEvent:
-    o, s, text = d.get("output_index"), d.get("summary_index"), d.get("text")
-    if type(o) is int and type(s) is int and type(text) is str:
-        return SummaryTextDone(o, s, text, _item_id(d))
-    return Malformed(t, d, _problem(t, d, _SUMMARY_DONE))
-
-
-def _arguments_delta(t: str, d: Mapping[str, Any]) -> ResponsesEvent:
-    o, delta = d.get("output_index"), d.get("delta")
-    if type(o) is int and type(delta) is str:
-        return FunctionCallArgumentsDelta(o, delta, _item_id(d))
-    return Malformed(t, d, _problem(t, d, _PIECE))
-
-
-def _arguments_done(t: str, d: Mapping[str, Any]) -> ResponsesEvent:
-    o, arguments = d.get("output_index"), d.get("arguments")
-    if type(o) is int and type(arguments) is str:
-        return FunctionCallArgumentsDone(o, arguments, _item_id(d))
-    return Malformed(t, d, _problem(t, d, _ARGUMENTS_DONE))
-
-
-def _input_delta(t: str, d: Mapping[str, Any]) -> ResponsesEvent:
-    o, delta = d.get("output_index"), d.get("delta")
-    if type(o) is int and type(delta) is str:
-        return CustomToolCallInputDelta(o, delta, _item_id(d))
-    return Malformed(t, d, _problem(t, d, _PIECE))
-
-
-def _input_done(t: str, d: Mapping[str, Any]) -> ResponsesEvent:
-    o, text = d.get("output_index"), d.get("input")
-    if type(o) is int and type(text) is str:
-        return CustomToolCallInputDone(o, text, _item_id(d))
-    return Malformed(t, d, _problem(t, d, _INPUT_DONE))
-
-
-def _item_added(t: str, d: Mapping[str, Any]) -> ResponsesEvent:
+def _item(
+    cls: type[OutputItemAdded | OutputItemDone], t: str, d: Mapping[str, Any]
+) -> ResponsesEvent:
     o, item = d.get("output_index"), d.get("item")
     if type(item) is dict and type(o) is int:
-        return OutputItemAdded(o, item)
+        return cls(o, item)
     return Malformed(t, d, _problem(t, d, _ITEM))
-
-
-def _item_done(t: str, d: Mapping[str, Any]) -> ResponsesEvent:
-    o, item = d.get("output_index"), d.get("item")
-    if type(item) is dict and type(o) is int:
-        return OutputItemDone(o, item)
-    return Malformed(t, d, _problem(t, d, _ITEM))
-
-
-def _created(t: str, d: Mapping[str, Any]) -> ResponsesEvent:
-    response = d.get("response")
-    if type(response) is dict:
-        return ResponseCreated(response)
-    return Malformed(t, d, _problem(t, d, _RESPONSE))
-
-
-def _completed(t: str, d: Mapping[str, Any]) -> ResponsesEvent:
-    response = d.get("response")
-    if type(response) is dict:
-        return ResponseCompleted(response)
-    return Malformed(t, d, _problem(t, d, _RESPONSE))
-
-
-def _incomplete(t: str, d: Mapping[str, Any]) -> ResponsesEvent:
-    response = d.get("response")
-    if type(response) is dict:
-        return ResponseIncomplete(response)
-    return Malformed(t, d, _problem(t, d, _RESPONSE))
 
 
 _DECODERS: Final[dict[str, _Decoder]] = {
     "response.output_text.delta": _text_delta,
-    "response.output_text.done": _text_done,
-    "response.refusal.delta": _refusal_delta,
-    "response.refusal.done": _refusal_done,
-    "response.reasoning_summary_text.delta": _summary_delta,
-    "response.reasoning_summary_text.done": _summary_done,
-    "response.function_call_arguments.delta": _arguments_delta,
-    "response.function_call_arguments.done": _arguments_done,
-    "response.custom_tool_call_input.delta": _input_delta,
-    "response.custom_tool_call_input.done": _input_done,
-    "response.output_item.added": _item_added,
-    "response.output_item.done": _item_done,
-    "response.created": _created,
+    "response.output_text.done": _checked(OutputTextDone, _TEXT_DONE),
+    "response.refusal.delta": _checked(RefusalDelta, _CONTENT_DELTA),
+    "response.refusal.done": _checked(RefusalDone, _REFUSAL_DONE),
+    "response.reasoning_summary_text.delta": _checked(SummaryTextDelta, _SUMMARY_DELTA),
+    "response.reasoning_summary_text.done": _checked(SummaryTextDone, _SUMMARY_DONE),
+    "response.function_call_arguments.delta": _checked(FunctionCallArgumentsDelta, _PIECE),
+    "response.function_call_arguments.done": _checked(FunctionCallArgumentsDone, _ARGUMENTS_DONE),
+    "response.custom_tool_call_input.delta": _checked(CustomToolCallInputDelta, _PIECE),
+    "response.custom_tool_call_input.done": _checked(CustomToolCallInputDone, _INPUT_DONE),
+    # The item is read first (the converter's order), but passed second.
+    "response.output_item.added": lambda t, d: _item(OutputItemAdded, t, d),
+    "response.output_item.done": lambda t, d: _item(OutputItemDone, t, d),
+    "response.created": _checked(ResponseCreated, _RESPONSE, item_id=False),
     "response.in_progress": lambda t, d: ResponseInProgress(d.get("response")),
-    "response.completed": _completed,
-    "response.incomplete": _incomplete,
+    "response.completed": _checked(ResponseCompleted, _RESPONSE, item_id=False),
+    "response.incomplete": _checked(ResponseIncomplete, _RESPONSE, item_id=False),
     "response.failed": lambda t, d: ResponseFailed(d.get("response")),
     "error": lambda t, d: ErrorEvent(d.get("code"), d.get("message")),
 }

@@ -300,13 +300,12 @@ class ChatStreamConverter:
         output_index = self._announced_call(event.type, event.output_index)
         return self._send_text(("arguments", output_index, 0), event.delta)
 
-    def _arguments_done(self, event: FunctionCallArgumentsDone) -> list[Chunk]:
+    def _arguments_done(
+        self, event: FunctionCallArgumentsDone | CustomToolCallInputDone
+    ) -> list[Chunk]:
         output_index = self._announced_call(event.type, event.output_index)
-        return self._catch_up(("arguments", output_index, 0), event.arguments)
-
-    def _input_done(self, event: CustomToolCallInputDone) -> list[Chunk]:
-        output_index = self._announced_call(event.type, event.output_index)
-        return self._catch_up(("arguments", output_index, 0), event.input)
+        full = event.arguments if isinstance(event, FunctionCallArgumentsDone) else event.input
+        return self._catch_up(("arguments", output_index, 0), full)
 
     def _malformed(self, event: Malformed) -> list[Chunk]:
         if event.type in _CALL_PIECES:  # an unannounced call is named before a damaged field
@@ -366,7 +365,7 @@ class ChatStreamConverter:
         FunctionCallArgumentsDelta: _arguments_delta,
         FunctionCallArgumentsDone: _arguments_done,
         CustomToolCallInputDelta: _arguments_delta,
-        CustomToolCallInputDone: _input_done,
+        CustomToolCallInputDone: _arguments_done,
         ResponseCompleted: _terminal,
         ResponseIncomplete: _terminal,
         ResponseFailed: _failed,
