@@ -40,6 +40,7 @@ from relay.core.history_digest import HistoryDigests, history_digests
 from relay.core.hot_blocks import HotBlocks
 from relay.core.planner import Plan, plan_replay
 from relay.core.records import EMPTY_PLAN, Observation, ScopeRow
+from relay.core.responses_events import decode
 from relay.core.scope import Scope, build_scope
 from relay.settings.config import Config
 from relay.settings.routing import resolve_model
@@ -278,9 +279,9 @@ def feed_completion(session: CacheSession, output: list[dict[str, Any]]) -> Chat
     """Feed the capture a completed upstream generation; the Chat completion the client
     was sent for it."""
     for index, item in enumerate(output):
-        session.feed("response.output_item.done", {"output_index": index, "item": item})
+        session.feed(decode("response.output_item.done", {"output_index": index, "item": item}))
     response = {"status": "completed", "model": SNAPSHOT, "output": output}
-    session.feed("response.completed", {"response": response})
+    session.feed(decode("response.completed", {"response": response}))
     return response_to_chat_completion(
         response, completion_id="chatcmpl-bench", created=0, model="gpt-5",
         reasoning_summaries=False,

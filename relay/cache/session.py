@@ -21,6 +21,7 @@ from relay.core.canonical import CanonicalRefused
 from relay.core.capture import CaptureResult, ClientProjection, OutputCapture, finish_capture
 from relay.core.history_digest import AssistantBlockKey, HistoryDigests
 from relay.core.hot_blocks import HotBlocks
+from relay.core.json_bytes import RawItems
 from relay.core.planner import Plan, PlanLimits, Rejection, plan_replay
 from relay.core.receipts import Reason
 from relay.core.records import (
@@ -32,14 +33,15 @@ from relay.core.rejection import RejectionKind, classify_rejection, redact_ciphe
 from relay.core.replace import replace_blocks
 from relay.core.replay_stats import Outcome
 from relay.core.resources import CapacityLedger, Lease
+from relay.core.responses_events import ResponsesEvent
 from relay.core.scope import Scope, merged_include
 from relay.errors import StoreError, UpstreamHTTPError
 from relay.observability import log
 from relay.settings.crashpoints import crash_point
 from relay.storage.interface import ReplayStore
 from relay.storage.scoped_source import ScopedSource
-from relay.translate.body_encoding import RawItems
 from relay.translate.request_types import TranslatedRequest
+from relay.translate.responses_to_chat import project_output
 
 if TYPE_CHECKING:
     from relay.cache.disk_safety import DiskSafety
@@ -96,7 +98,7 @@ class CacheSession:
         self._history = history
         self._messages = messages
         self._spans = spans
-        self.capture = OutputCapture(max_bytes=context.max_entry_bytes)
+        self.capture = OutputCapture(project=project_output, max_bytes=context.max_entry_bytes)
         self.plan = Plan()
         self._row: ScopeRow | None = None
         self._intent: str | None = None
@@ -175,12 +177,12 @@ class CacheSession:
             body["input"] = replace_blocks(body["input"], self._spans, blocks)
         return body
 
-    def feed(self, event_type: str, data: Any) -> None:
+    def feed(self, event: ResponsesEvent) -> None:
         if not self._answered:  # the first event: the upstream took this request (2xx)
             self._answered = True
             if self.plan.blocks:
                 self._count("accepted")
-        self.capture.feed(event_type, data)
+        self.capture.feed(event)
 
     def refused(self, error: UpstreamHTTPError) -> ReplayRefusal | None:
         """See :meth:`_refused`."""

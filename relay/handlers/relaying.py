@@ -14,6 +14,7 @@ from tornado.ioloop import IOLoop
 from tornado.iostream import IOStream
 from tornado.web import stream_request_body
 
+from relay.core.json_bytes import encode_body
 from relay.errors import PayloadTooLarge
 from relay.handlers.base import BaseHandler
 from relay.http.request_body import check_content_encoding, parse_json_object
@@ -21,7 +22,6 @@ from relay.observability.body_log import RequestBodies
 from relay.ops.metrics import CLIENT_GONE
 from relay.settings.crashpoints import crash_point
 from relay.settings.providers import Provider
-from relay.translate.body_encoding import encode_body
 from relay.transport.downstream import Downstream
 from relay.transport.upstream import (
     BatchDone,

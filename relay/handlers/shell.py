@@ -103,7 +103,7 @@ class PipelineShell:
                 crash_point(action.crash_point)
             down.queue(action.frame)
         elif isinstance(action, Capture):
-            self._cache().feed(action.event_type, action.data)
+            self._cache().feed(action.event)
         elif isinstance(action, Flush):
             await down.drain()
             self._first_byte()

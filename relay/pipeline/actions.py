@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from relay.core.capture import ClientProjection
+from relay.core.responses_events import ResponsesEvent
 from relay.errors import RelayError, UpstreamHTTPError
 
 
@@ -51,10 +52,9 @@ class Stop:
 
 @dataclass(frozen=True, slots=True)
 class Capture:
-    """Cache: feed one upstream event to the capture."""
+    """Cache: feed one decoded upstream event to the capture."""
 
-    event_type: str
-    data: dict[str, Any]
+    event: ResponsesEvent
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from relay.core.capture import ClientProjection
+from relay.core.responses_events import decode
 from relay.errors import RelayError, UpstreamHTTPError, UpstreamProtocolError
 from relay.pipeline.actions import (
     Abort,
@@ -104,8 +105,9 @@ class ChatPipeline(Pipeline):
     def upstream_event(self, event_type: str, data: dict[str, Any]) -> list[Action]:
         self._expect(Phase.UPSTREAM)
         self._answered = True
-        actions: list[Action] = [Capture(event_type, data)] if self.cached else []
-        chunks = self.converter.feed(event_type, data)
+        event = decode(event_type, data)  # once: the capture and the converter read it
+        actions: list[Action] = [Capture(event)] if self.cached else []
+        chunks = self.converter.feed(event)
         if not self.request.stream:
             return actions  # JSON: the answer is built once the stream has ended
         if self.cached:  # what the client got matters to the cache alone

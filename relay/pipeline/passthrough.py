@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from relay.core.responses_events import ErrorEvent, Terminal, decode
 from relay.errors import RelayError, UpstreamFailed, UpstreamProtocolError
 from relay.pipeline.actions import (
     Action,
@@ -24,7 +25,6 @@ from relay.pipeline.actions import (
 )
 from relay.pipeline.base import Phase, Pipeline
 from relay.translate.responses_sse import encode_event
-from relay.transport.sse import TERMINAL_EVENTS
 
 
 class ResponsesPassthrough(Pipeline):
@@ -45,18 +45,21 @@ class ResponsesPassthrough(Pipeline):
 
     def upstream_event(self, event_type: str, data: dict[str, Any]) -> list[Action]:
         self._expect(Phase.UPSTREAM)
+        event = decode(event_type, data)
         failure = (
-            UpstreamFailed(str(data.get("message") or "the upstream reported an error"))
-            if event_type == "error"
+            UpstreamFailed(str(event.message or "the upstream reported an error"))
+            if isinstance(event, ErrorEvent)
             else None
         )
         if not self.streaming:
             if failure is not None:
                 return [Stop(failure)]
-            if event_type in TERMINAL_EVENTS and isinstance(data.get("response"), dict):
-                self._final = data["response"]
+            response = event.response if isinstance(event, Terminal) else None
+            if isinstance(response, dict):
+                self._final = response
             return []
         actions = self._stream_started_once()
+        # Forwarded as it came (the original payload, not the decoded value): same bytes.
         actions.append(Queue(encode_event(event_type, data)))
         if failure is not None:  # the upstream's own failure: forwarded, then the end
             self._forwarded_error = True

@@ -18,10 +18,10 @@ from typing import Any
 from relay.core.disk_policy import DEFAULT_DISK_BYTES, DEFAULT_RESERVE_BYTES, MIN_RESERVE_BYTES
 from relay.core.resources import BudgetTooSmall, CacheBudget
 from relay.errors import ConfigError
+from relay.settings.custom_calls import CUSTOM_CALL_FORMS, CustomCallForm
 from relay.settings.model_alias import ModelAlias
 from relay.settings.providers import BUILTIN, Provider, check_base_url, parse_providers
-from relay.translate.events import CUSTOM_CALL_FORMS, CustomCallForm
-from relay.tunnel.command import TunnelCommand, parse_tunnel_command
+from relay.settings.tunnel_command import TunnelCommand, parse_tunnel_command
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 # File descriptors kept out of RELAY_MAX_CONNECTIONS: the store's files, pooled upstream

@@ -3,7 +3,8 @@
 Chat request → Responses request: :func:`translate_request`. Final Responses JSON → Chat
 answer: :func:`response_to_chat_completion`. Responses SSE events → Chat chunks:
 :class:`ChatStreamConverter`; frames for the client: :mod:`relay.translate.chat_sse`.
-The types at that boundary (events read, chunks and answers made): :mod:`relay.translate.events`.
+The chunks and answers it makes are typed in :mod:`relay.translate.events`; the Responses
+events it reads, decoded once, in :mod:`relay.core.responses_events`.
 """
 
 from relay.translate.request import translate_request

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from relay.translate.events import CustomCallForm
+from relay.settings.custom_calls import CustomCallForm
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,7 @@ from tornado.ioloop import IOLoop
 from tornado.iostream import StreamClosedError
 from tornado.web import RequestHandler
 
-from relay.clock import Clock
-from relay.transport.deadline import Deadline
+from relay.clock import Clock, Deadline
 from relay.transport.upstream import ClientGone
 
 

@@ -38,7 +38,8 @@ from tornado.iostream import IOStream
 from tornado.netutil import DefaultLoopResolver
 from tornado.simple_httpclient import HTTPStreamClosedError, SimpleAsyncHTTPClient, _HTTPConnection
 
-from relay.clock import Clock
+from relay.clock import Clock, Deadline
+from relay.core.responses_events import TERMINAL_EVENTS
 from relay.errors import (
     InternalSignal,
     RelayError,
@@ -50,10 +51,8 @@ from relay.errors import (
 )
 from relay.settings.crashpoints import crash_point
 from relay.transport.chunked import BulkChunkedHTTP1Connection
-from relay.transport.deadline import Deadline
 from relay.transport.pool import ConnectionPool, PooledTCPClient
 from relay.transport.sse import (
-    TERMINAL_EVENTS,
     SSEEvent,
     SSEParser,
     decode_chat_event,

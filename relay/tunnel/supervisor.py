@@ -47,11 +47,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from secrets import token_hex
 from typing import Any
 
-from relay.clock import Clock
+from relay.clock import Clock, Deadline
 from relay.observability import log
 from relay.settings.config import Config
-from relay.transport.deadline import Deadline
-from relay.tunnel.command import TunnelCommand
+from relay.settings.tunnel_command import TunnelCommand
 from relay.tunnel.output import LineSplitter, public_url, sanitize
 from relay.tunnel.process_tree import MARK_VARIABLE, Process, left_behind, signal_all
 

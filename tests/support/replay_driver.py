@@ -23,6 +23,7 @@ from relay.core.disk_policy import MIN_RESERVE_BYTES
 from relay.core.history_digest import HistoryDigests, history_digests
 from relay.core.planner import Plan, PlanLimits, plan_replay
 from relay.core.receipts import Reason
+from relay.core.responses_events import decode
 from relay.core.scope import Scope
 from relay.errors import StoreFull, UpstreamHTTPError
 from relay.settings.config import Config
@@ -339,7 +340,7 @@ def answer(
     if items is None:
         items = output_items({"role": "assistant", "content": text}, tag, reasoning=True)
     for event_type, data in completed_events(items, "gpt-5"):
-        session.feed(event_type, data)
+        session.feed(decode(event_type, data))
     assert session.complete(sent_to_client(items)).kind == "admit"
     if deliver:
         session.delivered()

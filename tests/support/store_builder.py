@@ -16,6 +16,7 @@ from relay.cache.replay_cache import ReplayCache
 from relay.clock import ManualClock
 from relay.core.capture import ClientProjection
 from relay.core.disk_policy import MIN_RESERVE_BYTES
+from relay.core.responses_events import decode
 from relay.settings.config import Config
 from relay.settings.model_alias import ModelAlias
 from relay.storage.schema import migrate_to
@@ -79,11 +80,13 @@ class StoreBuilder:
                               {"type": "output_text", "text": answer_text(n), "annotations": []}
                           ]})  # fmt: skip
         for index, item in enumerate(items):
-            session.feed("response.output_item.done", {"type": "response.output_item.done",
-                         "output_index": index, "item": copy.deepcopy(item)})  # fmt: skip
+            session.feed(decode("response.output_item.done", {"type": "response.output_item.done",
+                         "output_index": index, "item": copy.deepcopy(item)}))  # fmt: skip
         response = {"id": f"resp_{n}", "object": "response", "status": "completed",
                     "model": "gpt-5", "output": copy.deepcopy(items)}  # fmt: skip
-        session.feed("response.completed", {"type": "response.completed", "response": response})
+        session.feed(
+            decode("response.completed", {"type": "response.completed", "response": response})
+        )
         completion = response_to_chat_completion(
             {"status": "completed", "output": items}, completion_id="chatcmpl-1", created=0,
             model="gpt-5", reasoning_summaries=False,

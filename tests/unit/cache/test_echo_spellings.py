@@ -23,6 +23,7 @@ from relay.core.capture import CaptureResult, ClientProjection
 from relay.core.planner import Plan
 from relay.core.receipts import Reason
 from relay.core.records import Observation
+from relay.core.responses_events import decode
 from relay.settings.config import Config
 from relay.settings.model_alias import ModelAlias
 from relay.storage.replay_store import ReasoningStore
@@ -65,14 +66,16 @@ class Relay:
         assert session is not None
         session.dispatch()
         if output is None:
-            session.feed("response.failed", {"response": {"status": "failed", "output": []}})
+            session.feed(
+                decode("response.failed", {"response": {"status": "failed", "output": []}})
+            )
             result = session.complete(ClientProjection())
         else:
             for index, item in enumerate(output):
                 done = {"output_index": index, "item": copy.deepcopy(item)}
-                session.feed("response.output_item.done", done)
+                session.feed(decode("response.output_item.done", done))
             response = {"status": "completed", "model": "gpt-5", "output": list(output)}
-            session.feed("response.completed", {"response": copy.deepcopy(response)})
+            session.feed(decode("response.completed", {"response": copy.deepcopy(response)}))
             completion = response_to_chat_completion(
                 response, completion_id="c", created=0, model="gpt-5", reasoning_summaries=False
             )

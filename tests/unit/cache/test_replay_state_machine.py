@@ -67,14 +67,15 @@ from relay.cache.session import CacheSession
 from relay.clock import ManualClock
 from relay.core.capture import ClientProjection
 from relay.core.history_digest import HistoryDigests
+from relay.core.json_bytes import encode_body
 from relay.core.planner import Plan, plan_replay
 from relay.core.receipts import Reason
 from relay.core.records import BlockRef, StoredPayload, plan_chain
+from relay.core.responses_events import decode
 from relay.errors import StoreLatched
 from relay.storage.disk_guard import guard_path
 from relay.storage.scoped_source import ScopedSource
 from relay.storage.verify import verify_store
-from relay.translate.body_encoding import encode_body
 from tests.support.replay_driver import (
     MAX_CONCURRENT,
     REFUSED,
@@ -334,9 +335,9 @@ class ReplayMachine(RuleBasedStateMachine):
             items = json.loads(earlier[0].payload)
 
         if outcome == "interrupted":  # the client disconnected mid-stream: output unknown
-            session.feed("response.output_item.done",
+            session.feed(decode("response.output_item.done",
                          {"type": "response.output_item.done", "output_index": 0,
-                          "item": copy.deepcopy(items[0])})  # fmt: skip
+                          "item": copy.deepcopy(items[0])}))  # fmt: skip
             session.abort("client_disconnected")
             self.model.poison(request)
             self.model.resolve(pending.intent)
@@ -345,7 +346,7 @@ class ReplayMachine(RuleBasedStateMachine):
             return
         if outcome == "failed":
             for event_type, data in failed_events(items, self.snapshot):
-                session.feed(event_type, data)
+                session.feed(decode(event_type, data))
             result = session.complete(ClientProjection())
             assert result.kind == "poison", result
             self.model.poison(request)
@@ -356,7 +357,7 @@ class ReplayMachine(RuleBasedStateMachine):
             end_digest = self.relay.digests(end).boundaries[-1]
             before = {o.id for o in self.relay.store.observations_at(scope_id, end_digest)}
             for event_type, data in completed_events(items, self.snapshot):
-                session.feed(event_type, data)
+                session.feed(decode(event_type, data))
             result = session.complete(sent_to_client(items))
             reasoning = any(item["type"] == "reasoning" for item in items)
             admissible = reasoning and not disk_pressure

@@ -17,12 +17,13 @@ import pytest
 from relay.cache.session import CacheSession
 from relay.clock import ManualClock
 from relay.core.capture import ClientProjection
+from relay.core.json_bytes import encode_body
 from relay.core.receipts import Reason
 from relay.core.records import StoredPayload
 from relay.core.rejection import RejectionKind
+from relay.core.responses_events import decode
 from relay.errors import UpstreamHTTPError
 from relay.storage.scoped_source import ScopedSource
-from relay.translate.body_encoding import encode_body
 from tests.support.replay_driver import (
     REFUSED,
     Relay,
@@ -164,7 +165,7 @@ def test_a_failed_generation_poisons_its_position(relay: Relay) -> None:
     session.dispatch()
     items = output_items({"role": "assistant", "content": "one"}, 1, reasoning=True)
     for event_type, data in failed_events(items, "gpt-5"):
-        session.feed(event_type, data)
+        session.feed(decode(event_type, data))
     assert session.complete(ClientProjection()).kind == "poison"
     assert poisoned(relay, FIRST)
     session.delivered()
@@ -199,8 +200,8 @@ def test_a_refusal_without_replay_or_after_output_is_ordinary(relay: Relay) -> N
     started = relay.session(FOLLOW)
     started.dispatch()
     items = output_items({"role": "assistant", "content": "two"}, 2, reasoning=True)
-    started.feed("response.output_item.done", {"type": "response.output_item.done",
-                                               "output_index": 0, "item": items[0]})  # fmt: skip
+    started.feed(decode("response.output_item.done", {"type": "response.output_item.done",
+                                                      "output_index": 0, "item": items[0]}))  # fmt: skip
     assert started.refused(REFUSED) is None  # the upstream already took the request
     started.abort("upstream_failed")
 

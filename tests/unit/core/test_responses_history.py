@@ -18,12 +18,13 @@ from relay.core.history_digest import history_digests
 from relay.core.responses_history import (
     REASON_TEXT,
     Underivable,
+    custom_tool_names,
     derive_responses_history,
     visible_history_from_responses_input,
     visible_messages_from_responses_input,
 )
 from relay.errors import InvalidRequest
-from relay.translate.responses_input import custom_tool_names, resolve_tool_calls
+from relay.translate.responses_input import resolve_tool_calls
 from tests.support.identity_cases import make_scope
 
 FUNCTION_CALL = {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"}

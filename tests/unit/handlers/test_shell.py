@@ -16,6 +16,7 @@ from typing import Any, cast
 import pytest
 
 from relay.core.planner import Plan
+from relay.core.responses_events import ResponsesEvent, decode
 from relay.errors import InvalidRequest, RelayError
 from relay.handlers.shell import PipelineShell
 from relay.pipeline.actions import (
@@ -139,8 +140,8 @@ class Session:
         self.calls.append("dispatch")
         return {"input": []}
 
-    def feed(self, event_type: str, data: dict[str, Any]) -> None:
-        self.calls.append(("feed", event_type))
+    def feed(self, event: ResponsesEvent) -> None:
+        self.calls.append(("feed", event.type))
 
     def delivered(self) -> None:
         self.calls.append("delivered")
@@ -199,7 +200,7 @@ def test_a_failed_action_is_fed_back_and_its_answer_performed() -> None:
 def test_the_cache_is_called_as_the_pipeline_asks() -> None:
     handler = Handler()
     session = Session(handler.calls)
-    pipeline = Scripted([Dispatch()], dispatched=[Capture("response.created", {}), Resolve(),
+    pipeline = Scripted([Dispatch()], dispatched=[Capture(decode("response.created", {"response": {}})), Resolve(),
                                                   Abort("test")])  # fmt: skip
     asyncio.run(shell(handler, pipeline, session=session).run())
     assert pipeline.inputs == [("dispatched", {"input": []})]
@@ -212,7 +213,7 @@ def test_the_cache_is_called_as_the_pipeline_asks() -> None:
 
 @pytest.mark.parametrize(
     ("action", "says"),
-    [(Dispatch(), "without a cache session"), (Capture("e", {}), "without a cache session"),
+    [(Dispatch(), "without a cache session"), (Capture(decode("e", {})), "without a cache session"),
      (Resolve(), "without a cache session"), (Record(), "without a strict capture")],
 )  # fmt: skip
 def test_an_action_without_what_it_needs_is_a_bug_not_an_answer(action: Action, says: str) -> None:

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from relay.core.responses_events import decode
 from relay.errors import StoreFull, UpstreamError, UpstreamHTTPError
 from relay.pipeline.actions import (
     Abort,
@@ -153,7 +154,9 @@ def test_cached_stream_commits_before_any_terminal_frame() -> None:
     assert kinds(p.start()) == ["Log", "Dispatch"]
     assert p.dispatched(BODY) == [SendUpstream(BODY, buffered=False)]
     actions = feed_all(p, EVENTS[:-1])
-    assert [a for a in actions if isinstance(a, Capture)] == [Capture(t, d) for t, d in EVENTS[:-1]]
+    assert [a for a in actions if isinstance(a, Capture)] == [
+        Capture(decode(t, d)) for t, d in EVENTS[:-1]
+    ]
     final = p.upstream_event(*EVENTS[-1])
     assert kinds(final) == ["Capture", "Commit"]  # nothing queued before the commit
     commit = final[-1]

@@ -97,6 +97,46 @@ def test_a_json_error_event_stops_the_exchange() -> None:
     assert p.failed(stop.error) == [Fail(stop.error)]
 
 
+# Events the relay reads but cannot (damaged), does not read, or reads loosely: the
+# passthrough decides nothing from their fields and forwards the payload it got.
+AS_THEY_CAME = [
+    ("response.output_text.delta", {"type": "response.output_text.delta", "delta": 5}),
+    ("response.output_item.done", {"type": "response.output_item.done", "item": "x"}),
+    ("response.completed", {"type": "response.completed", "response": ["not", "a", "dict"]}),
+    ("response.audio.delta", {"type": "response.audio.delta", "delta": "AAAA", "extra": [1]}),
+    ("response.in_progress", {"type": "response.in_progress"}),
+]
+
+
+@pytest.mark.parametrize("event", AS_THEY_CAME)
+def test_any_event_is_forwarded_as_it_came(event: tuple[str, dict[str, Any]]) -> None:
+    p = passthrough(stream=True)
+    p.start()
+    p.upstream_event(*CREATED)
+    assert p.upstream_event(*event) == [Queue(encode_event(*event))]
+
+
+@pytest.mark.parametrize(
+    ("terminal", "final"),
+    [(COMPLETED, RESPONSE),
+     (("response.incomplete", {"response": {"status": "incomplete"}}), {"status": "incomplete"}),
+     (("response.failed", {"response": {"status": "failed"}}), {"status": "failed"}),
+     (("response.failed", {"response": "junk"}), None),
+     (("response.completed", {"response": []}), None)],
+)  # fmt: skip
+def test_a_json_call_takes_its_answer_from_a_terminal_event_holding_a_response(
+    terminal: tuple[str, dict[str, Any]], final: dict[str, Any] | None
+) -> None:
+    p = passthrough(stream=False)
+    p.start()
+    assert p.upstream_event(*terminal) == []
+    [answer] = p.upstream_done()
+    if final is None:
+        assert isinstance(answer, Fail) and isinstance(answer.error, UpstreamProtocolError)
+    else:
+        assert answer == Respond(final)
+
+
 def test_a_client_that_left() -> None:
     p = passthrough(stream=True)
     p.start()
