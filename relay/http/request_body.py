@@ -89,8 +89,12 @@ def parse_json_object(
             raise UnsupportedMediaType(
                 f"Content-Type {media!r} is not supported; send the body as application/json"
             )
-    if not raw.strip():
+    if not raw or raw.isspace():  # (strip() would copy the body)
         raise InvalidRequest("request body is empty; send a JSON object")
+    value = None if piecewise else _fast_loads(raw)
+    if isinstance(value, dict):
+        # orjson checked the UTF-8 and refuses a lone surrogate: nothing left to look for
+        return value
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -98,9 +102,6 @@ def parse_json_object(
             f"request body is not valid UTF-8 (bad byte at offset {exc.start}); "
             "encode JSON as UTF-8"
         ) from None
-    value = None if piecewise else _fast_loads(raw)
-    if isinstance(value, dict):
-        return value  # orjson refuses a lone surrogate: there is none to look for
     try:
         value = _loads(text, piecewise, parse_float=_finite_float)
     except ValueError:  # an integer over the digit limit, or an infinite float

@@ -33,6 +33,8 @@ def rejected(raw: bytes | str) -> InvalidRequest:
         (b"", "empty"),
         (b"  \n", "empty"),
         (b"\xff{}", "UTF-8"),
+        (b'{"a": "\xc3"}', "bad byte at offset 7"),  # a JSON object, but not UTF-8
+        (b"\x0b\x0c\t\r", "empty"),
         (b"{not json", "not valid JSON"),
         (b"[1]", "JSON object, not a JSON array"),
         (b"null", "not a JSON null"),
