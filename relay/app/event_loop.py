@@ -1,11 +1,11 @@
-"""The event loop ``relay serve`` runs on (RELAY_EVENT_LOOP; docs/design.md, *Speed*).
+"""The event loop ``relay serve`` runs on (RELAY_EVENT_LOOP; design §20).
 
 ``auto`` (the default): uvloop's loop when uvloop is installed (the ``fast`` extra), else
 asyncio's own; ``asyncio`` and ``uvloop`` choose one (``load_config`` refuses ``uvloop``
 when it is not installed). Tornado runs on whichever asyncio loop is current, so nothing
 else changes: the relay's clock, timers and executor go through the loop's public API.
 Why uvloop: its socket reads and writes, timers and callbacks are C, and the bench
-measured less time to the first token with it (docs/design.md, *Speed*).
+measured less time to the first token with it (design §20).
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ def encode_body(body: Mapping[str, Any], *, piecewise: bool = False) -> bytes:
     beyond 64 bits, a lone surrogate, a key that is not a string), by
     ``json.dumps(..., ensure_ascii=False, separators=(",", ":"))`` (a lone surrogate
     escaped, see :func:`_utf8`). Either way the text parses to exactly the value
-    ``json.dumps(body)`` spells (design.md, *Speed*): JSON ignores whitespace between
+    ``json.dumps(body)`` spells (design §20): JSON ignores whitespace between
     tokens, and both write a float as the shortest text that reads back as the same
     double. The one difference: a non-finite float (not JSON: no parsed client body holds
     one) goes out as ``null`` where the stdlib writes ``NaN``/``Infinity``.
