@@ -35,7 +35,7 @@ from relay.app.runtime import Runtime
 from relay.cache.replay_cache import ReplayCache
 from relay.cache.session import CacheSession, ScopedSource
 from relay.clock import SystemClock
-from relay.core.capture import PAYLOAD_DOMAIN, ClientProjection
+from relay.core.capture import PAYLOAD_DOMAIN, ClientProjection, OutputCapture, finish_capture
 from relay.core.hot_blocks import HotBlocks
 from relay.core.identity import HistoryDigests, Scope, build_scope, history_digests
 from relay.core.planner import Plan, plan_replay
@@ -272,22 +272,28 @@ def completed_output(text: str, number: int) -> list[dict[str, Any]]:
     return output_items({"content": text}, number)
 
 
-def feed_completion(session: CacheSession, output: list[dict[str, Any]]) -> ChatCompletion:
-    """Feed the capture a completed upstream generation; the Chat completion the client
-    was sent for it."""
+def feed_completion(
+    session: CacheSession, output: list[dict[str, Any]]
+) -> tuple[OutputCapture, ChatCompletion]:
+    """A capture fed a completed upstream generation (as the chat pipeline feeds its
+    own), and the Chat completion the client was sent for it."""
+    capture = OutputCapture(max_bytes=session.capture_bytes)
     for index, item in enumerate(output):
-        session.feed("response.output_item.done", {"output_index": index, "item": item})
+        capture.feed("response.output_item.done", {"output_index": index, "item": item})
     response = {"status": "completed", "model": SNAPSHOT, "output": output}
-    session.feed("response.completed", {"response": response})
-    return response_to_chat_completion(
+    capture.feed("response.completed", {"response": response})
+    return capture, response_to_chat_completion(
         response, completion_id="chatcmpl-bench", created=0, model="gpt-5",
         reasoning_summaries=False,
     )  # fmt: skip
 
 
-def feed_generation(session: CacheSession, output: list[dict[str, Any]]) -> ClientProjection:
-    """Feed the capture a completed upstream generation; what the client was sent."""
-    return ClientProjection.from_completion(feed_completion(session, output))
+def feed_generation(
+    session: CacheSession, output: list[dict[str, Any]]
+) -> tuple[OutputCapture, ClientProjection]:
+    """A capture fed a completed upstream generation; what the client was sent."""
+    capture, completion = feed_completion(session, output)
+    return capture, ClientProjection.from_completion(completion)
 
 
 def bench_commits(*, rounds: int = 31, messages: int = 10) -> dict[str, Any]:
@@ -318,9 +324,11 @@ def bench_commits(*, rounds: int = 31, messages: int = 10) -> dict[str, Any]:
                 start = time.perf_counter()
                 session.dispatch()
                 dispatched = time.perf_counter()
-                sent = feed_generation(session, completed_output(f"answer {number}", number))
+                capture, sent = feed_generation(
+                    session, completed_output(f"answer {number}", number)
+                )
                 completing = time.perf_counter()
-                result = session.complete(sent)
+                result = session.complete(finish_capture(capture, sent))
                 completed = time.perf_counter()
                 session.delivered()
                 delivered = time.perf_counter()

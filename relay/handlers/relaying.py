@@ -63,7 +63,7 @@ class RelayingHandler(BaseHandler):
         # answered 413, Tornado drops the rest of the body and closes the connection.
 
     def data_received(self, chunk: bytes) -> None:
-        if self._finished:
+        if self.response_state.finished:
             return
         if len(self._body) + len(chunk) > self.runtime.config.max_request_bytes:
             self.send_relay_error(

@@ -10,7 +10,7 @@ import contextlib
 import copy
 import functools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from relay.cache.replay_cache import ReplayCache
 from relay.cache.retention import RetentionCleanup, WatchedClock
 from relay.cache.session import CacheSession, ScopedSource
 from relay.clock import ManualClock
-from relay.core.capture import ClientProjection
+from relay.core.capture import CaptureResult, ClientProjection, OutputCapture, finish_capture
 from relay.core.disk_policy import MIN_RESERVE_BYTES
 from relay.core.identity import HistoryDigests, Scope, history_digests
 from relay.core.planner import Plan, PlanLimits, plan_replay
@@ -318,6 +318,20 @@ class Relay:
         )
 
 
+def captured(
+    session: CacheSession, events: Iterable[tuple[str, Message]], sent: ClientProjection
+) -> CaptureResult:
+    """What the chat pipeline hands to ``complete``: ``events`` fed to a capture bounded as
+    the session says (``accepted`` on the first, as the pipeline's Accepted), decided
+    against what the client was ``sent``."""
+    capture = OutputCapture(max_bytes=session.capture_bytes)
+    for index, (event_type, data) in enumerate(events):
+        if index == 0:
+            session.accepted()
+        capture.feed(event_type, data)
+    return finish_capture(capture, sent)
+
+
 def user(text: str) -> str:
     return canonical({"role": "user", "content": text})
 
@@ -336,9 +350,8 @@ def answer(
         session.dispatch()
     if items is None:
         items = output_items({"role": "assistant", "content": text}, tag, reasoning=True)
-    for event_type, data in completed_events(items, "gpt-5"):
-        session.feed(event_type, data)
-    assert session.complete(sent_to_client(items)).kind == "admit"
+    result = captured(session, completed_events(items, "gpt-5"), sent_to_client(items))
+    assert session.complete(result).kind == "admit"
     if deliver:
         session.delivered()
     return session, items

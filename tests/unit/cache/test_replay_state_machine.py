@@ -43,7 +43,6 @@ with longer runs. A failure prints the shrunk step sequence (a runnable program)
 from __future__ import annotations
 
 import base64
-import copy
 import json
 import os
 import shutil
@@ -82,6 +81,7 @@ from tests.support.replay_driver import (
     answer,
     assistant_positions,
     canonical,
+    captured,
     completed_events,
     describe,
     failed_events,
@@ -333,9 +333,7 @@ class ReplayMachine(RuleBasedStateMachine):
             items = json.loads(earlier[0].payload)
 
         if outcome == "interrupted":  # the client disconnected mid-stream: output unknown
-            session.feed("response.output_item.done",
-                         {"type": "response.output_item.done", "output_index": 0,
-                          "item": copy.deepcopy(items[0])})  # fmt: skip
+            session.accepted()  # the pipeline's capture held its first item; none committed
             session.abort("client_disconnected")
             self.model.poison(request)
             self.model.resolve(pending.intent)
@@ -343,9 +341,8 @@ class ReplayMachine(RuleBasedStateMachine):
             self.client_kept_unobserved_answer(request)
             return
         if outcome == "failed":
-            for event_type, data in failed_events(items, self.snapshot):
-                session.feed(event_type, data)
-            result = session.complete(ClientProjection())
+            events = failed_events(items, self.snapshot)
+            result = session.complete(captured(session, events, ClientProjection()))
             assert result.kind == "poison", result
             self.model.poison(request)
             self.check_poisoned(request)
@@ -354,9 +351,8 @@ class ReplayMachine(RuleBasedStateMachine):
             assert scope_id is not None
             end_digest = self.relay.digests(end).boundaries[-1]
             before = {o.id for o in self.relay.store.observations_at(scope_id, end_digest)}
-            for event_type, data in completed_events(items, self.snapshot):
-                session.feed(event_type, data)
-            result = session.complete(sent_to_client(items))
+            events = completed_events(items, self.snapshot)
+            result = session.complete(captured(session, events, sent_to_client(items)))
             reasoning = any(item["type"] == "reasoning" for item in items)
             admissible = reasoning and not disk_pressure
             assert result.kind == ("admit" if admissible else "observe"), result
@@ -605,8 +601,8 @@ class ReplayMachine(RuleBasedStateMachine):
         poison, delivering ones included. The starts the model now holds poisoned."""
         poisoned = []
         for pending in self.pending:
-            if how != "crash":
-                pending.session.abort("shutdown")
+            if how != "crash":  # the pipeline's ending: a committed output is known
+                pending.session.abort("shutdown", poison=not pending.completed)
             if how == "crash" or not pending.completed:
                 self.model.poison(pending.start)
                 poisoned.append(pending.start)
