@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable
-from typing import Any, assert_never
+from typing import assert_never
 
 from relay.app.runtime import Runtime
 from relay.cache.replay_cache import Began
@@ -104,7 +104,7 @@ class PipelineShell:
 
     async def _streamed(self, actions: list[Action]) -> None:
         """Perform the actions of one upstream event (or read). Failures propagate: they
-        end the exchange, whose outcome is then the pipeline's input."""
+        leave the event loop, which ends the exchange, and are then the pipeline's input."""
         for action in actions:
             follow = await self._one(action)
             await self._streamed(follow)
@@ -165,7 +165,7 @@ class PipelineShell:
             case Abort(reason=reason, poison=poison):
                 self._cache().abort(reason, poison=poison)
             case Stop(error=error):
-                raise error  # inside the exchange: it ends with this error
+                raise error  # inside the event loop: the exchange ends with this error
             case Record():
                 assert self.record is not None, "a Record action without a strict capture"
                 self.record()
@@ -211,37 +211,35 @@ class PipelineShell:
             handler.finish()
 
     async def _send(self, action: SendUpstream) -> None:
+        """Post the body and hand each upstream event to the pipeline, performing what it
+        returns before the next is read (backpressure); a failure while doing so ends
+        the exchange and propagates."""
         clock, metrics = self.handler.runtime.clock, self.handler.runtime.metrics
         sent_at, answered = clock.monotonic(), False
-
-        async def sink(event_type: str, data: dict[str, Any]) -> None:
-            nonlocal answered
-            if not answered:
-                answered = True
-                metrics.observe_upstream(self.provider.name, clock.monotonic() - sent_at)
-            await self._streamed(self.pipeline.upstream_event(event_type, data))
-
-        async def batch_done() -> None:
-            await self._streamed(self.pipeline.batch_done())
-
-        handler = self.handler
-        batch = None if action.buffered else batch_done
+        handler, pipeline = self.handler, self.pipeline
         if self.dialect is Dialect.RESPONSES:
             exchange = await handler.exchange_for(
-                action.body, sink, buffered=action.buffered, batch_done=batch,
-                provider=self.provider,
-            )  # fmt: skip
+                action.body, buffered=action.buffered, provider=self.provider
+            )
         else:
             exchange = handler.open_exchange(
                 self.provider,
                 json.dumps(action.body, ensure_ascii=False).encode("utf-8"),
-                sink,
                 buffered=action.buffered,
-                batch_done=batch,
                 dialect=Dialect.CHAT_JSON if action.buffered else Dialect.CHAT_STREAM,
             )
         try:
-            await handler.run_exchange(exchange)
+            with handler.exchanging(exchange):
+                async with contextlib.aclosing(exchange.events()) as events:
+                    async for item in events:
+                        if isinstance(item, tuple):
+                            if not answered:
+                                answered = True
+                                elapsed = clock.monotonic() - sent_at
+                                metrics.observe_upstream(self.provider.name, elapsed)
+                            await self._streamed(pipeline.upstream_event(*item))
+                        elif not action.buffered:  # the end of one read: a stream flushes
+                            await self._streamed(pipeline.batch_done())
         except RelayError as err:
             self._evidence(err)
             raise
