@@ -404,13 +404,13 @@ class UpstreamExchange:
             return  # after the terminal event, only the body's end matters (see _drain)
         assert self._idle is not None
         try:
-            self._consume(parser, chunk)
+            terminal = self._consume(parser, chunk)
         except BaseException as exc:
             self.abort(exc)
             return
         if not self._items:
             return  # nothing to hand over: an error body, a JSON answer, a partial event
-        if self.terminal_event is not None:
+        if terminal:
             # Nothing more is read for the consumer: the body's end (see _drain) need not
             # wait for it, and upstream silence no longer matters.
             self._idle.stop()
@@ -423,8 +423,9 @@ class UpstreamExchange:
             self._delivering = False
             self._idle.renew()  # upstream silence counts again from here
 
-    def _consume(self, parser: SSEParser, chunk: bytes) -> None:
-        """Decode one network read and hand its events over."""
+    def _consume(self, parser: SSEParser, chunk: bytes) -> bool:
+        """Decode one network read and hand its events over; whether the terminal event
+        was among them."""
         assert self._idle is not None
         self._idle.renew()
         self.bytes_received += len(chunk)
@@ -437,10 +438,10 @@ class UpstreamExchange:
                     f"({self.limits.max_response_bytes} bytes)"
                 )
             self._error_body += chunk
-            return
+            return False
         if self.dialect is Dialect.CHAT_JSON:
             self._buffer_json(chunk)
-            return
+            return False
         if not self.content_type.startswith("text/event-stream"):
             raise UpstreamProtocolError(
                 f"upstream answered {self.content_type or 'no content type'} "
@@ -456,8 +457,9 @@ class UpstreamExchange:
             if decoded is not None:
                 self._hand_over(decoded)
             if self.terminal_event is not None:
-                return  # anything after it in this read is ignored
+                return True  # anything after it in this read is ignored
         self._hand_over(BATCH_DONE)
+        return False
 
     def _buffer_json(self, chunk: bytes) -> None:
         media = self.content_type.split(";", 1)[0].strip()
