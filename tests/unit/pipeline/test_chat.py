@@ -265,12 +265,18 @@ def test_client_gone_before_the_terminal_frame() -> None:
     assert p.client_gone(2) == []
 
 
-def test_a_json_answer_the_client_left_before_taking() -> None:
+def json_committed() -> ChatPipeline:
+    """A cached JSON answer whose observation was just committed."""
     p = pipeline(stream=False, cached=True)
     p.dispatched(BODY)
     feed_all(p, EVENTS)
     p.upstream_done()
     p.committed()
+    return p
+
+
+def test_a_json_answer_the_client_left_before_taking() -> None:
+    p = json_committed()
     # Committed: the cache resolves the intent without poisoning (CacheSession.abort).
     assert p.client_gone(0) == [
         Log("client_disconnected", {"request_id": "req_1", "frames": 0}),
@@ -427,11 +433,7 @@ def test_an_abandoned_committed_generation_is_not_poisoned() -> None:
 
 
 def test_a_finished_or_uncached_pipeline_abandons_nothing() -> None:
-    done = pipeline(stream=False, cached=True)
-    done.dispatched(BODY)
-    feed_all(done, EVENTS)
-    done.upstream_done()
-    done.committed()
+    done = json_committed()
     done.responded()
     assert done.abandoned() == []
     uncached = pipeline(stream=True, cached=False)
