@@ -11,7 +11,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 from relay.cache.disk_safety import DiskSafety, open_store, store_exists
@@ -51,6 +51,25 @@ FENCE_REASON_TEXT: dict[str, str] = {
 # offline fake: the fake's port changes on every start, and this label, unlike its URL, does
 # not. It has no "://", so no real upstream's origin (scheme://host:port) can equal it.
 EMBEDDED_FAKE_ORIGIN = "relay-embedded-offline-fake"
+
+
+@dataclass(frozen=True)
+class Began:
+    """The cache's decision for one chat request, before anything is forwarded: a
+    ``session`` when its generation is observed; ``skipped``, the reason code when it is
+    not; ``guard``, the write that must be durable before it is forwarded (``"fence"``:
+    the scopes it may extend, or with the cache off the coverage gap; ``"poison"``: its
+    position, going unobserved), performed by :meth:`write_guard`."""
+
+    session: CacheSession | None
+    skipped: str | None = None
+    guard: Literal["fence", "poison"] | None = None
+    _write: Callable[[], None] | None = None
+
+    def write_guard(self) -> None:
+        """Write the guard (none: nothing). Raises ``StoreError``: never forward then."""
+        if self._write is not None:
+            self._write()
 
 
 @dataclass(frozen=True)
@@ -245,31 +264,53 @@ class ReplayCache:
         upstream: UpstreamIdentity | None = None,
         on_skip: Callable[[str], None] | None = None,
     ) -> CacheSession | None:
-        """A session for an eligible request, or ``None`` (ordinary translation, the
-        caller's own ``store``/``include`` untouched; ``on_skip`` hears the reason code).
-        ``upstream``: another Responses provider (default: the built-in one); its scopes
-        are its own. Raises ``StoreError`` (503) when a required safety marker cannot be
-        written."""
+        """:meth:`decide`, then its guard written at once: a session for an eligible
+        request, or ``None`` (``on_skip`` hears the reason code). Raises ``StoreError``
+        (503) when a required safety marker cannot be written."""
+        began = self.decide(request, body, request_id, upstream=upstream)
+        began.write_guard()
+        if began.skipped is not None and on_skip is not None:
+            on_skip(began.skipped)
+        return began.session
+
+    def decide(
+        self,
+        request: TranslatedRequest,
+        body: Mapping[str, Any],
+        request_id: str,
+        *,
+        upstream: UpstreamIdentity | None = None,
+    ) -> Began:
+        """Whether this request is cached (a session), and which write must be durable
+        before it is forwarded (``Began.guard``, written by ``write_guard``); nothing is
+        written here. ``upstream``: another Responses provider (default: the built-in
+        one); its scopes are its own. Raises ``StoreError`` (503) when the disk safety
+        latch is set."""
         upstream = upstream or self._upstream
         model = request.upstream_body.get("model")
         reasoning = isinstance(model, str) and is_reasoning_model(model)
         if not self.serving:
-            if reasoning:  # on, it would have been observed (or fenced): a gap now
-                self._before_unobserved(request_id)
-            return None
+            if reasoning and self.store is not None and not self.gap_recorded:
+                # On, it would have been observed (or fenced): a gap now.
+                return Began(None, None, "fence", lambda: self._before_unobserved(request_id))
+            return Began(None)
         assert self.store is not None
         self.metrics.requests += 1
         if not isinstance(model, str) or not reasoning:
-            self._skip(request_id, "not_a_reasoning_model", on_skip)
-            return None
+            self._skip(request_id, "not_a_reasoning_model")
+            return Began(None, "not_a_reasoning_model")
         visible = _visible_history(request, body)
         if isinstance(visible, Underivable):
-            self._skip(request_id, Reason.UNDERIVABLE_HISTORY.value, on_skip)
-            self.fence(
-                model, request.caller, request_id,
-                reason=visible.code, where=visible.where, upstream=upstream,
-            )  # fmt: skip
-            return None
+            self._skip(request_id, Reason.UNDERIVABLE_HISTORY.value)
+            fenced_model, caller, code, where = model, request.caller, visible.code, visible.where
+
+            def fence_scopes() -> None:
+                self.fence(
+                    fenced_model, caller, request_id,
+                    reason=code, where=where, upstream=upstream,
+                )  # fmt: skip
+
+            return Began(None, Reason.UNDERIVABLE_HISTORY.value, "fence", fence_scopes)
         messages, spans = visible
         summaries = self.config.reasoning_summaries_as_content
         try:
@@ -290,17 +331,19 @@ class ReplayCache:
         except CanonicalRefused:
             # Deterministic: the same scoped history always gets this answer, and no
             # longer history can fit either. No intent, no marker.
-            self._skip(request_id, Reason.CANONICAL_LIMIT.value, on_skip)
-            return None
+            self._skip(request_id, Reason.CANONICAL_LIMIT.value)
+            return Began(None, Reason.CANONICAL_LIMIT.value)
         if self.safety is not None:
             self.safety.check()  # latched: a cached request would need a safety record
         lease = self.capacity.try_acquire(history.bytes_used)
         if lease is None:
-            self._bypass(scope, history, request_id)
-            if on_skip is not None:
-                on_skip(Reason.CAPACITY_BYPASS.value)
-            return None
-        return CacheSession(
+            return Began(
+                None,
+                Reason.CAPACITY_BYPASS.value,
+                "poison",
+                lambda: self._bypass(scope, history, request_id),
+            )
+        session = CacheSession(
             self._context,
             self.store,
             lease,
@@ -311,6 +354,7 @@ class ReplayCache:
             messages=messages,
             spans=spans,
         )
+        return Began(session)
 
     def _before_unobserved(self, request_id: str) -> None:
         """Off over an existing store, before forwarding a request the cache would have

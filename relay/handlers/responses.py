@@ -24,7 +24,7 @@ from relay.transport.upstream import Dialect
 
 class ResponsesHandler(RelayingHandler):
     async def post(self) -> None:
-        if self._finished:
+        if self.response_state.finished:
             return
         body = await self.json_body()
         runtime = self.runtime

@@ -7,11 +7,13 @@ from enum import StrEnum
 from typing import Any
 
 from relay.errors import InternalSignal, RelayError
-from relay.pipeline.actions import Action, Flush, StartStream
+from relay.pipeline.actions import Action, Fence, Flush, Poison, StartStream
 
 
 class Phase(StrEnum):
     NEW = "new"
+    BEGINNING = "beginning"  # the cache decides: cached, or what to write before forwarding
+    GUARDING = "guarding"  # a fence or a poison is written before anything is forwarded
     DISPATCHING = "dispatching"  # the cache plans and records the intent
     UPSTREAM = "upstream"  # the generation is being received
     CHECKING_REFUSAL = "checking_refusal"  # an error answer: was it a refusal of replay?
@@ -34,6 +36,12 @@ class Pipeline:
 
     def start(self) -> list[Action]:
         raise NotImplementedError
+
+    def began(self, capture_bytes: int | None, guard: Fence | Poison | None) -> list[Action]:
+        return self._refuse("began")
+
+    def guarded(self) -> list[Action]:
+        return self._refuse("guarded")
 
     def dispatched(self, body: dict[str, Any]) -> list[Action]:
         return self._refuse("dispatched")
@@ -62,6 +70,11 @@ class Pipeline:
 
     def client_gone(self, frames: int) -> list[Action]:
         raise NotImplementedError
+
+    def abandoned(self) -> list[Action]:
+        """The shell is ending (any exit path: an answer sent, an error raised, a task
+        cancelled): what must still happen when the pipeline did not reach its end."""
+        return []
 
     def _stream_started_once(self) -> list[Action]:
         if self._stream_started:
