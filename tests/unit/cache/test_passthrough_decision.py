@@ -75,9 +75,10 @@ def test_off_over_a_store_the_guard_records_the_gap_once(
     cache = opened(path, enabled=False)
     caches.append(cache)
     began = cache.decide_passthrough("gpt-5", None, "req_1")
-    assert began.guard == "fence" and not cache.gap_recorded
+    recorded_before = cache.gap_recorded
     began.write_guard()
-    assert cache.gap_recorded and cache.metrics.fenced == 0  # the gap covers it: no fence
+    assert (began.guard, recorded_before, cache.gap_recorded) == ("fence", False, True)
+    assert cache.metrics.fenced == 0  # the gap covers it: no fence
     assert cache.decide_passthrough("gpt-5", None, "req_2").guard is None  # once per process
 
 

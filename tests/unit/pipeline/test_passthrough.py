@@ -61,9 +61,9 @@ def test_the_fence_is_durable_before_the_body_is_sent(stream: bool) -> None:
     p = passthrough(stream)
     assert p.start() == [Begin()]  # the cache's decision comes first
     assert p.began(None, Fence()) == [Fence()]  # its fence, and nothing after it
-    assert p.phase is Phase.GUARDING
+    guarding = p.phase
     assert p.guarded() == sent(stream)  # only once the fence is written
-    assert p.phase is Phase.UPSTREAM
+    assert (guarding, p.phase) == (Phase.GUARDING, Phase.UPSTREAM)
 
 
 @pytest.mark.parametrize("stream", [True, False])
