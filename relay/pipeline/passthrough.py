@@ -23,7 +23,6 @@ from relay.core.responses_events import ErrorEvent, Terminal, decode
 from relay.errors import RelayError, UpstreamFailed, UpstreamProtocolError
 from relay.pipeline.actions import (
     Action,
-    Begin,
     Fail,
     Fence,
     Finish,
@@ -35,11 +34,11 @@ from relay.pipeline.actions import (
     SendUpstream,
     Stop,
 )
-from relay.pipeline.base import Phase, Pipeline, PipelineStateError
+from relay.pipeline.base import GuardedPipeline, Phase, PipelineStateError
 from relay.translate.responses_sse import encode_event
 
 
-class ResponsesPassthrough(Pipeline):
+class ResponsesPassthrough(GuardedPipeline):
     def __init__(self, body: dict[str, Any], *, request_id: str, stream: bool) -> None:
         self.body = body
         self.request_id = request_id
@@ -47,27 +46,14 @@ class ResponsesPassthrough(Pipeline):
         self._forwarded_error = False  # the upstream's own error event went to the client
         self._final: dict[str, Any] | None = None  # JSON: the terminal event's response
 
-    def start(self) -> list[Action]:
-        self._expect(Phase.NEW)
-        self.phase = Phase.BEGINNING
-        return [Begin()]
+    # start, began and guarded: GuardedPipeline (Begin, then any Fence alone, then this).
 
-    def began(self, capture_bytes: int | None, guard: Fence | Poison | None) -> list[Action]:
-        """The cache's decision: never a session (``capture_bytes``); ``guard``, the fence
-        to write before forwarding, or nothing (the cache off with nothing to protect)."""
-        self._expect(Phase.BEGINNING)
+    def _decided(self, capture_bytes: int | None, guard: Fence | Poison | None) -> None:
+        """Never a session; a fence to write first, or nothing (the cache off with nothing
+        to protect)."""
         if capture_bytes is not None or isinstance(guard, Poison):
             # Only an observed generation, or a chat one's bypass, has either.
             raise PipelineStateError("the passthrough is never observed: a fence or nothing")
-        if guard is not None:
-            self.phase = Phase.GUARDING
-            return [guard]
-        return self._forward()
-
-    def guarded(self) -> list[Action]:
-        """The fence is durable: the body may go upstream."""
-        self._expect(Phase.GUARDING)
-        return self._forward()
 
     def _forward(self) -> list[Action]:
         self.phase = Phase.UPSTREAM
