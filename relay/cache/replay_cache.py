@@ -23,6 +23,7 @@ from relay.core.hot_blocks import HotBlocks
 from relay.core.planner import PlanLimits
 from relay.core.receipts import Reason
 from relay.core.records import MarkerKind
+from relay.core.replay_header import PASSTHROUGH
 from relay.core.replay_stats import ReplayStats
 from relay.core.resources import CapacityLedger
 from relay.core.responses_history import REASON_TEXT, Underivable, derive_responses_history
@@ -55,7 +56,7 @@ EMBEDDED_FAKE_ORIGIN = "relay-embedded-offline-fake"
 
 @dataclass(frozen=True)
 class Began:
-    """The cache's decision for one chat request, before anything is forwarded: a
+    """The cache's decision for one request, before anything is forwarded: a
     ``session`` when its generation is observed; ``skipped``, the reason code when it is
     not; ``guard``, the write that must be durable before it is forwarded (``"fence"``:
     the scopes it may extend, or with the cache off the coverage gap; ``"poison"``: its
@@ -254,6 +255,27 @@ class ReplayCache:
         at = {} if where is None else {"where": where}
         log.event("cache_fenced", level, request_id=request_id, scopes=fenced, reason=reason,
                   why=FENCE_REASON_TEXT.get(reason, reason), **at)  # fmt: skip
+
+    def decide_passthrough(
+        self,
+        model: str,
+        caller: str | None,
+        request_id: str,
+        *,
+        upstream: UpstreamIdentity | None = None,
+    ) -> Began:
+        """The decision for a direct ``POST /v1/responses`` call, which the cache never
+        observes (skip code ``responses_passthrough``, the replay header's reason): its
+        guard is the fence of the scopes it may extend (design §7) -- with the cache off
+        over a store, the coverage gap until it is recorded; off with no store, nothing.
+        Nothing is written here."""
+        if not self.serving and (self.store is None or self.gap_recorded):
+            return Began(None, PASSTHROUGH)
+
+        def fence_scopes() -> None:
+            self.fence(model, caller, request_id, reason=DIRECT_RESPONSES, upstream=upstream)
+
+        return Began(None, PASSTHROUGH, "fence", fence_scopes)
 
     def begin(
         self,

@@ -33,7 +33,6 @@ from relay.pipeline.actions import (
     Abort,
     Accepted,
     Action,
-    Begin,
     CheckRefusal,
     Commit,
     Dispatch,
@@ -49,7 +48,7 @@ from relay.pipeline.actions import (
     SendUpstream,
     StartDelivery,
 )
-from relay.pipeline.base import Phase, Pipeline
+from relay.pipeline.base import GuardedPipeline, Phase
 from relay.translate.chat_sse import DONE, encode_chunk, encode_error
 from relay.translate.events import ChatCompletion
 from relay.translate.request_types import TranslatedRequest
@@ -57,7 +56,7 @@ from relay.translate.responses_to_chat import project_output, response_to_chat_c
 from relay.translate.stream_converter import ChatStreamConverter, Chunk
 
 
-class ChatPipeline(Pipeline):
+class ChatPipeline(GuardedPipeline):
     def __init__(
         self,
         request: TranslatedRequest,
@@ -96,27 +95,12 @@ class ChatPipeline(Pipeline):
 
     # --- inputs -------------------------------------------------------------------------
 
-    def start(self) -> list[Action]:
-        self._expect(Phase.NEW)
-        self.phase = Phase.BEGINNING
-        return [Begin()]
+    # start, began and guarded: GuardedPipeline (Begin, then any guard alone, then this).
 
-    def began(self, capture_bytes: int | None, guard: Fence | Poison | None) -> list[Action]:
-        """The cache's decision: ``capture_bytes`` (the capture's bound) when this
-        generation is observed, else ``None``; ``guard``, what must be written first."""
-        self._expect(Phase.BEGINNING)
-        if capture_bytes is not None:
+    def _decided(self, capture_bytes: int | None, guard: Fence | Poison | None) -> None:
+        if capture_bytes is not None:  # observed: the pipeline's own capture, bounded
             self.cached = True
             self._capture = OutputCapture(project=project_output, max_bytes=capture_bytes)
-        if guard is not None:
-            self.phase = Phase.GUARDING
-            return [guard]
-        return self._forward()
-
-    def guarded(self) -> list[Action]:
-        """The fence or poison is durable: the request may be forwarded."""
-        self._expect(Phase.GUARDING)
-        return self._forward()
 
     def _forward(self) -> list[Action]:
         request = self.request

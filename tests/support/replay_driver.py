@@ -250,7 +250,8 @@ class Relay:
         if disabled is not None:
             off = self._open(enabled=False)
             if disabled == "serving":
-                off.fence("gpt-5", None, "req_off")  # before forwarding it: the gap
+                # Before forwarding it, as the passthrough does: the gap is its guard.
+                off.decide_passthrough("gpt-5", None, "req_off").write_guard()
                 assert off.gap_recorded
             off.close()
         self.cache = self._open()

@@ -790,7 +790,10 @@ class ReplayMachine(RuleBasedStateMachine):
         """Traffic the cache cannot observe (direct Responses calls) fences the scope:
         every position in flight is poisoned and the generation advances."""
         exists = self.relay.scope_id() is not None
-        self.relay.cache.fence("gpt-5", None, "req_fence")
+        # As the passthrough does: its decision, then its guard performed (the fence).
+        began = self.relay.cache.decide_passthrough("gpt-5", None, "req_fence")
+        assert began.guard == "fence" and began.session is None
+        began.write_guard()
         for pending in self.pending:
             self.model.poison(pending.start)
             self.check_poisoned(pending.start)

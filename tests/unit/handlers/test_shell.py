@@ -17,6 +17,7 @@ import pytest
 
 from relay.cache.replay_cache import Began
 from relay.core.planner import Plan
+from relay.core.replay_header import PASSTHROUGH
 from relay.errors import InvalidRequest, RelayError, StoreFull
 from relay.handlers.base import ResponseState
 from relay.handlers.shell import PipelineShell
@@ -35,10 +36,12 @@ from relay.pipeline.actions import (
     Queue,
     Record,
     Resolve,
+    SendUpstream,
     StartDelivery,
     StartStream,
 )
 from relay.pipeline.base import Pipeline
+from relay.pipeline.passthrough import ResponsesPassthrough
 from relay.transport.upstream import ClientGone, Dialect
 
 
@@ -342,3 +345,52 @@ def test_finish_is_skipped_when_the_client_is_gone() -> None:
     handler.down.closed = True
     asyncio.run(shell(handler, Scripted([Finish()])).run())
     assert "finish" not in handler.calls
+
+
+# --- the passthrough's fence, performed ----------------------------------------------------
+
+
+def passthrough_shell(handler: Handler, began: Began) -> tuple[PipelineShell, list[Any]]:
+    """A real passthrough pipeline behind the shell, its cache decision ``began`` and its
+    upstream send recorded (not performed) in ``handler.calls``."""
+    pipeline = ResponsesPassthrough({"model": "gpt-5", "input": "hi"}, request_id="req_test",
+                                    stream=True)  # fmt: skip
+    performer = shell(handler, pipeline, begin=Decision(handler.calls, began))
+    sends: list[Any] = []
+
+    async def send(action: SendUpstream) -> None:
+        handler.calls.append("send")
+        sends.append(action.body)
+
+    performer._send = send  # type: ignore[method-assign]
+    return performer, sends
+
+
+def test_the_passthrough_s_fence_is_written_before_its_body_is_sent() -> None:
+    handler = Handler()
+
+    def fence() -> None:
+        handler.calls.append("fenced")
+
+    performer, sends = passthrough_shell(handler, Began(None, PASSTHROUGH, "fence", fence))
+    asyncio.run(performer.run())
+    assert handler.calls[1:4] == [
+        "decide", ("header", "X-Relay-Replay", "none; reason=responses_passthrough"), "fenced",
+    ]  # fmt: skip
+    assert handler.calls.index("fenced") < handler.calls.index("send")
+    assert sends == [{"model": "gpt-5", "input": "hi"}]
+    assert handler.runtime.sessions == set()  # never observed
+
+
+def test_a_passthrough_fence_that_failed_is_raised_and_nothing_is_sent() -> None:
+    handler, error = Handler(), StoreFull("the fence could not be written (SQLITE_FULL)")
+
+    def fence() -> None:
+        raise error
+
+    performer, sends = passthrough_shell(handler, Began(None, PASSTHROUGH, "fence", fence))
+    with pytest.raises(StoreFull) as info:
+        asyncio.run(performer.run())
+    assert info.value is error  # the handler answers with its status and envelope (503)
+    assert sends == [] and "send" not in handler.calls
+    assert not any(isinstance(c, tuple) and c[0] == "send" for c in handler.calls)  # no frame
