@@ -375,7 +375,7 @@ class ReplayCache:
         store = self.store
 
         def poison() -> None:
-            with store.transaction():
+            with store.transaction(before_send=True):
                 row = store.scope_for(scope.digest, scope.targeting)
                 store.add_marker(
                     row.id,
