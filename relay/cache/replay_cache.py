@@ -8,11 +8,13 @@ everything stateful for that request lives in the returned :class:`CacheSession`
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
+
+import orjson
 
 from relay.cache.disk_safety import DiskSafety, open_store, store_exists
 from relay.cache.session import CacheSession, SessionContext
@@ -27,7 +29,7 @@ from relay.core.replay_header import PASSTHROUGH
 from relay.core.replay_stats import ReplayStats
 from relay.core.resources import CapacityLedger
 from relay.core.responses_history import REASON_TEXT, Underivable, derive_responses_history
-from relay.core.scope import Scope, build_scope, scope_targeting
+from relay.core.scope import Scope, build_scope, scope_config, scope_targeting
 from relay.observability import log
 from relay.settings.config import Config
 from relay.settings.crashpoints import crash_point
@@ -52,6 +54,10 @@ FENCE_REASON_TEXT: dict[str, str] = {
 # offline fake: the fake's port changes on every start, and this label, unlike its URL, does
 # not. It has no "://", so no real upstream's origin (scheme://host:port) can equal it.
 EMBEDDED_FAKE_ORIGIN = "relay-embedded-offline-fake"
+
+# Scopes remembered by ReplayCache._scope: a handful of concurrent sessions' tools and
+# settings (each holds its first request's configuration, read-only).
+SCOPE_MEMO_ENTRIES = 16
 
 
 @dataclass(frozen=True)
@@ -149,6 +155,7 @@ class ReplayCache:
             safety=safety,
         )
         self._relay_token = relay_token
+        self._scopes: OrderedDict[tuple[object, ...], Scope] = OrderedDict()  # see _scope
         self.gap_recorded = False  # off over a store: this process made the gap durable
 
     @classmethod
@@ -336,17 +343,7 @@ class ReplayCache:
         messages, spans = visible
         summaries = self.config.reasoning_summaries_as_content
         try:
-            scope = build_scope(
-                secret=self.store.secret,
-                upstream_origin=upstream.origin,
-                endpoint=upstream.endpoint,
-                credential=upstream.credential,
-                relay_token=self._relay_token,
-                caller=request.caller,
-                upstream_body=request.upstream_body,
-                openai_beta=None,  # the relay sends no openai-beta header upstream
-                body_shape=request.shape,
-            )
+            scope = self._scope(request, upstream)
             # Summaries sent as reasoning_content may or may not come back from the
             # client: leave that field out of the identity when they are on.
             history = history_digests(scope, messages, exclude_reasoning_content=summaries)
@@ -378,6 +375,44 @@ class ReplayCache:
         )
         return Began(session)
 
+    def _scope(self, request: TranslatedRequest, upstream: UpstreamIdentity) -> Scope:
+        """``build_scope``, remembered for the last :data:`SCOPE_MEMO_ENTRIES` scopes: a
+        session's requests repeat the same tools and settings, whose canonical rendering
+        is most of the scope's cost (design §21). The key is every input that varies
+        (the secret and relay token are the process's own): the configuration as orjson
+        spells it with sorted keys, one spelling per JSON value (the client's parse
+        refuses NaN and the infinities, the one values it would spell alike). A
+        configuration orjson cannot spell is built each time. Raises
+        ``CanonicalRefused`` (never remembered)."""
+        assert self.store is not None
+        try:
+            config: bytes | None = orjson.dumps(
+                scope_config(request.upstream_body), option=orjson.OPT_SORT_KEYS
+            )
+        except TypeError:  # orjson.JSONEncodeError: e.g. an integer beyond 64 bits
+            config = None
+        key = (upstream.origin, upstream.endpoint, upstream.credential, request.caller,
+               request.shape, request.upstream_body.get("model"), config)  # fmt: skip
+        if config is not None and (known := self._scopes.get(key)) is not None:
+            self._scopes.move_to_end(key)
+            return known
+        scope = build_scope(
+            secret=self.store.secret,
+            upstream_origin=upstream.origin,
+            endpoint=upstream.endpoint,
+            credential=upstream.credential,
+            relay_token=self._relay_token,
+            caller=request.caller,
+            upstream_body=request.upstream_body,
+            openai_beta=None,  # the relay sends no openai-beta header upstream
+            body_shape=request.shape,
+        )
+        if config is not None:
+            self._scopes[key] = scope
+            if len(self._scopes) > SCOPE_MEMO_ENTRIES:
+                self._scopes.popitem(last=False)
+        return scope
+
     def _before_unobserved(self, request_id: str) -> None:
         """Off over an existing store, before forwarding a request the cache would have
         observed or fenced (design §7): record the coverage gap durably, once per process.
@@ -397,7 +432,7 @@ class ReplayCache:
         store = self.store
 
         def poison() -> None:
-            with store.transaction():
+            with store.transaction(before_send=True):
                 row = store.scope_for(scope.digest, scope.targeting)
                 store.add_marker(
                     row.id,

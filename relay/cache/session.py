@@ -131,7 +131,7 @@ class CacheSession:
         """
         crash_point("before_dispatch_intent")
         now = self._ctx.clock.wall()
-        with self._store.transaction():
+        with self._store.transaction(before_send=True):  # the one commit before forwarding
             self._row = self._store.scope_for(self._scope.digest, self._scope.targeting)
             self.plan = plan_replay(
                 self._history,

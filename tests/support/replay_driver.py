@@ -179,11 +179,11 @@ class FullDisk:
         real_transaction, real_free = store.transaction, guard.free_bytes
 
         @contextlib.contextmanager
-        def transaction() -> Iterator[None]:
+        def transaction(*, before_send: bool = False) -> Iterator[None]:
             if self.full and not (self.room_after_release and not guard.reserve.exists()):
                 self.failures += 1
                 raise StoreFull("simulated full disk", sqlite_error="SQLITE_FULL")
-            with real_transaction():
+            with real_transaction(before_send=before_send):
                 yield
 
         store.transaction = transaction  # type: ignore[method-assign]
