@@ -28,6 +28,7 @@ from relay.http.auth import ensure_private_dir, load_or_create_secret, open_toke
 from relay.http.routes import ROUTES
 from relay.observability import log
 from relay.observability.body_log import BodyLog
+from relay.ops.metrics import RelayMetrics
 from relay.ops.services import Operations
 from relay.settings.config import Config
 from relay.settings.providers import BUILTIN, Provider
@@ -156,6 +157,7 @@ class RelayServer:
                 cache=cache,
                 strict=strict,
                 providers={**config.providers, BUILTIN: builtin},
+                metrics=RelayMetrics(),
                 body_log=body_log,
             )
             if cache.enabled and cache.store is not None:
@@ -311,7 +313,7 @@ def cache_off_over_store_warning(path: object) -> str:
 
 
 def cache_off_over_shared_store_warning(url: object) -> str:
-    """The banner's line for a cache-off relay on the shared store (design §20)."""
+    """The banner's line for a cache-off relay on the shared store (design §22)."""
     return (
         f"WARNING: reasoning cache: off on this relay, over the shared store {url}: every "
         "reasoning request it forwards first stops replay of every conversation stored so "

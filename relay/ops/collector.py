@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 from relay.core.receipts import Reason
 from relay.core.replay_stats import ReplayStats
 from relay.errors import StoreError
+from relay.ops.metrics import relay_metrics
 from relay.ops.store_sample import StoreSampler
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ class RuntimeCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         runtime = self.runtime
         clock = runtime.clock
-        metrics = runtime.metrics
+        metrics = relay_metrics(runtime)
         uptime = GaugeMetricFamily("relay_uptime_seconds", "Seconds since the relay started")
         uptime.add_metric([], clock.monotonic() - metrics.started_monotonic)
         yield uptime

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from relay.ops.admin_protocol import AdminService
 from relay.ops.admin_socket import AdminSocket
 from relay.ops.collector import RuntimeCollector
+from relay.ops.metrics import relay_metrics
 from relay.ops.metrics_http import MetricsListener
 from relay.ops.snapshot import Snapshotter
 from relay.ops.store_sample import StoreSampler
@@ -19,10 +20,10 @@ if TYPE_CHECKING:
 class Operations:
     def __init__(self, runtime: Runtime, *, offline_fake: bool) -> None:
         config, clock = runtime.config, runtime.clock
-        runtime.metrics.started(clock.monotonic(), clock.wall())
+        relay_metrics(runtime).started(clock.monotonic(), clock.wall())
         self.sampler = StoreSampler(runtime.cache.store, clock)
         self.snapshots = Snapshotter(runtime.cache.store, config.admin_snapshot_dir, clock)
-        runtime.metrics.registry.register(RuntimeCollector(runtime, self.sampler))
+        relay_metrics(runtime).registry.register(RuntimeCollector(runtime, self.sampler))
         self.service = AdminService(
             runtime, self.sampler, self.snapshots, offline_fake=offline_fake
         )
@@ -37,7 +38,7 @@ class Operations:
             self.admin = AdminSocket(self.service)
             self.admin.adopt(listeners.admin, listeners.admin_path)
         if listeners.metrics is not None:
-            self.metrics_http = MetricsListener(self._runtime.metrics)
+            self.metrics_http = MetricsListener(relay_metrics(self._runtime))
             self.metrics_http.adopt(listeners.metrics)
             self.service.metrics_url = self.metrics_url
         self._note = listeners.admin_note

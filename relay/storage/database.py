@@ -34,6 +34,10 @@ from relay.errors import StoreCorrupt, StoreError, StoreFull, StoreIOError, Stor
 from relay.storage.schema import VACUUM_PENDING_KEY, SchemaRefused, migrate
 
 SECRET_BYTES: Final = 32
+# How many transactions in a row may leave the WAL's checkpoint to a later commit
+# (:meth:`Database.transaction`, ``before_send``): the WAL then exceeds its bound by at
+# most this many small transactions' frames (design §21).
+MAX_DEFERRED_CHECKPOINTS: Final = 8
 
 # How a gateway reaches the connection: ``access("read a scope")`` yields it and translates
 # any sqlite3 error raised in the block into a StoreError naming that action.
@@ -155,6 +159,10 @@ class Database:
         self.path = path
         self.secret = secret
         self._in_transaction = False
+        # The WAL bound in pages (wal_policy, set at open) and how many commits in a row
+        # have left its checkpoint to a later one.
+        self._autocheckpoint: int = conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+        self._deferred = 0
 
     @classmethod
     def open(
@@ -232,17 +240,35 @@ class Database:
         return self.read(action)
 
     @contextmanager
-    def transaction(self) -> Iterator[None]:
-        """``BEGIN IMMEDIATE`` … ``COMMIT``; ``ROLLBACK`` when the body raises."""
+    def transaction(self, *, before_send: bool = False) -> Iterator[None]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT``; ``ROLLBACK`` when the body raises.
+
+        ``before_send``: a commit that a request waits for before it is forwarded (the
+        dispatch intent, a bypass poison). SQLite checkpoints the WAL in whichever commit
+        finds it over its bound, and a checkpoint (copying up to the bound's pages into
+        the database and an fsync of each file) would then delay that request's first
+        token; such a commit leaves it to the next ordinary one, which checkpoints as
+        soon as it commits, up to :data:`MAX_DEFERRED_CHECKPOINTS` in a row. Durability
+        is the same: the commit's own fsync of the WAL is what makes it durable.
+        """
         if self._in_transaction:
             raise RuntimeError("ReasoningStore transactions do not nest")
+        defer = before_send and self._autocheckpoint > 0
+        defer = defer and self._deferred < MAX_DEFERRED_CHECKPOINTS
         with self.read("begin a transaction") as conn:
-            conn.execute("BEGIN IMMEDIATE")
+            if defer:
+                conn.execute("PRAGMA wal_autocheckpoint = 0")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except BaseException:
+                self._restore_checkpoint(defer)
+                raise
         self._in_transaction = True
         try:
             yield
             with self.read("commit") as conn:
                 conn.execute("COMMIT")
+            self._deferred = self._deferred + 1 if defer else 0
         except BaseException:
             # SQLite may already have rolled back (e.g. after SQLITE_FULL).
             with self.read("roll back") as conn:
@@ -251,6 +277,12 @@ class Database:
             raise
         finally:
             self._in_transaction = False
+            self._restore_checkpoint(defer)
+
+    def _restore_checkpoint(self, deferred: bool) -> None:
+        if deferred:
+            with self.read("restore the WAL bound") as conn:
+                conn.execute(f"PRAGMA wal_autocheckpoint = {self._autocheckpoint:d}")
 
     def checkpoint(self) -> None:
         """Copy the WAL into the database and truncate it (after cleanup, at shutdown)."""

@@ -7,7 +7,9 @@ they never see a connection, a cursor or an engine's error type:
 
 - a transaction is a method (:meth:`ReplayStore.transaction`), a context manager that
   commits durably on exit and rolls back when the body raises; writes are only valid
-  inside one, and transactions do not nest;
+  inside one, and transactions do not nest; one marked ``before_send`` is a commit a
+  request waits for before it is forwarded, durable as any other, whose housekeeping (a
+  WAL checkpoint) a backend may leave to a later commit;
 - every failure leaving a method is a :class:`~relay.errors.StoreError` subclass whose
   message names no stored value (payloads are ciphertext, scope values credential
   fingerprints);
@@ -27,7 +29,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from relay.core.identity import ScopeTargeting
 from relay.core.records import (
     MarkerKind,
     Observation,
@@ -36,6 +37,7 @@ from relay.core.records import (
     ScopeRow,
     StoredPayload,
 )
+from relay.core.scope import ScopeTargeting
 
 if TYPE_CHECKING:
     from relay.storage.aggregates import StoreAggregates
@@ -154,7 +156,7 @@ class ReplayStore(StoreDiagnostics, Protocol):
     def cleanup(self) -> PayloadReclaimer: ...
 
     # --- lifecycle and transactions
-    def transaction(self) -> AbstractContextManager[None]: ...
+    def transaction(self, *, before_send: bool = False) -> AbstractContextManager[None]: ...
     def checkpoint(self) -> None: ...
     def used_bytes(self) -> int: ...
     def close(self) -> None: ...

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from relay.core.identity import ScopeTargeting
 from relay.core.records import MarkerKind
+from relay.core.scope import ScopeTargeting
 from relay.storage.interface import ReplayStore
 
 COVERAGE_GAP_KEY = "coverage-gap"

@@ -71,9 +71,10 @@ class ReasoningStore(Scopes, Observations, Payloads, Markers, Intents, Meta, Dia
         is not a usable reasoning cache, other ``StoreError``\\ s for I/O trouble)."""
         return cls(Database.open(path, clock=clock, reserve_bytes=reserve_bytes), clock)
 
-    def transaction(self) -> AbstractContextManager[None]:
-        """``BEGIN IMMEDIATE`` … ``COMMIT``; ``ROLLBACK`` when the body raises."""
-        return self._db.transaction()
+    def transaction(self, *, before_send: bool = False) -> AbstractContextManager[None]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT``; ``ROLLBACK`` when the body raises.
+        ``before_send``: see :meth:`relay.storage.database.Database.transaction`."""
+        return self._db.transaction(before_send=before_send)
 
     def checkpoint(self) -> None:
         self._db.checkpoint()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from relay.core.identity import ScopeTargeting
 from relay.core.records import ScopeRow
+from relay.core.scope import ScopeTargeting
 from relay.storage.database import Database
 from relay.storage.schema import in_batches, placeholders
 

@@ -27,8 +27,9 @@ from tornado.ioloop import PeriodicCallback
 
 from relay.clock import Clock
 from relay.core.canonical import CanonicalRefused
-from relay.core.identity import HistoryState, Scope, build_scope, history_digests
+from relay.core.history_digest import HistoryState, history_digests
 from relay.core.receipts import Reason
+from relay.core.scope import Scope, build_scope
 from relay.errors import StoreError
 from relay.observability import log
 from relay.settings.providers import Provider

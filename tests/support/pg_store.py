@@ -4,7 +4,7 @@ and make a lease lapse without waiting for it (tests/unit/storage/postgres)."""
 from __future__ import annotations
 
 from relay.clock import ManualClock
-from relay.core.identity import ScopeTargeting
+from relay.core.scope import ScopeTargeting
 from relay.settings.database_url import parse_database_url
 from relay.storage.postgres.store import PostgresStore
 from tests.support.pg_cluster import PgDatabase

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from relay.core.identity import ScopeTargeting
 from relay.core.records import EMPTY_PLAN, Observation, PriorPlan
+from relay.core.scope import ScopeTargeting
 from relay.storage.replay_store import ReasoningStore
 
 TARGET = ScopeTargeting(credential="c" * 64, model="gpt-5", caller=None)

@@ -36,7 +36,6 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from relay.clock import Clock
-from relay.core.identity import ScopeTargeting
 from relay.core.records import (
     TOUCH_GRANULARITY_S,
     MarkerKind,
@@ -47,6 +46,7 @@ from relay.core.records import (
     StoredPayload,
     StoredSizeExceeded,
 )
+from relay.core.scope import ScopeTargeting
 from relay.errors import (
     LeaseLapsed,
     StoreContention,
@@ -270,9 +270,11 @@ class PostgresStore:
             yield conn
 
     @contextmanager
-    def transaction(self) -> Iterator[None]:
+    def transaction(self, *, before_send: bool = False) -> Iterator[None]:
         """``BEGIN`` … ``COMMIT`` (durable: ``synchronous_commit = on``); ``ROLLBACK`` when
-        the body raises."""
+        the body raises. ``before_send`` changes nothing here: PostgreSQL's checkpoints
+        are the server's, never in a client's commit."""
+        del before_send
         if self._tx is not None:
             raise RuntimeError("PostgresStore transactions do not nest")
         if self._pool is None:

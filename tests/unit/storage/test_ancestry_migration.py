@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from relay.clock import ManualClock
-from relay.core.identity import HistoryDigests, history_digests
+from relay.core.history_digest import HistoryDigests, history_digests
 from relay.core.planner import Plan, plan_replay
 from relay.core.receipts import Reason
 from relay.core.records import (

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from relay.clock import ManualClock
+from relay.core.disk_policy import MIN_RESERVE_BYTES
 from relay.core.records import (
     EMPTY_PLAN,
     BlockRef,
@@ -22,6 +23,7 @@ from relay.core.records import (
     plan_chain,
 )
 from relay.errors import CacheUnavailable, StoreCorrupt, StoreError, StoreFull, StoreLocked
+from relay.storage.database import MAX_DEFERRED_CHECKPOINTS
 from relay.storage.interface import IntentPhase
 from relay.storage.replay_store import ReasoningStore
 from relay.storage.schema import (
@@ -387,6 +389,51 @@ def test_reads_work_inside_and_outside_transactions(store: ReasoningStore) -> No
     with store.transaction():
         assert store.observations_at(sid, h(1)) == [obs]
         assert store.stats()["observations"] == 1
+
+
+# A commit a request waits for before it is forwarded leaves the WAL's checkpoint to the
+# next ordinary commit (design §21), at most MAX_DEFERRED_CHECKPOINTS in a row. A
+# checkpoint copies the WAL's pages into the database file: its size says whether one ran.
+CHECKPOINTS: list[tuple[str, list[bool], list[bool]]] = [
+    ("ordinary", [False], [True]),
+    ("before_send", [True], [False]),
+    ("then ordinary", [True, False], [False, True]),
+    ("bounded run", [True] * (MAX_DEFERRED_CHECKPOINTS + 1),
+     [False] * MAX_DEFERRED_CHECKPOINTS + [True]),
+    ("run restarts", [True, False, True], [False, True, False]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("before_send", "checkpointed"), [(b, c) for _, b, c in CHECKPOINTS],
+    ids=[name for name, _, _ in CHECKPOINTS],
+)  # fmt: skip
+def test_a_commit_before_sending_leaves_the_checkpoint_to_the_next(
+    db_path: Path, before_send: list[bool], checkpointed: list[bool]
+) -> None:
+    # The smallest reserve bounds the WAL to a few pages: every commit below exceeds it.
+    store = ReasoningStore.open(db_path, clock=ManualClock(), reserve_bytes=MIN_RESERVE_BYTES)
+    bound = conn_of(store).execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+    try:
+        for n, (early, expected) in enumerate(zip(before_send, checkpointed, strict=True)):
+            size = db_path.stat().st_size
+            with store.transaction(before_send=early):
+                store.set_meta(f"filler-{n}", "x" * 4 * bound * 4096)  # new overflow pages
+            assert (db_path.stat().st_size > size) is expected, n
+            # The bound is back after each transaction, deferred or not.
+            assert conn_of(store).execute("PRAGMA wal_autocheckpoint").fetchone()[0] == bound
+            assert store.meta(f"filler-{n}") == "x" * 4 * bound * 4096  # committed alike
+    finally:
+        store.close()
+
+
+def test_a_failed_commit_before_sending_restores_the_wal_bound(store: ReasoningStore) -> None:
+    bound = conn_of(store).execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+    with pytest.raises(ZeroDivisionError), store.transaction(before_send=True):
+        store.set_meta("coverage-gap", 1)
+        _ = 1 / 0
+    assert conn_of(store).execute("PRAGMA wal_autocheckpoint").fetchone()[0] == bound
+    assert store.meta("coverage-gap") is None
 
 
 # --- faults and error messages -------------------------------------------------------

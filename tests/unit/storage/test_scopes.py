@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from relay.clock import ManualClock
-from relay.core.identity import ScopeTargeting
+from relay.core.scope import ScopeTargeting
 from relay.storage.replay_store import ReasoningStore
 from tests.support.store_rows import TARGET, conn_of, h, scope_id
 
