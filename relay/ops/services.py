@@ -10,16 +10,38 @@ from relay.ops.collector import RuntimeCollector
 from relay.ops.metrics_http import MetricsListener
 from relay.ops.snapshot import Snapshotter
 from relay.ops.store_sample import StoreSampler
+from relay.ops.token_stats import TokenAccounting
 
 if TYPE_CHECKING:
     from relay.app.listeners import Listeners
     from relay.app.runtime import Runtime
 
 
+def cache_events(runtime: Runtime) -> dict[tuple[str, str], int]:
+    """The replay cache's totals by reason, for the hourly tallies: upstream rejections
+    of replayed state, fences, and the plan's reasons for not replaying a block."""
+    metrics = runtime.cache.metrics
+    out: dict[tuple[str, str], int] = {}
+    for (_, _, kind), n in metrics.replay.rejected.items():
+        out["rejected", kind.value] = out.get(("rejected", kind.value), 0) + n
+    for reason, n in metrics.fences.items():
+        out["fenced", reason] = n
+    for reason, n in metrics.rejections.items():
+        out["declined", reason] = n
+    return out
+
+
 class Operations:
     def __init__(self, runtime: Runtime, *, offline_fake: bool) -> None:
         config, clock = runtime.config, runtime.clock
         runtime.metrics.started(clock.monotonic(), clock.wall())
+        runtime.tokens = TokenAccounting.open(
+            clock,
+            config.cache_path,
+            retention_days=config.stats_retention_days,
+            counters=lambda: cache_events(runtime),
+            prices=config.token_prices,
+        )
         self.sampler = StoreSampler(runtime.cache.store, clock)
         self.snapshots = Snapshotter(runtime.cache.store, config.admin_snapshot_dir, clock)
         runtime.metrics.registry.register(RuntimeCollector(runtime, self.sampler))
@@ -41,6 +63,8 @@ class Operations:
             self.metrics_http.adopt(listeners.metrics)
             self.service.metrics_url = self.metrics_url
         self._note = listeners.admin_note
+        if self._runtime.tokens is not None:
+            self._runtime.tokens.start()
 
     @property
     def metrics_url(self) -> str | None:
@@ -63,3 +87,5 @@ class Operations:
         if self.metrics_http is not None:
             await self.metrics_http.close()
         await self.snapshots.wait_idle()
+        if self._runtime.tokens is not None:
+            await self._runtime.tokens.stop()  # the last hour's tallies, written

@@ -54,6 +54,7 @@ class TokenAccounting:
         self._counted: dict[tuple[str, str], int] = {}
         self.since_start = tu.Tallies()  # hour 0: one row per (shape, model, outcome)
         self.latency_since_start: Counter[int] = Counter()
+        self.latency_sum_s = 0.0
         self._pending = tu.HourDelta()
         # Without a database, the recent hours stay in memory (pruned to the longest window).
         self._memory: tu.HourDelta | None = tu.HourDelta() if db is None else None
@@ -102,6 +103,7 @@ class TokenAccounting:
         """The relay's own share of one request's time to first byte."""
         bound = tu.latency_bucket(seconds)
         self.latency_since_start[bound] += 1
+        self.latency_sum_s += max(0.0, seconds)
         self._pending.latency[tu.hour_of(self.clock.wall()), bound] += 1
 
     # --- sampling and flushing (the loop's timer) ---------------------------------------
