@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
+from relay.core.token_usage import HourDelta, hour_of
 from relay.ops.admin_protocol import AdminService
 from relay.ops.admin_socket import AdminSocket
 from relay.ops.collector import RuntimeCollector
+from relay.ops.dashboard import Snapshot, hours_of
+from relay.ops.dashboard import render as render_dashboard
 from relay.ops.metrics_http import MetricsListener
 from relay.ops.snapshot import Snapshotter
+from relay.ops.status import status_document
 from relay.ops.store_sample import StoreSampler
 from relay.ops.token_stats import TokenAccounting
 
@@ -59,12 +64,31 @@ class Operations:
             self.admin = AdminSocket(self.service)
             self.admin.adopt(listeners.admin, listeners.admin_path)
         if listeners.metrics is not None:
-            self.metrics_http = MetricsListener(self._runtime.metrics)
+            self.metrics_http = MetricsListener(self._runtime.metrics, page=self.dashboard)
             self.metrics_http.adopt(listeners.metrics)
             self.service.metrics_url = self.metrics_url
         self._note = listeners.admin_note
         if self._runtime.tokens is not None:
             self._runtime.tokens.start()
+
+    def dashboard(self) -> str:
+        """The dashboard page, rendered from the status document and the last day's hours."""
+        runtime = self._runtime
+        status = status_document(
+            runtime, self.sampler, self.snapshots,
+            offline_fake=self.service.offline_fake, metrics_url=self.metrics_url,
+        )  # fmt: skip
+        tokens = runtime.tokens
+        now_hour = hour_of(runtime.clock.wall())
+        hours = hours_of(tokens.recent(24) if tokens is not None else HourDelta(), now_hour)
+        stats_bytes = None
+        if tokens is not None and tokens.db is not None:
+            with contextlib.suppress(OSError):
+                stats_bytes = tokens.db.size_bytes()
+        retention = runtime.retention.to_json() if runtime.retention is not None else None
+        return render_dashboard(
+            Snapshot(status, hours, retention=retention, stats_bytes=stats_bytes)
+        )
 
     @property
     def metrics_url(self) -> str | None:
@@ -76,8 +100,10 @@ class Operations:
         lines = [] if self._note is None else [self._note]
         if self.admin is not None and self.admin.path is not None:
             lines.append(f"admin socket: {self.admin.path} (relay status, relay admin ...)")
-        if self.metrics_http is not None:
-            lines.append(f"metrics: {self.metrics_url}")
+        url = self.metrics_url
+        if url is not None:
+            lines.append(f"metrics: {url}")
+            lines.append(f"dashboard: {url.removesuffix('metrics')}")
         return lines
 
     async def stop(self) -> None:

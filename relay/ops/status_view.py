@@ -118,7 +118,8 @@ def render(doc: dict[str, Any], *, colour: bool) -> str:
     buys = doc.get("replayBuys")
     if buys is None:
         return table
-    return table + "\n\n" + replay_buys(buys, paint=lambda text: paint(DIM, text))
+    # No blank line between: every line stays "<label>  <value>" for scripts that split it.
+    return table + "\n" + replay_buys(buys, paint=lambda text: paint(DIM, text))
 
 
 WINDOW_TITLES = (("lastHour", "last hour"), ("lastDay", "last day"), ("last30Days", "last 30 days"))
