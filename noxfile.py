@@ -17,6 +17,7 @@ SYSTEM_PACKAGES = {"faketime": "faketime", "fiu-run": "fiu-utils", "strace": "st
 COVERAGE_FAIL_UNDER = "85"
 # Run a second time by `tests` with RELAY_TEST_FORCE_PORTABLE_FALLBACKS=1 (relay.storage.portable).
 PORTABLE_TESTS = ("tests/unit/storage", "tests/unit/cache/test_disk_safety.py")
+SYSTEM_PACKAGES["chromium"] = "chromium"  # the dashboard's browser test (tests/support/browser.py)
 
 
 def ensure_system_packages(session: nox.Session) -> None:

@@ -192,6 +192,7 @@ class TokenAccounting:
 
     def recent(self, hours: int) -> tu.HourDelta:
         """The last ``hours`` hours (the current one included): stored plus pending."""
+        self.sample_counters()  # the cache's latest rejections and fences count too
         since = tu.hour_of(self.clock.wall()) - (hours - 1) * tu.HOUR_S
         out = tu.HourDelta()
         if self.db is not None:
