@@ -10,7 +10,7 @@ Every text is escaped.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from html import escape
@@ -194,7 +194,7 @@ def _share_chart(buys: Mapping[str, Any]) -> str:
 
 
 def _tokens_table(buys: Mapping[str, Any]) -> str:
-    rows = [
+    rows: list[tuple[str, str, Callable[[int], str]]] = [
         ("requests", "requests", str),
         ("input", "inputTokens", tokens),
         ("cached input", "cachedTokens", tokens),

@@ -107,7 +107,7 @@ def test_old_hours_are_pruned_at_the_next_write(tmp_path: Path) -> None:
 
 
 class Broken(StatsDB):
-    def add(self, delta: object) -> None:  # type: ignore[override]
+    def add(self, delta: HourDelta) -> None:
         raise sqlite3.OperationalError("disk I/O error")
 
 
