@@ -11,6 +11,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from relay.clock import ManualClock
 from relay.core.token_usage import HOUR_S, HourDelta, Key, Price, Usage
@@ -150,3 +152,41 @@ def test_the_timer_flushes_on_a_worker_thread(tmp_path: Path) -> None:
     [(key, tally)] = reopened.since(0).tallies.by_key.items()
     assert key == Key(key.hour, "chat", "gpt-5", "replayed") and tally.cached_tokens == 1500
     reopened.close()
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(
+                st.just("answer"),
+                st.sampled_from(["replayed=2", "off", "none; reason=capacity_bypass"]),
+                st.integers(0, 5000),
+            ),
+            st.tuples(st.just("flush"), st.just(""), st.just(0)),
+            st.tuples(st.just("later"), st.just(""), st.integers(1, 7200)),
+        ),
+        max_size=25,
+    )
+)
+def test_windows_do_not_depend_on_when_flushes_happen(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[str, str, int]]
+) -> None:
+    """Whatever the flush points, the 30-day window holds every answer exactly once."""
+    clock = ManualClock()
+    db = StatsDB(tmp_path_factory.mktemp("stats") / FILE_NAME)
+    stats = TokenAccounting(clock, db, retention_days=90)
+    for step, header, n in steps:
+        if step == "answer":
+            stats.answered("chat", "gpt-5", header, Usage(input_tokens=n, cached_tokens=n // 2))
+        elif step == "flush":
+            stats.flush_now()
+        else:
+            clock.advance(n)
+    month = stats.report()["last30Days"]
+    answers = [(h, n) for step, h, n in steps if step == "answer"]
+    assert month["requests"] == len(answers)
+    assert month["inputTokens"] == sum(n for _, n in answers)
+    assert month["withReplay"]["input"] == sum(n for h, n in answers if h == "replayed=2")
+    assert month["replayedBlocks"] == 2 * sum(1 for h, _ in answers if h == "replayed=2")
+    asyncio.run(stats.stop())
