@@ -7,7 +7,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import requests
+
 from relay.core.token_usage import Usage
+from tests.support.agent_session import MODEL
 from tests.support.stack import Stack
 
 
@@ -33,3 +36,15 @@ def counting(stack: Stack, expected: int) -> Iterator[None]:
         assert done.wait(10), "the relay did not account for every request"
     finally:
         tokens.answered = answered  # type: ignore[method-assign]
+
+
+def direct_responses_call(stack: Stack) -> None:
+    """One non-streaming ``POST /v1/responses`` (direct traffic: the relay fences it)."""
+    stack.script({"output": [{"type": "message", "text": "direct answer"}]})
+    answer = requests.post(
+        f"http://127.0.0.1:{stack.port}/v1/responses",
+        headers=stack.headers(),
+        json={"model": MODEL, "input": "hello", "stream": False},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
