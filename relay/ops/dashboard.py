@@ -65,7 +65,10 @@ def render(snap: Snapshot) -> str:
         assert buys is not None
         sections += [
             _panel("Replay outcomes per hour (last 24 hours)", _outcomes_chart(snap.hours)),
-            _panel("Input tokens served from the prompt cache", _share_chart(buys)),
+            _panel(
+                "Input tokens served from the prompt cache",
+                _share_chart(buys) + _hourly_shares(snap.hours),
+            ),
             _panel("Tokens", _tokens_table(buys)),
             _panel("Rejections and fences by reason (30 days)", _reasons(buys["last30Days"])),
             _panel("Time the relay adds to the first byte", _latency_chart(buys)),
@@ -190,6 +193,38 @@ def _share_chart(buys: Mapping[str, Any]) -> str:
     return (
         f'<svg id="share-chart" role="img" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}">{"".join(parts)}</svg>{legend}'
+    )
+
+
+def _hourly_shares(hours: Sequence[HourPoint]) -> str:
+    """The cached share per hour, with and without replay: a point per hour that had such
+    answers, joined by a line."""
+    width, height, pad = 720, 120, 24
+    slot = (width - pad) / max(len(hours), 1)
+    parts = [f'<line x1="{pad}" y1="{height - pad}" x2="{width}" y2="{height - pad}" '
+             'stroke="#999"/>', f'<text x="0" y="{pad - 6}">100%</text>']  # fmt: skip
+    for name, colour in (("with", "#2e7d32"), ("without", "#90a4ae")):
+        points = []
+        for i, point in enumerate(hours):
+            share = (point.with_replay if name == "with" else point.without_replay).ratio
+            if share is None:
+                continue
+            x, y = pad + (i + 0.5) * slot, height - pad - (height - 2 * pad) * share
+            points.append(f"{x:.1f},{y:.1f}")
+            parts.append(
+                f'<circle class="point share-{name}" data-hour="{point.hour}" '
+                f'data-share="{share:.4f}" cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{colour}">'
+                f"<title>{escape(_hour(point.hour))}: {_pct(share)}</title></circle>"
+            )
+        if len(points) > 1:
+            parts.append(
+                f'<polyline points="{" ".join(points)}" fill="none" stroke="{colour}" '
+                'stroke-width="1.5"/>'
+            )
+    return (
+        f'<svg id="hourly-share-chart" role="img" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}">{"".join(parts)}</svg>'
+        '<p class="meta">per hour, last 24 hours</p>'
     )
 
 

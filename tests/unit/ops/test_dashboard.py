@@ -88,6 +88,14 @@ def test_traffic_fills_every_chart(tmp_path: Path) -> None:
     reasons = {a["data-reason"]: a["data-count"] for a in elements.with_class("bar")
                if a.get("data-reason")}  # fmt: skip
     assert reasons == {"direct_responses": "3", "encrypted_content_invalid": "1"}
+    hourly = {(a["class"], a["data-hour"]): a["data-share"]
+              for a in elements.with_class("point")}  # fmt: skip
+    now_hour = str(hour_of(ops.clock.wall()))
+    earlier = str(hour_of(ops.clock.wall()) - HOUR_S)
+    assert hourly == {
+        ("point share-with", now_hour): "0.7500",
+        ("point share-without", earlier): "0.2500",
+    }
     latency = {a["data-window"]: a["data-ms"] for a in elements.with_class("latency-p95")}
     assert latency == {"lastHour": "15", "lastDay": "15", "last30Days": "15"}
     assert "no traffic yet" not in html
