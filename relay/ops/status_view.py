@@ -140,9 +140,7 @@ def share(entry: dict[str, Any]) -> str:
     return f"{100 * entry['share']:.1f}% of {tokens(entry['input'])}"
 
 
-def _reasons(counts: dict[str, int] | None) -> str:
-    if not counts:
-        return "none"
+def _reasons(counts: dict[str, int]) -> str:
     return ", ".join(f"{reason} {n}" for reason, n in sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
@@ -184,10 +182,12 @@ def replay_buys(buys: dict[str, Any], *, paint: Any = str) -> str:
         ).rstrip()
         for row in cells
     ]
-    # Reasons over the longest window: a column each would not fit a terminal.
+    # Reasons over the longest window (a column each would not fit a terminal), only when
+    # there are some, as the rows above leave out a rejected or fenced row with nothing.
     month = windows[-1]["events"]
-    lines.append(f"{paint('rejected (30 days)')}  {_reasons(month.get('rejected'))}")
-    lines.append(f"{paint('fenced (30 days)')}  {_reasons(month.get('fenced'))}")
+    for kind in ("rejected", "fenced"):
+        if month.get(kind):
+            lines.append(f"{paint(f'{kind} (30 days)')}  {_reasons(month[kind])}")
     return "\n".join(lines)
 
 

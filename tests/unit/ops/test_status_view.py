@@ -167,6 +167,7 @@ def test_what_replay_buys_has_a_column_per_window() -> None:
     assert cells["reasoning tokens"] == ["10", "1.2k", "1.2k"]
     assert cells["added TTFB p50 / p95"] == ["-", "2 / 2 ms", "2 / 2 ms"]
     assert "est. saving" not in cells
+    assert "declined" not in section  # the plan's own reasons stay in the dashboard
     assert "fenced (30 days)  direct_responses 2" in section
     assert "rejected (30 days)  encrypted_content_invalid 1" in section
 
@@ -187,3 +188,11 @@ def test_no_traffic_yet() -> None:
     empty = TokenAccounting(ManualClock(wall=NOW), None, retention_days=0).report()
     assert render(doc(replayBuys=empty), colour=False).endswith("what replay buys  no traffic yet")
     assert "what replay buys" not in render(doc(), colour=False)
+
+
+def test_no_reason_rows_without_rejections_or_fences() -> None:
+    stats = TokenAccounting(ManualClock(wall=NOW), None, retention_days=0)
+    stats.answered("chat", "gpt-5", "replayed=1", Usage(100, 50))
+    text = render(doc(replayBuys=stats.report()), colour=False)
+    assert "requests replayed" in text
+    assert "rejected (30 days)" not in text and "fenced (30 days)" not in text
