@@ -33,19 +33,22 @@ from bench.identity import (
 )
 from relay.app.runtime import Runtime
 from relay.cache.replay_cache import ReplayCache
-from relay.cache.session import CacheSession, ScopedSource
+from relay.cache.session import CacheSession
 from relay.clock import SystemClock
-from relay.core.capture import PAYLOAD_DOMAIN, ClientProjection
+from relay.core.capture import PAYLOAD_DOMAIN, ClientProjection, OutputCapture, finish_capture
+from relay.core.history_digest import HistoryDigests, history_digests
 from relay.core.hot_blocks import HotBlocks
-from relay.core.identity import HistoryDigests, Scope, build_scope, history_digests
 from relay.core.planner import Plan, plan_replay
 from relay.core.records import EMPTY_PLAN, Observation, ScopeRow
+from relay.core.responses_events import decode
+from relay.core.scope import Scope, build_scope
 from relay.settings.config import Config
 from relay.settings.routing import resolve_model
-from relay.translate.chat_to_responses import TranslatedRequest
+from relay.storage.scoped_source import ScopedSource
 from relay.translate.events import ChatCompletion
 from relay.translate.request import translate_request
-from relay.translate.responses_to_chat import response_to_chat_completion
+from relay.translate.request_types import TranslatedRequest
+from relay.translate.responses_to_chat import project_output, response_to_chat_completion
 
 KEY = "sk-bench"
 TOKEN = "bench-relay-token-0123456789"
@@ -272,22 +275,28 @@ def completed_output(text: str, number: int) -> list[dict[str, Any]]:
     return output_items({"content": text}, number)
 
 
-def feed_completion(session: CacheSession, output: list[dict[str, Any]]) -> ChatCompletion:
-    """Feed the capture a completed upstream generation; the Chat completion the client
-    was sent for it."""
+def feed_completion(
+    session: CacheSession, output: list[dict[str, Any]]
+) -> tuple[OutputCapture, ChatCompletion]:
+    """A capture fed a completed upstream generation (as the chat pipeline feeds its
+    own), and the Chat completion the client was sent for it."""
+    capture = OutputCapture(project=project_output, max_bytes=session.capture_bytes)
     for index, item in enumerate(output):
-        session.feed("response.output_item.done", {"output_index": index, "item": item})
+        capture.feed(decode("response.output_item.done", {"output_index": index, "item": item}))
     response = {"status": "completed", "model": SNAPSHOT, "output": output}
-    session.feed("response.completed", {"response": response})
-    return response_to_chat_completion(
+    capture.feed(decode("response.completed", {"response": response}))
+    return capture, response_to_chat_completion(
         response, completion_id="chatcmpl-bench", created=0, model="gpt-5",
         reasoning_summaries=False,
     )  # fmt: skip
 
 
-def feed_generation(session: CacheSession, output: list[dict[str, Any]]) -> ClientProjection:
-    """Feed the capture a completed upstream generation; what the client was sent."""
-    return ClientProjection.from_completion(feed_completion(session, output))
+def feed_generation(
+    session: CacheSession, output: list[dict[str, Any]]
+) -> tuple[OutputCapture, ClientProjection]:
+    """A capture fed a completed upstream generation; what the client was sent."""
+    capture, completion = feed_completion(session, output)
+    return capture, ClientProjection.from_completion(completion)
 
 
 def bench_commits(*, rounds: int = 31, messages: int = 10) -> dict[str, Any]:
@@ -318,9 +327,11 @@ def bench_commits(*, rounds: int = 31, messages: int = 10) -> dict[str, Any]:
                 start = time.perf_counter()
                 session.dispatch()
                 dispatched = time.perf_counter()
-                sent = feed_generation(session, completed_output(f"answer {number}", number))
+                capture, sent = feed_generation(
+                    session, completed_output(f"answer {number}", number)
+                )
                 completing = time.perf_counter()
-                result = session.complete(sent)
+                result = session.complete(finish_capture(capture, sent))
                 completed = time.perf_counter()
                 session.delivered()
                 delivered = time.perf_counter()

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from relay.core.responses_events import decode
 from relay.translate.chat_sse import encode_chunk
 from relay.translate.responses_to_chat import response_to_chat_completion
 from relay.translate.stream_converter import ChatStreamConverter
@@ -103,12 +104,12 @@ def main() -> None:
     def feed() -> None:
         conv = converter()
         for event_type, data in events:
-            conv.feed(event_type, data)
+            conv.feed(decode(event_type, data))
 
     def feed_and_frame() -> None:
         conv = converter()
         for event_type, data in events:
-            for chunk in conv.feed(event_type, data):
+            for chunk in conv.feed(decode(event_type, data)):
                 encode_chunk(chunk)
 
     def json_answer() -> None:

@@ -19,7 +19,8 @@ from typing import Any
 
 from relay.core.canonical import Budget, frame
 from relay.core.envelope import normalize_message
-from relay.core.identity import Scope, build_scope, history_digests
+from relay.core.history_digest import history_digests
+from relay.core.scope import Scope, build_scope
 from tests.support import recordings
 
 U64 = struct.Struct(">Q")

@@ -28,7 +28,7 @@ from typing import Any
 
 from bench.cache import bench_config, feed_completion, open_cache, session_for, translated
 from bench.identity import recorded_request
-from relay.core.capture import ClientProjection
+from relay.core.capture import CaptureResult, ClientProjection, finish_capture
 
 STEPS = (40, 160, 1000)
 # Random bytes of each reasoning item's ciphertext (base64 in the payload): 128 gives the
@@ -52,10 +52,12 @@ def answer(step: int, ciphertext_bytes: int) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def generate(session: Any, output: list[dict[str, Any]]) -> tuple[ClientProjection, Any]:
-    """Feed a completed generation; what the client was sent and its assistant message."""
-    completion = feed_completion(session, output)
-    return ClientProjection.from_completion(completion), completion["choices"][0]["message"]
+def generate(session: Any, output: list[dict[str, Any]]) -> tuple[CaptureResult, Any]:
+    """A completed generation: the capture's decision against what the client was sent,
+    and its assistant message."""
+    capture, completion = feed_completion(session, output)
+    sent = ClientProjection.from_completion(completion)
+    return finish_capture(capture, sent), completion["choices"][0]["message"]
 
 
 def grow(steps: Sequence[int], ciphertext_bytes: int) -> list[dict[str, Any]]:
@@ -81,8 +83,8 @@ def grow(steps: Sequence[int], ciphertext_bytes: int) -> list[dict[str, Any]]:
                 session.dispatch()
                 dispatch_s.append(time.perf_counter() - start)
                 replayed.append(len(session.plan.blocks))
-                sent, message = generate(session, answer(step, ciphertext_bytes))
-                result = session.complete(sent)
+                captured, message = generate(session, answer(step, ciphertext_bytes))
+                result = session.complete(captured)
                 session.delivered()
                 assert result.kind == "admit", result.reason
                 messages.append(message)

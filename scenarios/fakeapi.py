@@ -28,12 +28,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from relay.core.responses_events import TERMINAL_EVENTS
 from scenarios.history import History
 from scenarios.httpjson import request_json
 from scenarios.procs import ManagedProcess
 from scenarios.wait import wait_until
 
-TERMINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
 MODEL_PATHS = ("/v1/responses", "/v1/chat/completions")  # calls that consume a script
 CHAT_PATH = "/v1/chat/completions"
 PROVIDER_CREDENTIAL = "provider"  # the credential label of every Chat-provider call

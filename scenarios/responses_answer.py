@@ -15,9 +15,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from relay.core.responses_events import TERMINAL_EVENTS
 from scenarios.answer import ChatAnswer
-
-TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 
 
 @dataclass
@@ -103,7 +102,7 @@ def _parse_stream(answer: ResponsesAnswer, body: bytes) -> None:
         answer.events.append(event)
         if event["type"] == "error":
             answer.error = {k: event.get(k) for k in ("message", "code", "param")}
-        elif event["type"] in TERMINAL and isinstance(event.get("response"), dict):
+        elif event["type"] in TERMINAL_EVENTS and isinstance(event.get("response"), dict):
             answer.response = event["response"]
     if answer.events and answer.events[0].get("type") != "response.created":
         answer.problems.append(f"the first event is {answer.events[0].get('type')!r}")
@@ -167,7 +166,11 @@ def compare_with_upstream(answer: ResponsesAnswer, sent: list[Any], stream: bool
             )
         return
     final = next(
-        (e.get("response") for e in sent if isinstance(e, dict) and e.get("type") in TERMINAL),
+        (
+            e.get("response")
+            for e in sent
+            if isinstance(e, dict) and e.get("type") in TERMINAL_EVENTS
+        ),
         None,
     )
     if answer.response != final:

@@ -21,7 +21,7 @@ from live.fake_replies import say
 from live.images import Picture, picture
 from live.settings import Settings
 from live.verdict import Verdict, expect, passed
-from relay.core.identity import merged_include
+from relay.core.scope import merged_include
 from relay.settings.routing import resolve_model
 from relay.translate.request import translate_request
 

@@ -10,6 +10,7 @@ import signal
 import sys
 
 from relay import __version__
+from relay.app.event_loop import loop_factory
 from relay.app.offline import load_offline_upstream
 from relay.app.server import RelayServer, serve_forever
 from relay.errors import ConfigError, ListenError, StoreError
@@ -47,7 +48,8 @@ def _serve(args: argparse.Namespace) -> int:
         await serve_forever(RelayServer(config, offline=offline), stop)
 
     try:
-        asyncio.run(run())
+        with asyncio.Runner(loop_factory=loop_factory(config.event_loop)) as runner:
+            runner.run(run())
     except ConfigError as exc:
         print(f"relay: configuration error: {settings.explain(exc)}", file=sys.stderr)
         return 2

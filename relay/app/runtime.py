@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
 
@@ -14,7 +14,6 @@ from relay.cache.retention import RetentionCleanup
 from relay.cache.session import CacheSession
 from relay.clock import Clock
 from relay.observability.body_log import BodyLog
-from relay.ops.metrics import RelayMetrics
 from relay.settings.config import Config
 from relay.settings.providers import BUILTIN, Provider
 from relay.strict.strict_cache import StrictCache
@@ -24,6 +23,17 @@ from relay.upstream.health import UpstreamHealth
 if TYPE_CHECKING:
     from relay.ops.token_stats import TokenAccounting
     from relay.tunnel.supervisor import Tunnel
+
+
+class RequestMetrics(Protocol):
+    """What the request shell records. The server injects ``relay.ops.metrics.RelayMetrics``:
+    operations observe the runtime from above, the runtime imports nothing of them."""
+
+    def parameter_refused(self, param: str | None) -> None: ...
+
+    def observe_first_byte(self, path: str, seconds: float) -> None: ...
+
+    def observe_upstream(self, provider: str, seconds: float) -> None: ...
 
 
 @dataclass
@@ -37,11 +47,11 @@ class Runtime:
     cache: ReplayCache
     strict: StrictCache
     providers: Mapping[str, Provider]  # the configured ones and the built-in "openai"
+    metrics: RequestMetrics  # this relay's own (relay.ops.metrics.RelayMetrics)
     retention: RetentionCleanup | None = None  # payload cleanup, when caching is on
     shutting_down: bool = False
     active: set[UpstreamExchange] = field(default_factory=set)
     sessions: set[CacheSession] = field(default_factory=set)
-    metrics: RelayMetrics = field(default_factory=RelayMetrics)  # relay.ops: this relay's own
     body_log: BodyLog | None = None  # LOG_BODIES=1
     tunnel: Tunnel | None = None  # RELAY_TUNNEL_CMD's program, once started
     upstream_health: UpstreamHealth = field(default_factory=UpstreamHealth)  # for /readyz

@@ -27,6 +27,7 @@ from relay.http.auth import ensure_private_dir, load_or_create_secret, open_toke
 from relay.http.routes import ROUTES
 from relay.observability import log
 from relay.observability.body_log import BodyLog
+from relay.ops.metrics import RelayMetrics
 from relay.ops.services import Operations
 from relay.settings.config import Config
 from relay.settings.providers import BUILTIN, Provider
@@ -155,6 +156,7 @@ class RelayServer:
                 cache=cache,
                 strict=strict,
                 providers={**config.providers, BUILTIN: builtin},
+                metrics=RelayMetrics(),
                 body_log=body_log,
             )
             if cache.enabled and cache.store is not None:

@@ -14,6 +14,7 @@ gets 503 ``cache_unavailable`` instead of an unsafe forward.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 from relay.clock import Clock
@@ -27,10 +28,16 @@ from relay.core.disk_policy import (
 from relay.errors import StoreError, StoreFull, StoreIOError, StoreLatched
 from relay.observability import log
 from relay.storage.disk_guard import DiskGuard, refuse_if_blocked, refuse_if_latched
+from relay.storage.interface import ReplayStore
 from relay.storage.replay_store import ReasoningStore
 
 T = TypeVar("T")
 PAGE_SIZE = 4096  # SQLite's default, which the store keeps
+
+
+def store_exists(path: Path) -> bool:
+    """Whether a store is there to open (disabled startup must not create one)."""
+    return ReasoningStore.exists(path)
 
 
 def open_store(guard: DiskGuard, clock: Clock) -> ReasoningStore:
@@ -52,7 +59,7 @@ class DiskSafety:
     """The reserve, the latch and admission of one open store."""
 
     def __init__(
-        self, store: ReasoningStore, guard: DiskGuard, *, disk_bytes: int, clock: Clock
+        self, store: ReplayStore, guard: DiskGuard, *, disk_bytes: int, clock: Clock
     ) -> None:
         self._store = store
         self.guard = guard

@@ -8,37 +8,35 @@ everything stateful for that request lives in the returned :class:`CacheSession`
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
-from relay.cache.disk_safety import DiskSafety, open_store
+import orjson
+
+from relay.cache.disk_safety import DiskSafety, open_store, store_exists
 from relay.cache.session import CacheSession, SessionContext
 from relay.clock import Clock
 from relay.core.canonical import CanonicalRefused
+from relay.core.history_digest import HistoryDigests, history_digests
 from relay.core.hot_blocks import HotBlocks
-from relay.core.identity import (
-    HistoryDigests,
-    Scope,
-    build_scope,
-    history_digests,
-    scope_targeting,
-)
 from relay.core.planner import PlanLimits
 from relay.core.receipts import Reason
 from relay.core.records import MarkerKind
+from relay.core.replay_header import PASSTHROUGH
 from relay.core.replay_stats import ReplayStats
 from relay.core.resources import CapacityLedger
 from relay.core.responses_history import REASON_TEXT, Underivable, derive_responses_history
+from relay.core.scope import Scope, build_scope, scope_config, scope_targeting
 from relay.observability import log
 from relay.settings.config import Config
 from relay.settings.crashpoints import crash_point
 from relay.storage.disk_guard import DiskGuard
+from relay.storage.interface import ReplayStore
 from relay.storage.recovery import fence, open_disabled, open_enabled, record_gap
-from relay.storage.replay_store import ReasoningStore
-from relay.translate.chat_to_responses import TranslatedRequest
+from relay.translate.request_types import TranslatedRequest
 from relay.translate.sampling import is_reasoning_model
 
 T = TypeVar("T")
@@ -56,6 +54,29 @@ FENCE_REASON_TEXT: dict[str, str] = {
 # offline fake: the fake's port changes on every start, and this label, unlike its URL, does
 # not. It has no "://", so no real upstream's origin (scheme://host:port) can equal it.
 EMBEDDED_FAKE_ORIGIN = "relay-embedded-offline-fake"
+
+# Scopes remembered by ReplayCache._scope: a handful of concurrent sessions' tools and
+# settings (each holds its first request's configuration, read-only).
+SCOPE_MEMO_ENTRIES = 16
+
+
+@dataclass(frozen=True)
+class Began:
+    """The cache's decision for one request, before anything is forwarded: a
+    ``session`` when its generation is observed; ``skipped``, the reason code when it is
+    not; ``guard``, the write that must be durable before it is forwarded (``"fence"``:
+    the scopes it may extend, or with the cache off the coverage gap; ``"poison"``: its
+    position, going unobserved), performed by :meth:`write_guard`."""
+
+    session: CacheSession | None
+    skipped: str | None = None
+    guard: Literal["fence", "poison"] | None = None
+    _write: Callable[[], None] | None = None
+
+    def write_guard(self) -> None:
+        """Write the guard (none: nothing). Raises ``StoreError``: never forward then."""
+        if self._write is not None:
+            self._write()
 
 
 @dataclass(frozen=True)
@@ -98,7 +119,7 @@ class ReplayCache:
         self,
         config: Config,
         clock: Clock,
-        store: ReasoningStore | None,
+        store: ReplayStore | None,
         *,
         upstream_url: str,
         upstream_credential: str,
@@ -134,6 +155,7 @@ class ReplayCache:
             safety=safety,
         )
         self._relay_token = relay_token
+        self._scopes: OrderedDict[tuple[object, ...], Scope] = OrderedDict()  # see _scope
         self.gap_recorded = False  # off over a store: this process made the gap durable
 
     @classmethod
@@ -154,7 +176,7 @@ class ReplayCache:
         (:data:`EMBEDDED_FAKE_ORIGIN`)."""
         store = safety = None
         path = config.cache_path
-        if config.reasoning_cache_enabled or ReasoningStore.exists(path):
+        if config.reasoning_cache_enabled or store_exists(path):
             guard = DiskGuard(path, config.reasoning_cache_reserve_bytes)
             store = open_store(guard, clock)  # refuses a latched or blocked store
             safety = DiskSafety(
@@ -241,6 +263,27 @@ class ReplayCache:
         log.event("cache_fenced", level, request_id=request_id, scopes=fenced, reason=reason,
                   why=FENCE_REASON_TEXT.get(reason, reason), **at)  # fmt: skip
 
+    def decide_passthrough(
+        self,
+        model: str,
+        caller: str | None,
+        request_id: str,
+        *,
+        upstream: UpstreamIdentity | None = None,
+    ) -> Began:
+        """The decision for a direct ``POST /v1/responses`` call, which the cache never
+        observes (skip code ``responses_passthrough``, the replay header's reason): its
+        guard is the fence of the scopes it may extend (design §7) -- with the cache off
+        over a store, the coverage gap until it is recorded; off with no store, nothing.
+        Nothing is written here."""
+        if not self.serving and (self.store is None or self.gap_recorded):
+            return Began(None, PASSTHROUGH)
+
+        def fence_scopes() -> None:
+            self.fence(model, caller, request_id, reason=DIRECT_RESPONSES, upstream=upstream)
+
+        return Began(None, PASSTHROUGH, "fence", fence_scopes)
+
     def begin(
         self,
         request: TranslatedRequest,
@@ -250,62 +293,76 @@ class ReplayCache:
         upstream: UpstreamIdentity | None = None,
         on_skip: Callable[[str], None] | None = None,
     ) -> CacheSession | None:
-        """A session for an eligible request, or ``None`` (ordinary translation, the
-        caller's own ``store``/``include`` untouched; ``on_skip`` hears the reason code).
-        ``upstream``: another Responses provider (default: the built-in one); its scopes
-        are its own. Raises ``StoreError`` (503) when a required safety marker cannot be
-        written."""
+        """:meth:`decide`, then its guard written at once: a session for an eligible
+        request, or ``None`` (``on_skip`` hears the reason code). Raises ``StoreError``
+        (503) when a required safety marker cannot be written."""
+        began = self.decide(request, body, request_id, upstream=upstream)
+        began.write_guard()
+        if began.skipped is not None and on_skip is not None:
+            on_skip(began.skipped)
+        return began.session
+
+    def decide(
+        self,
+        request: TranslatedRequest,
+        body: Mapping[str, Any],
+        request_id: str,
+        *,
+        upstream: UpstreamIdentity | None = None,
+    ) -> Began:
+        """Whether this request is cached (a session), and which write must be durable
+        before it is forwarded (``Began.guard``, written by ``write_guard``); nothing is
+        written here. ``upstream``: another Responses provider (default: the built-in
+        one); its scopes are its own. Raises ``StoreError`` (503) when the disk safety
+        latch is set."""
         upstream = upstream or self._upstream
         model = request.upstream_body.get("model")
         reasoning = isinstance(model, str) and is_reasoning_model(model)
         if not self.serving:
-            if reasoning:  # on, it would have been observed (or fenced): a gap now
-                self._before_unobserved(request_id)
-            return None
+            if reasoning and self.store is not None and not self.gap_recorded:
+                # On, it would have been observed (or fenced): a gap now.
+                return Began(None, None, "fence", lambda: self._before_unobserved(request_id))
+            return Began(None)
         assert self.store is not None
         self.metrics.requests += 1
         if not isinstance(model, str) or not reasoning:
-            self._skip(request_id, "not_a_reasoning_model", on_skip)
-            return None
+            self._skip(request_id, "not_a_reasoning_model")
+            return Began(None, "not_a_reasoning_model")
         visible = _visible_history(request, body)
         if isinstance(visible, Underivable):
-            self._skip(request_id, Reason.UNDERIVABLE_HISTORY.value, on_skip)
-            self.fence(
-                model, request.caller, request_id,
-                reason=visible.code, where=visible.where, upstream=upstream,
-            )  # fmt: skip
-            return None
+            self._skip(request_id, Reason.UNDERIVABLE_HISTORY.value)
+            fenced_model, caller, code, where = model, request.caller, visible.code, visible.where
+
+            def fence_scopes() -> None:
+                self.fence(
+                    fenced_model, caller, request_id,
+                    reason=code, where=where, upstream=upstream,
+                )  # fmt: skip
+
+            return Began(None, Reason.UNDERIVABLE_HISTORY.value, "fence", fence_scopes)
         messages, spans = visible
         summaries = self.config.reasoning_summaries_as_content
         try:
-            scope = build_scope(
-                secret=self.store.secret,
-                upstream_origin=upstream.origin,
-                endpoint=upstream.endpoint,
-                credential=upstream.credential,
-                relay_token=self._relay_token,
-                caller=request.caller,
-                upstream_body=request.upstream_body,
-                openai_beta=None,  # the relay sends no openai-beta header upstream
-                body_shape=request.shape,
-            )
+            scope = self._scope(request, upstream)
             # Summaries sent as reasoning_content may or may not come back from the
             # client: leave that field out of the identity when they are on.
             history = history_digests(scope, messages, exclude_reasoning_content=summaries)
         except CanonicalRefused:
             # Deterministic: the same scoped history always gets this answer, and no
             # longer history can fit either. No intent, no marker.
-            self._skip(request_id, Reason.CANONICAL_LIMIT.value, on_skip)
-            return None
+            self._skip(request_id, Reason.CANONICAL_LIMIT.value)
+            return Began(None, Reason.CANONICAL_LIMIT.value)
         if self.safety is not None:
             self.safety.check()  # latched: a cached request would need a safety record
         lease = self.capacity.try_acquire(history.bytes_used)
         if lease is None:
-            self._bypass(scope, history, request_id)
-            if on_skip is not None:
-                on_skip(Reason.CAPACITY_BYPASS.value)
-            return None
-        return CacheSession(
+            return Began(
+                None,
+                Reason.CAPACITY_BYPASS.value,
+                "poison",
+                lambda: self._bypass(scope, history, request_id),
+            )
+        session = CacheSession(
             self._context,
             self.store,
             lease,
@@ -316,6 +373,45 @@ class ReplayCache:
             messages=messages,
             spans=spans,
         )
+        return Began(session)
+
+    def _scope(self, request: TranslatedRequest, upstream: UpstreamIdentity) -> Scope:
+        """``build_scope``, remembered for the last :data:`SCOPE_MEMO_ENTRIES` scopes: a
+        session's requests repeat the same tools and settings, whose canonical rendering
+        is most of the scope's cost (design §21). The key is every input that varies
+        (the secret and relay token are the process's own): the configuration as orjson
+        spells it with sorted keys, one spelling per JSON value (the client's parse
+        refuses NaN and the infinities, the one values it would spell alike). A
+        configuration orjson cannot spell is built each time. Raises
+        ``CanonicalRefused`` (never remembered)."""
+        assert self.store is not None
+        try:
+            config: bytes | None = orjson.dumps(
+                scope_config(request.upstream_body), option=orjson.OPT_SORT_KEYS
+            )
+        except TypeError:  # orjson.JSONEncodeError: e.g. an integer beyond 64 bits
+            config = None
+        key = (upstream.origin, upstream.endpoint, upstream.credential, request.caller,
+               request.shape, request.upstream_body.get("model"), config)  # fmt: skip
+        if config is not None and (known := self._scopes.get(key)) is not None:
+            self._scopes.move_to_end(key)
+            return known
+        scope = build_scope(
+            secret=self.store.secret,
+            upstream_origin=upstream.origin,
+            endpoint=upstream.endpoint,
+            credential=upstream.credential,
+            relay_token=self._relay_token,
+            caller=request.caller,
+            upstream_body=request.upstream_body,
+            openai_beta=None,  # the relay sends no openai-beta header upstream
+            body_shape=request.shape,
+        )
+        if config is not None:
+            self._scopes[key] = scope
+            if len(self._scopes) > SCOPE_MEMO_ENTRIES:
+                self._scopes.popitem(last=False)
+        return scope
 
     def _before_unobserved(self, request_id: str) -> None:
         """Off over an existing store, before forwarding a request the cache would have
@@ -336,7 +432,7 @@ class ReplayCache:
         store = self.store
 
         def poison() -> None:
-            with store.transaction():
+            with store.transaction(before_send=True):
                 row = store.scope_for(scope.digest, scope.targeting)
                 store.add_marker(
                     row.id,

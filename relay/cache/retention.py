@@ -7,7 +7,7 @@ dispatch, a touch, a commit, a cleanup run) is also a sample for the
 with a wall time the barrier did not see. The barrier begins when the clock is made (at
 startup) and lives in memory only.
 
-:class:`RetentionCleanup` runs :meth:`ReasoningStore.cleanup.reclaim` every
+:class:`RetentionCleanup` runs :meth:`ReplayStore.cleanup.reclaim` every
 ``REASONING_CACHE_CLEANUP_INTERVAL_MS`` (an hour by default) on the IOLoop, the thread
 that owns the store's connection. It is scheduled with asyncio's ``call_later``, whose
 clock is monotonic: Tornado's ``PeriodicCallback`` follows ``time.time()``, so a wall
@@ -30,7 +30,7 @@ from relay.core.records import idle_window_s
 from relay.errors import StoreError
 from relay.observability import log
 from relay.storage.cleanup import CleanupResult
-from relay.storage.replay_store import ReasoningStore
+from relay.storage.interface import ReplayStore
 
 
 class WatchedClock:
@@ -76,7 +76,7 @@ class RetentionTotals:
 
 @dataclass
 class RetentionCleanup:
-    store: ReasoningStore
+    store: ReplayStore
     clock: WatchedClock
     retention_s: float
     every_s: float = 3600.0

@@ -1,9 +1,10 @@
 """One cached request, from dispatch to delivery (design §1 steps 4-8, §4).
 
-The handler calls, in order: ``dispatch`` (plan, intent and the upstream body, in one
-synchronous transaction right before sending), ``feed`` for every upstream event,
-``complete`` before any terminal output (commits the observation), then ``delivered``;
-or ``abort`` when the generation ends any other way. An upstream error answer goes to
+The chat pipeline (relay.pipeline.chat) orders the calls and its shell performs them:
+``dispatch`` (plan, intent and the upstream body, in one synchronous transaction right
+before sending), ``accepted`` on the first upstream event, ``complete`` with the
+pipeline's capture decision before any terminal output (commits the observation), then
+``delivered``; or ``abort`` when the generation ends any other way. An upstream error answer goes to
 ``refused`` first: when it is a refusal of the replayed state (:mod:`rejection`), the
 replayed blocks are retired and the request may be resent once without replay. Each step
 is synchronous: nothing can interleave between a commit and the byte it guards.
@@ -11,36 +12,35 @@ is synchronous: nothing can interleave between a commit and the byte it guards.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from relay.clock import Clock
 from relay.core.canonical import CanonicalRefused
-from relay.core.capture import CaptureResult, ClientProjection, OutputCapture, finish_capture
+from relay.core.capture import CaptureResult
+from relay.core.history_digest import AssistantBlockKey, HistoryDigests
 from relay.core.hot_blocks import HotBlocks
-from relay.core.identity import AssistantBlockKey, HistoryDigests, Scope, merged_include
+from relay.core.json_bytes import RawItems
 from relay.core.planner import Plan, PlanLimits, Rejection, plan_replay
 from relay.core.receipts import Reason
 from relay.core.records import (
     MarkerKind,
-    Observation,
-    OversizedPayload,
     PriorPlan,
     ScopeRow,
-    StoredPayload,
 )
 from relay.core.rejection import RejectionKind, classify_rejection, redact_ciphertext
 from relay.core.replace import replace_blocks
 from relay.core.replay_stats import Outcome
 from relay.core.resources import CapacityLedger, Lease
+from relay.core.scope import Scope, merged_include
 from relay.errors import StoreError, UpstreamHTTPError
 from relay.observability import log
 from relay.settings.crashpoints import crash_point
-from relay.storage.replay_store import ReasoningStore
-from relay.translate.body_encoding import RawItems
-from relay.translate.chat_to_responses import TranslatedRequest
+from relay.storage.interface import ReplayStore
+from relay.storage.scoped_source import ScopedSource
+from relay.translate.request_types import TranslatedRequest
 
 if TYPE_CHECKING:
     from relay.cache.disk_safety import DiskSafety
@@ -74,53 +74,11 @@ class ReplayRefusal:
     resend: dict[str, Any] | None
 
 
-class ScopedSource:
-    """The planner's view of the store, bound to one scope."""
-
-    def __init__(self, store: ReasoningStore, scope_id: int) -> None:
-        self._store = store
-        self._scope_id = scope_id
-
-    def observations_ending_at(
-        self, end_digests: Iterable[str]
-    ) -> Mapping[str, Sequence[Observation]]:
-        return self._store.observations_ending_at(self._scope_id, end_digests)
-
-    def ends_with_records(self, end_digests: Iterable[str]) -> set[str]:
-        return self._store.ends_with_records(self._scope_id, end_digests)
-
-    def lineage(self, observation_id: int, limit: int) -> Sequence[Observation]:
-        return self._store.lineage(self._scope_id, observation_id, limit)
-
-    def poisoned_starts(self, start_digests: Iterable[str]) -> set[str]:
-        return self._store.poisoned_starts(self._scope_id, start_digests)
-
-    def conflicted_ends(self, end_digests: Iterable[str]) -> set[str]:
-        return self._store.conflicted_ends(self._scope_id, end_digests)
-
-    def rejected_ends(self, end_digests: Iterable[str]) -> set[str]:
-        return self._store.rejected_ends(self._scope_id, end_digests)
-
-    def unresolved_intents_at(self, start_digests: Iterable[str]) -> Mapping[str, set[str]]:
-        return self._store.unresolved_intents_at(self._scope_id, start_digests)
-
-    def latest_snapshot(self) -> str | None:
-        return self._store.latest_snapshot(self._scope_id)
-
-    def snapshot_last_seen(self, snapshot: str) -> float | None:
-        return self._store.snapshot_last_seen(self._scope_id, snapshot)
-
-    def load_payloads(
-        self, observation_ids: Iterable[int], *, max_bytes: int
-    ) -> Mapping[int, StoredPayload | OversizedPayload]:
-        return self._store.load_payloads(observation_ids, max_bytes=max_bytes)
-
-
 class CacheSession:
     def __init__(
         self,
         context: SessionContext,
-        store: ReasoningStore,
+        store: ReplayStore,
         lease: Lease,
         *,
         request_id: str,
@@ -139,13 +97,14 @@ class CacheSession:
         self._history = history
         self._messages = messages
         self._spans = spans
-        self.capture = OutputCapture(max_bytes=context.max_entry_bytes)
         self.plan = Plan()
         self._row: ScopeRow | None = None
-        self._intent: str | None = None
-        self._open = True
-        self._completed = False  # the observation is committed
-        self._answered = False  # the upstream has sent an event for this generation
+        self._intent: str | None = None  # dispatched and not yet resolved
+
+    @property
+    def capture_bytes(self) -> int:
+        """The bound of this generation's capture (RELAY_MAX_ENTRY_BYTES)."""
+        return self._ctx.max_entry_bytes
 
     @property
     def position(self) -> int:
@@ -172,7 +131,7 @@ class CacheSession:
         """
         crash_point("before_dispatch_intent")
         now = self._ctx.clock.wall()
-        with self._store.transaction():
+        with self._store.transaction(before_send=True):  # the one commit before forwarding
             self._row = self._store.scope_for(self._scope.digest, self._scope.targeting)
             self.plan = plan_replay(
                 self._history,
@@ -218,26 +177,25 @@ class CacheSession:
             body["input"] = replace_blocks(body["input"], self._spans, blocks)
         return body
 
-    def feed(self, event_type: str, data: Any) -> None:
-        if not self._answered:  # the first event: the upstream took this request (2xx)
-            self._answered = True
-            if self.plan.blocks:
-                self._count("accepted")
-        self.capture.feed(event_type, data)
+    def accepted(self) -> None:
+        """The upstream answered with an event (2xx): it took the replayed state."""
+        if self.plan.blocks:
+            self._count("accepted")
 
     def refused(self, error: UpstreamHTTPError) -> ReplayRefusal | None:
         """See :meth:`_refused`."""
         return self._safely("refusal markers", lambda: self._refused(error))
 
     def _refused(self, error: UpstreamHTTPError) -> ReplayRefusal | None:
-        """The upstream answered ``error`` before any output. ``None``: an ordinary failure
-        (the caller fails the request, then ``abort``). Otherwise it refused the replayed
+        """The upstream answered ``error`` before any output (the pipeline asks only
+        then, and once). ``None``: an ordinary failure (the caller fails the request,
+        then ``abort``). Otherwise it refused the replayed
         state: every replayed block is marked ``end_rejected`` (no plan selects it again,
         across restarts) and, since nothing was generated, the intent is moved to a plan
         without replay -- the request to resend -- or, with resending off, resolved
         without poisoning the position. Raises ``StoreError`` (503) when that cannot be
         recorded; the intent then stays for startup recovery."""
-        if not self._open or not self.plan.blocks or self._answered:
+        if not self.plan.blocks:
             return None
         assert self._row is not None, "dispatch() first"
         assert self._intent is not None
@@ -279,33 +237,34 @@ class CacheSession:
         )
         self.plan = Plan((), (*self.plan.rejections, *retired), self.plan.unmatched)
         if intent is None:
-            self._intent = None  # resolved above: nothing was generated, nothing to poison
-            self._close(poison=False, reason="replay_rejected")
+            # Resolved above: nothing was generated, nothing to poison (the failure's
+            # abort then only releases the lease).
+            self._intent = None
             return ReplayRefusal(kind, _redacted(error), None)
         self._intent = intent  # the plan is empty now: a second refusal is an ordinary one
         self._count("resent")
         return ReplayRefusal(kind, _redacted(error), self._upstream_body())
 
-    def complete(self, sent: ClientProjection) -> CaptureResult:
+    def complete(self, captured: CaptureResult) -> CaptureResult:
         """See :meth:`_complete`."""
-        return self._safely("observation", lambda: self._complete(sent))
+        return self._safely("observation", lambda: self._complete(captured))
 
-    def _complete(self, sent: ClientProjection) -> CaptureResult:
-        """Commit what this generation was, before the client sees its end.
+    def _complete(self, captured: CaptureResult) -> CaptureResult:
+        """Commit what this generation was (``captured``: the capture's decision against
+        what the client is sent), before the client sees its end; what was committed.
 
         Raises ``StoreError``: the caller must then fail the answer rather than deliver a
         generation the cache could not record.
         """
         assert self._row is not None, "dispatch() first"
         assert self._intent is not None
-        result = self._admitted(finish_capture(self.capture, sent))
+        result = self._admitted(captured)
         now = self._ctx.clock.wall()
         with self._store.transaction():
             outcome = self._observe(result, now)
             # Referenced in publication: the blocks this generation was made on.
             self._store.touch_payloads([b.observation.id for b in self.plan.blocks], now)
             self._store.set_intent_phase(self._intent, "delivery")
-        self._completed = True
         self._ctx.metrics.observations[outcome] += 1
         log.event(
             "cache_observed",
@@ -414,19 +373,16 @@ class CacheSession:
         """The client has the whole answer: resolve the intent."""
         self._close(poison=False, reason="delivered")
 
-    def abort(self, reason: str) -> None:
-        """The generation ended without a committed observation (failure, disconnect,
-        timeout): poison its position, since its output is unknown. Best effort. After
-        ``complete`` the generation is already known, so only the intent is resolved."""
-        self._close(poison=not self._completed, reason=reason)
+    def abort(self, reason: str, *, poison: bool = True) -> None:
+        """The generation ended undelivered (failure, disconnect, timeout). ``poison``:
+        its output is unknown (no committed observation), so its position is poisoned;
+        after ``complete`` (``poison=False``) only the intent is resolved. Best effort."""
+        self._close(poison=poison, reason=reason)
 
     def _close(self, *, poison: bool, reason: str) -> None:
-        if not self._open:
-            return
-        self._open = False
-        self._ctx.capacity.release(self._lease)
+        self._ctx.capacity.release(self._lease)  # once: a released lease stays released
         if self._row is None or self._intent is None:
-            return  # never dispatched: nothing was generated
+            return  # never dispatched (nothing was generated), or resolved already
         now = self._ctx.clock.wall()
         try:
             self._safely("close intent", lambda: self._resolve(poison=poison, now=now))
@@ -434,6 +390,8 @@ class CacheSession:
             # The intent row stays: startup recovery poisons it (issue 5 lifecycle).
             log.event("cache_close_failed", request_id=self.request_id, code=err.code)
             return
+        finally:
+            self._intent = None  # one close per intent: what failed is recovery's
         if poison:
             log.event("cache_poisoned", request_id=self.request_id, reason=reason)
 

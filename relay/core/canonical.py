@@ -31,16 +31,21 @@ again. It renders only what is provably at most one chunk
 (every code point encodes to at most 6 bytes) and charges the budget with the same sizes,
 node counts and depths as :meth:`Budget.measure`; whatever it cannot decide that way (a
 limit reached, a value outside the fast shapes) goes through :meth:`Budget.measure`, so
-refusals are exactly the ones ``measure`` gives. A caller that renders a whole history
-before emitting holds at most the history's canonical bytes, which the byte limit bounds.
+refusals are exactly the ones ``measure`` gives. :meth:`Budget.render_document` is the
+same for any object or array (the scope with its tools' schemas, a message with content
+parts): a walk over the containers alone and two C calls (``marshal`` for exact types,
+orjson for the text) instead of measuring every value in Python. A caller that renders a
+whole history before emitting holds at most the history's canonical bytes, which the byte
+limit bounds.
 """
 
 from __future__ import annotations
 
+import marshal
 import math
 import struct
 from collections.abc import Iterator
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 import orjson
 
@@ -57,13 +62,14 @@ _SLICE: Final = 4096
 # Measuring slices long strings too, only to bound its temporaries.
 _MEASURE_SLICE: Final = 65536
 _SHORT: Final = 256  # below this, one encoding call beats counting
-_U64: Final = struct.Struct(">Q")
+# The framing of every document: its length as a u64 big-endian count of bytes.
+U64: Final = struct.Struct(">Q")
 _INT_MIN: Final = -(2**63)
 _INT_MAX: Final = 2**64 - 1
 
 # Encoded, a code point takes at most 6 bytes (``\\u00xx``; UTF-8 needs at most 4).
 MAX_ESCAPE: Final = 6
-_ONLY_STR: Final = frozenset((str,))
+ONLY_STR: Final = frozenset((str,))  # ONLY_STR.issuperset(map(type, xs)): all exactly str
 _MAX_PLANS: Final = 64  # flat templates one Budget keeps (distinct key sets)
 
 
@@ -122,6 +128,19 @@ class Sink(Protocol):
     """Where emitted bytes go (a hashlib object)."""
 
     def update(self, data: bytes, /) -> None: ...
+
+
+class Fanout:
+    """A sink feeding one emission to several sinks (each document is emitted once)."""
+
+    __slots__ = ("sinks",)
+
+    def __init__(self, sinks: tuple[Sink, ...]) -> None:
+        self.sinks = sinks
+
+    def update(self, data: bytes, /) -> None:
+        for sink in self.sinks:
+            sink.update(data)
 
 
 # --- measuring -----------------------------------------------------------------------
@@ -258,14 +277,47 @@ class Budget:
         """Measure ``value`` like :meth:`measure` (same size, charges and refusals) and
         return ``(size, text)``: the canonical text, rendered once, when it fits in one
         chunk, else ``None`` (the value is to be streamed with :func:`frame`)."""
-        if type(value) is dict:
-            text = self.render_flat(value)
-            if text is not None:
-                return len(text), text
+        text = None
+        kind = type(value)
+        if kind is dict:
+            flat = cast("dict[Any, Any]", value)
+            text = self.render_flat(flat)
+            if text is None:
+                text = self.render_document(flat)
+        elif kind is list:
+            text = self.render_document(cast("list[Any]", value))
+        if text is not None:
+            return len(text), text
         size = self.measure(value)
         if size <= CHUNK_BYTES:
             return size, _dumps(value, option=_SORTED)
         return size, None
+
+    def render_document(self, value: dict[Any, Any] | list[Any]) -> bytes | None:
+        """The canonical text of any object or array that provably fits one chunk, charged
+        like :meth:`measure` charges it; ``None``, charging nothing, otherwise (then
+        :meth:`measure` it for the size or the exact refusal).
+
+        The C code does the per-value work :meth:`measure` does in Python: a walk over the
+        containers alone counts nodes, depth and code points (which bound the text before
+        it is rendered: at most one chunk ever exists), ``marshal`` refuses every type that
+        is not exactly a canonical one (a subclass, an enum member, any other object) and
+        orjson renders, refusing non-str keys, lone surrogates and integers beyond 64 bits.
+        A float the walk meets must be finite (orjson would write NaN as ``null``)."""
+        tally = [0, 0]  # children of every container (nodes less the document), code points
+        try:
+            depth = _shape(value, 1, tally, self.limits.max_depth)
+        except (_Unfit, TypeError):  # TypeError: a key without a length (measure refuses it)
+            return None
+        nodes = tally[0] + 1
+        if MAX_ESCAPE * tally[1] + _NODE_BYTES * nodes > CHUNK_BYTES:
+            return None
+        try:
+            marshal.dumps(value)  # only exact builtin types marshal (or buffers orjson refuses)
+            text = _dumps(value, option=_SORTED)
+        except (ValueError, EncodeError):
+            return None
+        return text if self.admit(len(text), nodes, depth) else None
 
     def render_flat(self, value: dict[Any, Any]) -> bytes | None:
         """The canonical text of a non-empty dict of strings (user, system and tool
@@ -284,7 +336,7 @@ class Budget:
             if len(self.plans) < _MAX_PLANS:
                 self.plans[keys] = small
         values = value.values()
-        if not _ONLY_STR.issuperset(map(type, values)) or sum(map(len, values)) > small:
+        if not ONLY_STR.issuperset(map(type, values)) or sum(map(len, values)) > small:
             return None
         try:
             # An equal str subclass key finds the plan too: rendering refuses it.
@@ -295,11 +347,56 @@ class Budget:
         return text if self.admit(len(text), len(values) + 1, 1) else None
 
 
+class _Unfit(InternalSignal):
+    """The walk met what only :meth:`Budget.measure` decides (too deep, a non-finite float);
+    private to :meth:`Budget.render_document`, never escapes it."""
+
+
+# Bytes a value adds besides its strings' encoded code points, at most: a comma, a key's
+# quotes and colon, and its own text when it is not a string (20 for a 64-bit integer, 24
+# for a float; quotes or brackets otherwise).
+_NODE_BYTES: Final = 32
+
+
+def _shape(value: dict[Any, Any] | list[Any] | tuple[Any, ...], depth: int, tally: list[int],
+           max_depth: int) -> int:  # fmt: skip
+    """The deepest container nesting at or below ``value`` (itself at ``depth``); adds its
+    children to ``tally[0]`` and the code points of its keys and strings to ``tally[1]``.
+    Only containers are visited by call: strings are counted by ``len``."""
+    if depth > max_depth:
+        raise _Unfit
+    tally[0] += len(value)
+    if type(value) is dict:
+        tally[1] += sum(map(len, value))
+        items: Any = value.values()
+    else:
+        items = value
+    deepest = depth
+    chars = 0
+    for item in items:
+        kind = type(item)
+        if kind is str:
+            chars += len(item)
+        elif kind is dict or kind is list or kind is tuple:
+            below = _shape(item, depth + 1, tally, max_depth)
+            deepest = max(deepest, below)
+        elif kind is float and not math.isfinite(item):
+            raise _Unfit
+    tally[1] += chars
+    return deepest
+
+
 def fits_one_chunk(chars: int, fixed: int) -> bool:
     """Whether strings of ``chars`` code points in all, encoded, plus ``fixed`` bytes of
     literal text are provably at most one chunk: decided from lengths alone, before
     anything is encoded."""
     return MAX_ESCAPE * chars + fixed <= CHUNK_BYTES
+
+
+def one_chunk_chars(fixed: int) -> int:
+    """The most code points strings may hold in all for them, encoded, plus ``fixed``
+    bytes of literal text to fit one chunk whatever they hold (:func:`fits_one_chunk`)."""
+    return (CHUNK_BYTES - fixed) // MAX_ESCAPE
 
 
 # --- one-pass rendering of flat objects ------------------------------------------------
@@ -310,7 +407,7 @@ def fits_one_chunk(chars: int, fixed: int) -> bool:
 def _flat_bound(keys: tuple[Any, ...]) -> int | None:
     """The most code points the values of a flat dict with these keys may hold in all for
     its text to fit one chunk, whatever they hold; ``None`` for keys outside the path."""
-    if not keys or len(keys) > 16 or not _ONLY_STR.issuperset(map(type, keys)):
+    if not keys or len(keys) > 16 or not ONLY_STR.issuperset(map(type, keys)):
         return None
     try:
         # Bytes besides the values' encoded code points: braces, commas, colons, keys
@@ -318,7 +415,7 @@ def _flat_bound(keys: tuple[Any, ...]) -> int | None:
         fixed = sum(len(_dumps(key)) + 4 for key in keys) + 1
     except EncodeError:  # a key with a lone surrogate: measure() refuses it
         return None
-    return (CHUNK_BYTES - fixed) // MAX_ESCAPE
+    return one_chunk_chars(fixed)
 
 
 # --- emitting ------------------------------------------------------------------------
@@ -380,12 +477,21 @@ def chunks(value: object, size: int) -> Iterator[bytes]:
 
 def frame(sink: Sink, value: object, size: int) -> None:
     """Append one measured document to ``sink``: its u64 big-endian length, then its bytes."""
-    sink.update(_U64.pack(size))
+    sink.update(U64.pack(size))
     if size <= CHUNK_BYTES:  # the common case of chunks(), without a generator
         sink.update(_dumps(value, option=_SORTED))
         return
     for chunk in chunks(value, size):
         sink.update(chunk)
+
+
+def append_framed(out: bytearray, text: bytes | None) -> int | None:
+    """Append a rendered text to ``out``, framed; its size (``None``: nothing rendered)."""
+    if text is None:
+        return None
+    out += U64.pack(len(text))
+    out += text
+    return len(text)
 
 
 def canonical_bytes(value: object, limits: CanonicalLimits = CANONICAL_LIMITS) -> bytes:

@@ -2,8 +2,9 @@
 
 Two sides are collected separately while a response is relayed:
 
-- :class:`OutputCapture` gets every upstream Responses event (the relay always streams
-  upstream, JSON answers included) and keeps the finalized original items: each
+- :class:`OutputCapture` gets every upstream Responses event, decoded
+  (:mod:`relay.core.responses_events`; the relay always streams upstream, JSON answers
+  included) and keeps the finalized original items: each
   ``output_item.done`` item and the terminal response's ``output``;
 - :class:`~relay.core.projection.ClientProjection` gets every Chat chunk produced for
   the client (or the JSON completion) and keeps what the client was told.
@@ -35,15 +36,24 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
 from relay.core.predict import SentToolCall, predict_envelopes
 from relay.core.projection import DEFAULT_MAX_BYTES, ClientProjection, utf8_length
 from relay.core.receipts import Reason
+from relay.core.responses_events import (
+    TERMINAL_EVENTS,
+    ErrorEvent,
+    Malformed,
+    OutputItemDone,
+    ResponseCompleted,
+    ResponseFailed,
+    ResponseIncomplete,
+    ResponsesEvent,
+)
 from relay.errors import RelayError
-from relay.translate.responses_to_chat import response_to_chat_completion
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -56,9 +66,16 @@ __all__ = [
 ]
 
 PAYLOAD_DOMAIN: Final = b"rrr/payload/v1\0"
-_TERMINAL_EVENTS: Final = ("response.completed", "response.incomplete", "response.failed")
+# What the capture reads: a malformed one of these poisons (any other is ignored, as the
+# stream converter ignores what it does not read).
+_READ: Final = TERMINAL_EVENTS | {OutputItemDone.type}
 # Whatever json.dumps or a malformed value can throw at us; each means "not known exactly".
 _BAD_DATA: Final = (ValueError, TypeError, RecursionError)
+
+# The JSON Chat answer a completed output makes, built by the very code that builds the
+# client's answer (``relay.translate.responses_to_chat.project_output``; raises RelayError
+# when the items make none). Injected: the core sits below the translation.
+Projector = Callable[[list[dict[str, Any]]], Mapping[str, Any]]
 
 
 def payload_digests(payload: bytes) -> tuple[str, str]:
@@ -145,7 +162,8 @@ class OutputCapture:
     exhaustion poisons the position"; :attr:`exhausted` tells it apart for logs).
     """
 
-    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(self, *, project: Projector, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self._project = project
         self._max_bytes = max_bytes
         self._done: dict[int, _Finalized] = {}  # output_index → finalized item
         self._done_bytes = 0
@@ -163,23 +181,28 @@ class OutputCapture:
         """Whether a terminal event was seen."""
         return self._terminal is not None
 
-    def feed(self, event_type: str, data: Mapping[str, Any]) -> None:
-        """One upstream SSE event, as given to the stream converter."""
+    def feed(self, event: ResponsesEvent) -> None:
+        """One decoded upstream event, as given to the stream converter."""
         if self._terminal is not None:
             return  # the converter ignores anything after the terminal event too
-        if event_type == "response.output_item.done":
-            self._item_done(data)
-        elif event_type in _TERMINAL_EVENTS:
-            self._finish(event_type, data.get("response"))
-        elif event_type == "error":
-            self._terminal = event_type
+        if isinstance(event, OutputItemDone):
+            self._item_done(event)
+        elif isinstance(event, ResponseCompleted | ResponseIncomplete | ResponseFailed):
+            self._finish(event.type, event.response)
+        elif isinstance(event, ErrorEvent):
+            self._terminal = event.type
             self._done.clear()  # poisoned: free the items now
+        elif isinstance(event, Malformed) and event.type in _READ:
+            # A done item or a terminal response the relay cannot read: not known exactly.
+            self.malformed = True
+            if event.type in TERMINAL_EVENTS:
+                self._terminal = event.type
 
-    def _item_done(self, data: Mapping[str, Any]) -> None:
+    def _item_done(self, event: OutputItemDone) -> None:
         if self.exhausted:
             return
-        index, item = data.get("output_index"), data.get("item")
-        if type(index) is not int or index < 0 or not isinstance(item, dict):
+        index, item = event.output_index, event.item
+        if index < 0:
             self.malformed = True
             return
         try:
@@ -250,25 +273,19 @@ class OutputCapture:
 
 
 def _projects_to(
-    output: list[dict[str, Any]], sent: ClientProjection
+    output: list[dict[str, Any]], sent: ClientProjection, project: Projector
 ) -> tuple[SentToolCall, ...] | None:
     """The original items' tool calls when they give the client exactly what it was sent,
     else None.
 
-    The items go through the very code that builds the JSON answer, so "several message
-    items in one choice" and call order are decided in one place. They are projected with
-    custom tool calls in the custom form, which keeps their kind; a custom call the client
-    got in the function form (``RELAY_CUSTOM_TOOL_CALLS=function``) is the same call.
+    The items go through the very code that builds the JSON answer (``project``), so
+    "several message items in one choice" and call order are decided in one place. They
+    are projected with custom tool calls in the custom form, which keeps their kind; a
+    custom call the client got in the function form (``RELAY_CUSTOM_TOOL_CALLS=function``)
+    is the same call.
     """
     try:
-        completion = response_to_chat_completion(
-            {"status": "completed", "output": output},
-            completion_id="",
-            created=0,
-            model="",
-            reasoning_summaries=False,
-            custom_tool_calls="custom",
-        )
+        completion = project(output)
     except RelayError:
         return None
     original = ClientProjection.from_completion(completion, max_bytes=None)
@@ -339,7 +356,7 @@ def finish_capture(capture: OutputCapture, sent: ClientProjection) -> CaptureRes
     output, output_json = original
     if sent.exhausted:
         return poison(Reason.CAPTURE_EXHAUSTED)
-    calls = _projects_to(output, sent)
+    calls = _projects_to(output, sent, capture._project)
     if calls is None:
         return poison(Reason.PROJECTION_MISMATCH)
     # The original's calls: what was sent, with each custom call's kind whatever its form.

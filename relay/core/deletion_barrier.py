@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Final
 
-DAY_S: Final = 24 * 3600.0
+DAY_S: Final = 24 * 3600.0  # the one definition (the planner's windows count in it too)
 BARRIER_S: Final = 30 * DAY_S  # monotonic time the clocks must agree before any deletion
 DRIFT_LIMIT_S: Final = 60.0  # wall/monotonic offset change that restarts the barrier
 

@@ -13,7 +13,7 @@ damaged on disk is refused as before, and retention is checked on the row as for
 payload. Everything that depends on the request (positions, call pairing, markers,
 intents, generation, snapshot) is checked every time, hot or not. Entries hold immutable
 objects only (strings and tuples of them), and what is replayed is the verified text
-itself (:class:`relay.translate.body_encoding.RawItems`), so no request can change what
+itself (:class:`relay.core.json_bytes.RawItems`), so no request can change what
 the next one replays. The cache is bounded by serialized payload bytes
 (``CacheBudget.hot_cache_bytes``) and evicts the least recently used; eviction changes no
 durable knowledge: a miss verifies the row again.

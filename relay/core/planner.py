@@ -21,8 +21,9 @@ from typing import Any, Final, Protocol
 
 import orjson
 
+from relay.core.deletion_barrier import DAY_S
+from relay.core.history_digest import AssistantBlockKey, HistoryDigests
 from relay.core.hot_blocks import HotBlocks, VerifiedPayload
-from relay.core.identity import AssistantBlockKey, HistoryDigests
 from relay.core.receipts import Reason
 from relay.core.records import (
     EMPTY_PLAN,
@@ -36,7 +37,6 @@ from relay.core.records import (
 )
 from relay.errors import InternalSignal
 
-DAY_S: Final = 24 * 3600.0
 REPLAYABLE_ITEM_TYPES: Final = frozenset(
     {"reasoning", "message", "function_call", "custom_tool_call"}
 )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from relay.translate.body_encoding import RawItems
+from relay.core.json_bytes import RawItems
 
 Span = tuple[int, int]
 

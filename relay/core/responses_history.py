@@ -80,7 +80,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from relay.errors import InternalSignal
-from relay.translate.responses_input import custom_tool_names
 
 # Item types of the Responses API's input (openai-python ``ResponseInputItemParam``) that
 # have no mapping: the item-type reason codes are drawn from this list, so a client cannot
@@ -137,6 +136,20 @@ class _Refused(InternalSignal):
     def __init__(self, code: str, where: str | None = None) -> None:
         super().__init__(code)
         self.reason = Underivable(code, where)
+
+
+def custom_tool_names(tools: Any) -> frozenset[str]:
+    """The names of the tools declared ``custom`` in a Responses ``tools`` list (the
+    translation resolves calls to them by the same names, ``relay.translate.responses_input``)."""
+    if not isinstance(tools, list):
+        return frozenset()
+    return frozenset(
+        tool["name"]
+        for tool in tools
+        if isinstance(tool, dict)
+        and tool.get("type") == "custom"
+        and isinstance(tool.get("name"), str)
+    )
 
 
 def derive_responses_history(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+from asyncio import Future
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -24,6 +26,15 @@ from relay.observability import log
 from relay.ops.hooks import request_finished
 
 
+@dataclass
+class ResponseState:
+    """What of the response has left, kept by the handler itself (Tornado's own flags
+    are private)."""
+
+    headers_sent: bool = False  # the first flush wrote the status line and headers
+    finished: bool = False  # finish() ran: nothing more can be written
+
+
 class BaseHandler(RequestHandler):
     requires_auth = True
     routed = True  # this handler's route is a fixed path, so its path is safe to log
@@ -34,6 +45,17 @@ class BaseHandler(RequestHandler):
     def initialize(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.arrived_at = runtime.clock.monotonic()
+        self.response_state = ResponseState()
+
+    def flush(self, include_footers: bool = False) -> Future[None]:
+        # Every write of the headers goes through here (finish() flushes too).
+        self.response_state.headers_sent = True
+        return super().flush(include_footers)
+
+    def finish(self, chunk: str | bytes | dict[str, Any] | None = None) -> Future[None]:
+        done = super().finish(chunk)
+        self.response_state.finished = True
+        return done
 
     def set_default_headers(self) -> None:
         # Tornado calls this from __init__, before initialize(), and again on clear().

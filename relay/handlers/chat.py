@@ -1,16 +1,15 @@
 """POST /v1/chat/completions: read the body within limits, translate, and drive the
 request's pipeline (relay.pipeline.chat), performing the actions it returns.
 
-The handler decides nothing about ordering: it moves bytes, calls the cache session the
-pipeline asks it to call, and feeds each outcome back.
+The handler decides nothing about ordering, and holds no cache rule: the pipeline begins
+with the cache's decision (Begin, then any fence or poison before forwarding) and its
+shell performs every cache action, the ending included.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-from relay.core import replay_header as replay
-from relay.core.replay_header import HEADER
 from relay.handlers.chat_provider import relay_chat_provider
 from relay.handlers.relaying import RelayingHandler
 from relay.handlers.shell import PipelineShell
@@ -18,7 +17,7 @@ from relay.observability import log
 from relay.pipeline.chat import ChatPipeline
 from relay.settings.routing import resolve_model
 from relay.translate.chat_sse import KEEPALIVE
-from relay.translate.chat_to_responses import droppable_in
+from relay.translate.parameters import droppable_in
 from relay.translate.request import translate_request
 from relay.transport.upstream import Dialect
 
@@ -27,7 +26,7 @@ DROPPED_HEADER: Final = "X-Relay-Dropped-Params"
 
 class ChatCompletionsHandler(RelayingHandler):
     async def post(self) -> None:
-        if self._finished:
+        if self.response_state.finished:
             return
         runtime = self.runtime
         config = runtime.config
@@ -46,41 +45,26 @@ class ChatCompletionsHandler(RelayingHandler):
             reasoning_summaries=config.reasoning_summaries_as_content,
             custom_tool_calls=config.custom_tool_calls,
         )
-        skipped: list[str] = []
-        session = runtime.cache.begin(
-            request,
-            body,
-            self.request_id,
-            upstream=runtime.cache_identity(provider),
-            on_skip=skipped.append,
-        )
-        if session is None:  # a session sets it once planned (PipelineShell)
-            self.set_header(HEADER, replay.none(skipped[0]) if skipped else replay.OFF)
         pipeline = ChatPipeline(
             request,
             request_id=self.request_id,
             model=target.model,
-            cached=session is not None,
             completion_id=runtime.new_id("chatcmpl-"),
             created=int(runtime.clock.wall()),
             reasoning_summaries=config.reasoning_summaries_as_content,
         )
-        if session is not None:
-            runtime.sessions.add(session)
-        try:
-            shell = PipelineShell(
-                self,
-                pipeline,
-                provider=provider,
-                dialect=Dialect.RESPONSES,
-                keepalive=KEEPALIVE if request.stream else None,
-                session=session,
-            )
-            await shell.run()
-        finally:
-            if session is not None:
-                session.abort("unfinished")  # a no-op once delivered or aborted
-                runtime.sessions.discard(session)
+        shell = PipelineShell(
+            self,
+            pipeline,
+            provider=provider,
+            dialect=Dialect.RESPONSES,
+            keepalive=KEEPALIVE if request.stream else None,
+            # The cache decides inside the pipeline (its Begin), before anything is sent.
+            begin=lambda: runtime.cache.decide(
+                request, body, self.request_id, upstream=runtime.cache_identity(provider)
+            ),
+        )
+        await shell.run()
 
     def _drop_unsupported(self, body: dict[str, Any]) -> dict[str, Any]:
         """RELAY_DROP_UNSUPPORTED_PARAMS=1: ``body`` without what the Responses API cannot

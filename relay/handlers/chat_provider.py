@@ -30,7 +30,7 @@ from relay.strict.restore import has_tools
 from relay.strict.rules import rule_for
 from relay.strict.strict_cache import StrictTarget
 from relay.translate.chat_sse import KEEPALIVE
-from relay.translate.chat_to_responses import stream_flags
+from relay.translate.parameters import stream_flags
 from relay.transport.upstream import Dialect
 
 

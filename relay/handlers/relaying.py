@@ -3,17 +3,19 @@ exchange that a client disconnect or a shutdown can abort."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import json
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final, TypeVar
 
 from tornado.ioloop import IOLoop
 from tornado.iostream import IOStream
 from tornado.web import stream_request_body
 
+from relay.core.json_bytes import encode_body
 from relay.errors import PayloadTooLarge
 from relay.handlers.base import BaseHandler
 from relay.http.request_body import check_content_encoding, parse_json_object
@@ -21,15 +23,8 @@ from relay.observability.body_log import RequestBodies
 from relay.ops.metrics import CLIENT_GONE
 from relay.settings.crashpoints import crash_point
 from relay.settings.providers import Provider
-from relay.translate.body_encoding import encode_body
 from relay.transport.downstream import Downstream
-from relay.transport.upstream import (
-    BatchDone,
-    ClientGone,
-    Dialect,
-    EventSink,
-    UpstreamExchange,
-)
+from relay.transport.upstream import ClientGone, Dialect, UpstreamExchange
 
 # Bodies larger than this are parsed off the event loop (measured: 1 MiB of JSON parses in
 # under 10 ms; 50 MB of small objects in 1 to 2 s).
@@ -63,7 +58,7 @@ class RelayingHandler(BaseHandler):
         # answered 413, Tornado drops the rest of the body and closes the connection.
 
     def data_received(self, chunk: bytes) -> None:
-        if self._finished:
+        if self.response_state.finished:
             return
         if len(self._body) + len(chunk) > self.runtime.config.max_request_bytes:
             self.send_relay_error(
@@ -151,13 +146,7 @@ class RelayingHandler(BaseHandler):
         return await IOLoop.current().run_in_executor(None, _COLLECTION.run, call)
 
     async def exchange_for(
-        self,
-        upstream_body: dict[str, Any],
-        sink: EventSink,
-        *,
-        buffered: bool,
-        batch_done: BatchDone | None = None,
-        provider: Provider | None = None,
+        self, upstream_body: dict[str, Any], *, buffered: bool, provider: Provider | None = None
     ) -> UpstreamExchange:
         """A Responses exchange with ``provider`` (default: the built-in upstream)."""
         # Always streamed upstream, so the idle timer and capture work alike in both modes.
@@ -166,21 +155,12 @@ class RelayingHandler(BaseHandler):
         return self.open_exchange(
             provider or self.runtime.builtin_provider,
             body,
-            sink,
             buffered=buffered,
-            batch_done=batch_done,
             dialect=Dialect.RESPONSES,
         )
 
     def open_exchange(
-        self,
-        provider: Provider,
-        body: bytes,
-        sink: EventSink,
-        *,
-        buffered: bool,
-        batch_done: BatchDone | None,
-        dialect: Dialect,
+        self, provider: Provider, body: bytes, *, buffered: bool, dialect: Dialect
     ) -> UpstreamExchange:
         """An exchange posting ``body`` to ``provider`` in ``dialect``; this handler's
         disconnect aborts it."""
@@ -193,9 +173,7 @@ class RelayingHandler(BaseHandler):
             url=provider.url,
             headers=self.runtime.headers_for(provider, json_answer=dialect is Dialect.CHAT_JSON),
             body=body,
-            sink=sink,
             buffered=buffered,
-            batch_done=batch_done,
             dialect=dialect,
             reach_hint=self.runtime.reach_hint(provider),
             tap=self._bodies.writer("upstream-response") if self._bodies else None,
@@ -203,11 +181,13 @@ class RelayingHandler(BaseHandler):
         self._exchange = exchange
         return exchange
 
-    async def run_exchange(self, exchange: UpstreamExchange) -> None:
+    @contextlib.contextmanager
+    def exchanging(self, exchange: UpstreamExchange) -> Iterator[UpstreamExchange]:
+        """While its events are consumed, ``exchange`` is live: a shutdown aborts it."""
         self.runtime.active.add(exchange)
         crash_point("before_upstream_send")
         try:
-            await exchange.run()
+            yield exchange
         finally:
             self.runtime.active.discard(exchange)
             self._exchange = None

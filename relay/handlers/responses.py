@@ -6,13 +6,12 @@ Responses SSE, or as the final ``response`` object for a non-streaming call
 cannot observe these generations, so before forwarding it *fences* the scopes they may
 extend (design §7): an unobserved generation must never leave an older record looking
 unique. If the fence cannot be written the call is refused with 503, never forwarded.
+The handler holds no cache rule: the pipeline opens with the cache's decision (Begin,
+then the fence as its own action) and its shell performs them.
 """
 
 from __future__ import annotations
 
-from relay.cache.replay_cache import DIRECT_RESPONSES
-from relay.core import replay_header as replay
-from relay.core.replay_header import HEADER
 from relay.errors import InvalidRequest
 from relay.handlers.relaying import RelayingHandler
 from relay.handlers.shell import PipelineShell
@@ -24,7 +23,7 @@ from relay.transport.upstream import Dialect
 
 class ResponsesHandler(RelayingHandler):
     async def post(self) -> None:
-        if self._finished:
+        if self.response_state.finished:
             return
         body = await self.json_body()
         runtime = self.runtime
@@ -42,14 +41,6 @@ class ResponsesHandler(RelayingHandler):
         caller = body.get("user")
         if caller is not None and not isinstance(caller, str):
             raise InvalidRequest("'user' must be a string", param="user")
-        runtime.cache.fence(
-            target.model,
-            caller,
-            self.request_id,
-            reason=DIRECT_RESPONSES,
-            upstream=runtime.cache_identity(provider),
-        )
-        self.set_header(HEADER, replay.none(replay.PASSTHROUGH))  # the cache only fences it
         pipeline = ResponsesPassthrough(
             {**body, "model": target.model}, request_id=self.request_id, stream=bool(stream)
         )
@@ -59,5 +50,9 @@ class ResponsesHandler(RelayingHandler):
             provider=provider,
             dialect=Dialect.RESPONSES,
             keepalive=KEEPALIVE if stream else None,
+            # The cache decides inside the pipeline (its Begin): the fence, before the send.
+            begin=lambda: runtime.cache.decide_passthrough(
+                target.model, caller, self.request_id, upstream=runtime.cache_identity(provider)
+            ),
         )
         await shell.run()

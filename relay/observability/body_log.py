@@ -50,10 +50,9 @@ from typing import Final
 
 from tornado.ioloop import IOLoop
 
-from relay.clock import Clock
+from relay.clock import Clock, Deadline
 from relay.errors import ConfigError
 from relay.observability import log
-from relay.transport.deadline import Deadline
 
 ARTIFACT_LIMIT: Final = 8 * 1024 * 1024
 WRITE_TIMEOUT_S: Final = 2.0

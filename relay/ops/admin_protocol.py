@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from relay.errors import SnapshotRefused, StoreError
+from relay.ops.metrics import relay_metrics
 from relay.ops.snapshot import Snapshotter
 from relay.ops.status import status_document
 from relay.ops.store_sample import StoreSampler
@@ -85,7 +86,7 @@ class AdminService:
                 metrics_url=self.metrics_url,
             )
         if command == "metrics":
-            return {"ok": True, "text": self.runtime.metrics.render().decode()}
+            return {"ok": True, "text": relay_metrics(self.runtime).render().decode()}
         started = self.begin_snapshot(emit)
         if isinstance(started, dict):
             return started

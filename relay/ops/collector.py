@@ -25,6 +25,7 @@ from relay.core.receipts import Reason
 from relay.core.replay_stats import ReplayStats
 from relay.core.token_usage import LATENCY_BOUNDS_MS, OVERFLOW_MS, TALLY_FIELDS
 from relay.errors import StoreError
+from relay.ops.metrics import relay_metrics
 from relay.ops.store_sample import StoreSampler
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ class RuntimeCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         runtime = self.runtime
         clock = runtime.clock
-        metrics = runtime.metrics
+        metrics = relay_metrics(runtime)
         uptime = GaugeMetricFamily("relay_uptime_seconds", "Seconds since the relay started")
         uptime.add_metric([], clock.monotonic() - metrics.started_monotonic)
         yield uptime

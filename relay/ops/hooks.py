@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from relay.ops.collector import replay_totals
+from relay.ops.metrics import relay_metrics
 
 if TYPE_CHECKING:
     from relay.app.runtime import Runtime
@@ -13,7 +14,7 @@ if TYPE_CHECKING:
 def request_finished(runtime: Runtime, path: str, status: int, code: str | None) -> None:
     """Count a finished (or abandoned) request, and sample the replay and fence totals for
     the last-hour figures (at most once a minute: relay.ops.window.CounterHistory)."""
-    clock, metrics = runtime.clock, runtime.metrics
+    clock, metrics = runtime.clock, relay_metrics(runtime)
     metrics.request_finished(path, status, code, clock.wall())
     metrics.replay_history.record(clock.monotonic(), replay_totals(runtime.cache.metrics.replay))
     metrics.fence_history.record(clock.monotonic(), runtime.cache.metrics.fences)

@@ -1,7 +1,8 @@
 """The relay's own counters and histograms, in a registry of its own.
 
-A :class:`RelayMetrics` belongs to one relay (``Runtime.metrics``): tests run several relays
-in one process, so nothing goes to prometheus_client's global registry. The request shell
+A :class:`RelayMetrics` belongs to one relay (``Runtime.metrics``, injected by the server):
+tests run several relays in one process, so nothing goes to prometheus_client's global
+registry. The request shell
 feeds it (relay.handlers.base/shell); what the caches already count is read when the
 registry is collected (relay.ops.collector). Labels are bounded: routes from
 relay.http.routes' table, outcomes from :func:`relay.ops.window.bounded_code`, configured
@@ -10,14 +11,17 @@ provider names.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from relay.http.routes import label_of
 from relay.ops.window import CounterHistory, ErrorTally
-from relay.translate.chat_to_responses import NEUTRAL_ONLY
+from relay.translate.parameters import NEUTRAL_ONLY
 from relay.translate.responses_input import REFUSED
+
+if TYPE_CHECKING:
+    from relay.app.runtime import Runtime
 
 # From a local fake's milliseconds to a slow model's first token.
 LATENCY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -30,6 +34,14 @@ CLIENT_GONE: Final = "client_gone"
 def route_of(path: str) -> str:
     """The route label of a path (relay.http.routes' table; anything else is "other")."""
     return label_of(path)
+
+
+def relay_metrics(runtime: Runtime) -> RelayMetrics:
+    """The runtime's metrics as operations made them (the server injects a
+    :class:`RelayMetrics`; the runtime knows them only as what the shell records)."""
+    metrics = runtime.metrics
+    assert isinstance(metrics, RelayMetrics)
+    return metrics
 
 
 class RelayMetrics:

@@ -11,6 +11,7 @@ from relay.ops.admin_socket import AdminSocket
 from relay.ops.collector import RuntimeCollector
 from relay.ops.dashboard import Snapshot, hours_of
 from relay.ops.dashboard import render as render_dashboard
+from relay.ops.metrics import relay_metrics
 from relay.ops.metrics_http import MetricsListener
 from relay.ops.snapshot import Snapshotter
 from relay.ops.status import status_document
@@ -39,7 +40,7 @@ def cache_events(runtime: Runtime) -> dict[tuple[str, str], int]:
 class Operations:
     def __init__(self, runtime: Runtime, *, offline_fake: bool) -> None:
         config, clock = runtime.config, runtime.clock
-        runtime.metrics.started(clock.monotonic(), clock.wall())
+        relay_metrics(runtime).started(clock.monotonic(), clock.wall())
         runtime.tokens = TokenAccounting.open(
             clock,
             config.cache_path,
@@ -49,7 +50,7 @@ class Operations:
         )
         self.sampler = StoreSampler(runtime.cache.store, clock)
         self.snapshots = Snapshotter(runtime.cache.store, config.admin_snapshot_dir, clock)
-        runtime.metrics.registry.register(RuntimeCollector(runtime, self.sampler))
+        relay_metrics(runtime).registry.register(RuntimeCollector(runtime, self.sampler))
         self.service = AdminService(
             runtime, self.sampler, self.snapshots, offline_fake=offline_fake
         )
@@ -64,7 +65,7 @@ class Operations:
             self.admin = AdminSocket(self.service)
             self.admin.adopt(listeners.admin, listeners.admin_path)
         if listeners.metrics is not None:
-            self.metrics_http = MetricsListener(self._runtime.metrics, page=self.dashboard)
+            self.metrics_http = MetricsListener(relay_metrics(self._runtime), page=self.dashboard)
             self.metrics_http.adopt(listeners.metrics)
             self.service.metrics_url = self.metrics_url
         self._note = listeners.admin_note

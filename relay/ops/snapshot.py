@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from relay.clock import Clock
 from relay.errors import SnapshotRefused, StoreError
-from relay.storage.replay_store import ReasoningStore
+from relay.storage.interface import StoreDiagnostics
 from relay.storage.sqlite_copy import (
     ONLINE_PAGES_PER_STEP,
     CopyFailed,
@@ -75,7 +75,7 @@ ProgressListener = Callable[[Progress], None]
 class Snapshotter:
     def __init__(
         self,
-        store: ReasoningStore | None,
+        store: StoreDiagnostics | None,
         directory: Path,
         clock: Clock,
     ) -> None:
@@ -125,7 +125,7 @@ class Snapshotter:
     # --- the copy ------------------------------------------------------------------------
 
     async def _run(
-        self, store: ReasoningStore, temp: Path, listener: ProgressListener | None
+        self, store: StoreDiagnostics, temp: Path, listener: ProgressListener | None
     ) -> SnapshotResult:
         loop = asyncio.get_running_loop()
         started = self.clock.monotonic()
@@ -147,7 +147,7 @@ class Snapshotter:
     async def _copy(
         self,
         loop: asyncio.AbstractEventLoop,
-        store: ReasoningStore,
+        store: StoreDiagnostics,
         temp: Path,
         listener: ProgressListener | None,
     ) -> int:

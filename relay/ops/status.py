@@ -15,6 +15,7 @@ from relay import __version__
 from relay.cache.replay_cache import FENCE_REASON_TEXT
 from relay.errors import StoreError
 from relay.ops.collector import replay_totals
+from relay.ops.metrics import relay_metrics
 from relay.ops.snapshot import Snapshotter
 from relay.ops.store_sample import TTL_S, StoreSampler
 from relay.transport.upstream import origin_of
@@ -47,7 +48,7 @@ def status_document(
     offline_fake: bool,
     metrics_url: str | None = None,
 ) -> dict[str, Any]:
-    clock, metrics, cache = runtime.clock, runtime.metrics, runtime.cache
+    clock, metrics, cache = runtime.clock, relay_metrics(runtime), runtime.cache
     now = clock.monotonic()
     replay = cache.metrics.replay
     totals = replay_totals(replay)

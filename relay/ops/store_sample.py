@@ -11,7 +11,7 @@ from typing import Final
 
 from relay.clock import Clock
 from relay.storage.aggregates import DEFAULT_SCAN_ROWS, StoreAggregates
-from relay.storage.replay_store import ReasoningStore
+from relay.storage.interface import StoreDiagnostics
 
 TTL_S: Final = 5.0
 
@@ -25,7 +25,7 @@ class Sample:
 
 class StoreSampler:
     def __init__(
-        self, store: ReasoningStore | None, clock: Clock, *, scan_rows: int = DEFAULT_SCAN_ROWS
+        self, store: StoreDiagnostics | None, clock: Clock, *, scan_rows: int = DEFAULT_SCAN_ROWS
     ) -> None:
         self.store = store
         self.clock = clock

@@ -1,10 +1,11 @@
 """What a pipeline asks its shell to do: plain values, performed in order.
 
-An action whose outcome the pipeline needs (``Dispatch``, ``SendUpstream``,
-``CheckRefusal``, ``Commit``, ``Respond``) is the last of its batch: the shell feeds the
-outcome back (``dispatched``, ``upstream_done``/``failed``, ``refusal``, ``committed``,
-``responded``, ``client_gone``) and performs the batch that answer returns. So nothing
-queued after a commit can be performed when the commit fails.
+An action whose outcome the pipeline needs (``Begin``, ``Fence``, ``Poison``, ``Dispatch``,
+``SendUpstream``, ``CheckRefusal``, ``Commit``, ``Respond``) is the last of its batch: the
+shell feeds the outcome back (``began``, ``guarded``, ``dispatched``,
+``upstream_done``/``failed``, ``refusal``, ``committed``, ``responded``, ``client_gone``)
+and performs the batch that answer returns. So nothing queued after a commit (or after a
+fence) can be performed when it fails.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from relay.core.capture import ClientProjection
+from relay.core.capture import CaptureResult
 from relay.errors import RelayError, UpstreamHTTPError
 
 
@@ -23,6 +24,26 @@ class Log:
 
     event: str
     fields: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Begin:
+    """Cache: decide whether this request is cached, and what must be durable before it
+    is forwarded (nothing is written yet). Answer: ``began(capture_bytes, guard)``, or
+    ``failed(StoreError)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """Cache: fence the scopes an unobservable generation may extend (with the cache off
+    over a store: record the coverage gap), before anything is forwarded. Answer:
+    ``guarded()``, or ``failed(StoreError)``: the request is never forwarded unfenced."""
+
+
+@dataclass(frozen=True, slots=True)
+class Poison:
+    """Cache: poison the position of a generation that goes unobserved (no session to
+    spare), before anything is forwarded. Answer: ``guarded()``, or ``failed(StoreError)``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +71,9 @@ class Stop:
 
 
 @dataclass(frozen=True, slots=True)
-class Capture:
-    """Cache: feed one upstream event to the capture."""
-
-    event_type: str
-    data: dict[str, Any]
+class Accepted:
+    """Cache: the upstream answered this send with an event (2xx): a replaying request
+    was accepted (counted once per send)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,10 +87,10 @@ class CheckRefusal:
 
 @dataclass(frozen=True, slots=True)
 class Commit:
-    """Cache: commit the observation of the generation as the client is sent it.
-    Answer: ``committed()``, or ``failed(StoreError)``."""
+    """Cache: commit the observation of the generation (the capture's decision, made
+    against what the client is sent). Answer: ``committed()``, or ``failed(StoreError)``."""
 
-    sent: ClientProjection
+    result: CaptureResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,10 +143,11 @@ class Resolve:
 
 @dataclass(frozen=True, slots=True)
 class Abort:
-    """Cache: the generation ended without a delivered answer (its position is poisoned
-    unless its observation was committed)."""
+    """Cache: the generation ended without a delivered answer. ``poison``: its output is
+    unknown (no observation was committed), so its position is poisoned."""
 
     reason: str
+    poison: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +167,7 @@ class Finish:
 
 
 Action = (
-    Log | Dispatch | SendUpstream | Stop | Capture | CheckRefusal | Commit | Record
+    Log | Begin | Fence | Poison | Dispatch | SendUpstream | Stop | Accepted | CheckRefusal
+    | Commit | Record
     | StartStream | StartDelivery | Queue | Flush | Respond | Resolve | Abort | Fail | Finish
 )  # fmt: skip

@@ -7,11 +7,13 @@ from enum import StrEnum
 from typing import Any
 
 from relay.errors import InternalSignal, RelayError
-from relay.pipeline.actions import Action, Flush, StartStream
+from relay.pipeline.actions import Action, Begin, Fence, Flush, Poison, StartStream
 
 
 class Phase(StrEnum):
     NEW = "new"
+    BEGINNING = "beginning"  # the cache decides: cached, or what to write before forwarding
+    GUARDING = "guarding"  # a fence or a poison is written before anything is forwarded
     DISPATCHING = "dispatching"  # the cache plans and records the intent
     UPSTREAM = "upstream"  # the generation is being received
     CHECKING_REFUSAL = "checking_refusal"  # an error answer: was it a refusal of replay?
@@ -34,6 +36,12 @@ class Pipeline:
 
     def start(self) -> list[Action]:
         raise NotImplementedError
+
+    def began(self, capture_bytes: int | None, guard: Fence | Poison | None) -> list[Action]:
+        return self._refuse("began")
+
+    def guarded(self) -> list[Action]:
+        return self._refuse("guarded")
 
     def dispatched(self, body: dict[str, Any]) -> list[Action]:
         return self._refuse("dispatched")
@@ -63,6 +71,11 @@ class Pipeline:
     def client_gone(self, frames: int) -> list[Action]:
         raise NotImplementedError
 
+    def abandoned(self) -> list[Action]:
+        """The shell is ending (any exit path: an answer sent, an error raised, a task
+        cancelled): what must still happen when the pipeline did not reach its end."""
+        return []
+
     def _stream_started_once(self) -> list[Action]:
         if self._stream_started:
             return []
@@ -78,3 +91,36 @@ class Pipeline:
 
     def _refuse(self, name: str) -> list[Action]:
         raise PipelineStateError(f"{type(self).__name__} takes no {name} input")
+
+
+class GuardedPipeline(Pipeline):
+    """A pipeline that opens with the cache's decision (``Begin``) and forwards only once
+    the guard it asks for (a ``Fence`` or ``Poison``, performed alone) is durable: the
+    ordering rule lives here once, for the chat pipeline and the passthrough alike."""
+
+    def start(self) -> list[Action]:
+        self._expect(Phase.NEW)
+        self.phase = Phase.BEGINNING
+        return [Begin()]
+
+    def began(self, capture_bytes: int | None, guard: Fence | Poison | None) -> list[Action]:
+        """The cache's decision: ``capture_bytes`` (the capture's bound) when this
+        generation is observed, else ``None``; ``guard``, what must be written first."""
+        self._expect(Phase.BEGINNING)
+        self._decided(capture_bytes, guard)
+        if guard is not None:
+            self.phase = Phase.GUARDING
+            return [guard]
+        return self._forward()
+
+    def guarded(self) -> list[Action]:
+        """The fence or poison is durable: the request may be forwarded."""
+        self._expect(Phase.GUARDING)
+        return self._forward()
+
+    def _decided(self, capture_bytes: int | None, guard: Fence | Poison | None) -> None:
+        """Take in the decision before anything follows it (a pipeline may refuse one)."""
+
+    def _forward(self) -> list[Action]:
+        """What forwards the request (nothing must precede it any more)."""
+        raise NotImplementedError

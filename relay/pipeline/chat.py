@@ -2,15 +2,20 @@
 
 The lifecycle, one transition per input::
 
-    start ──> Dispatch ──dispatched──> SendUpstream          (cached: plan + intent first)
-    upstream_event ──> Capture, frames to queue and flush    (SSE; JSON buffers)
-      the final event ──> Commit ──committed──> the terminal frames, flushed
+    start ──> Begin ──began──> Fence | Poison ──guarded──>   (what must precede forwarding)
+      ──> Dispatch ──dispatched──> SendUpstream              (cached: plan + intent first)
+    upstream_event ──> frames to queue and flush             (SSE; JSON buffers)
+      (cached: Accepted once per send; each event fed to the pipeline's OutputCapture)
+      the final event ──> Commit(CaptureResult) ──committed──> the terminal frames, flushed
     upstream_done ──> [DONE] (SSE) / Commit then Respond (JSON) ──> Resolve, Finish
     failed(UpstreamHTTPError) before any event ──> CheckRefusal
       ──refusal(resend)──> SendUpstream once more, without replay
     failed / client_gone ──> Abort, then Fail (a status, or an error frame once streaming)
+    abandoned (the shell ends before the pipeline did) ──> Abort
 
-The rules it encodes: the dispatch intent is committed before anything is sent; the
+The rules it encodes: a fence or a poison the cache's decision requires is durable before
+anything is forwarded, and a failure to write it (or to decide) forwards nothing; the
+dispatch intent is committed before anything is sent; the
 observation is committed before the client can see the end (terminal chunk, JSON body);
 the intent is resolved only after the client took the whole answer; an answer that ends
 any other way aborts (the cache poisons its position unless it was committed); a refusal
@@ -21,41 +26,43 @@ from __future__ import annotations
 
 from typing import Any
 
-from relay.core.capture import ClientProjection
+from relay.core.capture import ClientProjection, OutputCapture, finish_capture
+from relay.core.responses_events import decode
 from relay.errors import RelayError, UpstreamHTTPError, UpstreamProtocolError
 from relay.pipeline.actions import (
     Abort,
+    Accepted,
     Action,
-    Capture,
     CheckRefusal,
     Commit,
     Dispatch,
     Fail,
+    Fence,
     Finish,
     Flush,
     Log,
+    Poison,
     Queue,
     Resolve,
     Respond,
     SendUpstream,
     StartDelivery,
 )
-from relay.pipeline.base import Phase, Pipeline
+from relay.pipeline.base import GuardedPipeline, Phase
 from relay.translate.chat_sse import DONE, encode_chunk, encode_error
-from relay.translate.chat_to_responses import TranslatedRequest
 from relay.translate.events import ChatCompletion
-from relay.translate.responses_to_chat import response_to_chat_completion
+from relay.translate.request_types import TranslatedRequest
+from relay.translate.responses_to_chat import project_output, response_to_chat_completion
 from relay.translate.stream_converter import ChatStreamConverter, Chunk
 
 
-class ChatPipeline(Pipeline):
+class ChatPipeline(GuardedPipeline):
     def __init__(
         self,
         request: TranslatedRequest,
         *,
         request_id: str,
         model: str,
-        cached: bool,
         completion_id: str,
         created: int,
         reasoning_summaries: bool,
@@ -63,7 +70,9 @@ class ChatPipeline(Pipeline):
         self.request = request
         self.request_id = request_id
         self._model = model  # the upstream model name, for the log
-        self.cached = cached
+        self.cached = False  # the cache's answer to Begin: this generation is observed
+        self._capture: OutputCapture | None = None  # the original items (cached)
+        self._committed = False  # the observation is committed: its output is known
         self._completion_id = completion_id
         self._created = created
         self._summaries = reasoning_summaries
@@ -86,8 +95,14 @@ class ChatPipeline(Pipeline):
 
     # --- inputs -------------------------------------------------------------------------
 
-    def start(self) -> list[Action]:
-        self._expect(Phase.NEW)
+    # start, began and guarded: GuardedPipeline (Begin, then any guard alone, then this).
+
+    def _decided(self, capture_bytes: int | None, guard: Fence | Poison | None) -> None:
+        if capture_bytes is not None:  # observed: the pipeline's own capture, bounded
+            self.cached = True
+            self._capture = OutputCapture(project=project_output, max_bytes=capture_bytes)
+
+    def _forward(self) -> list[Action]:
         request = self.request
         log = Log("chat_request", {"request_id": self.request_id, "model": self._model,
                                    "stream": request.stream, "shape": request.shape})  # fmt: skip
@@ -103,9 +118,14 @@ class ChatPipeline(Pipeline):
 
     def upstream_event(self, event_type: str, data: dict[str, Any]) -> list[Action]:
         self._expect(Phase.UPSTREAM)
+        event = decode(event_type, data)  # once: the capture and the converter read it
+        actions: list[Action] = []
+        if self._capture is not None:
+            if not self._answered:
+                actions.append(Accepted())
+            self._capture.feed(event)
         self._answered = True
-        actions: list[Action] = [Capture(event_type, data)] if self.cached else []
-        chunks = self.converter.feed(event_type, data)
+        chunks = self.converter.feed(event)
         if not self.request.stream:
             return actions  # JSON: the answer is built once the stream has ended
         if self.cached:  # what the client got matters to the cache alone
@@ -114,8 +134,7 @@ class ChatPipeline(Pipeline):
         if self.converter.finished:
             self._terminal = chunks
             if self.cached:  # committed before any terminal frame is queued
-                self.phase = Phase.COMMITTING
-                return [*actions, Commit(self._sent)]
+                return [*actions, self._commit(self._sent)]
             return [*actions, *self._terminal_frames()]
         if chunks:
             actions += self._stream_started_once()
@@ -156,13 +175,13 @@ class ChatPipeline(Pipeline):
             custom_tool_calls=self.request.custom_tool_calls,
         )
         if self.cached:
-            self.phase = Phase.COMMITTING
-            return [Commit(ClientProjection.from_completion(self._completion))]
+            return [self._commit(ClientProjection.from_completion(self._completion))]
         self.phase = Phase.DELIVERING
         return [Respond(self._completion)]
 
     def committed(self) -> list[Action]:
         self._expect(Phase.COMMITTING)
+        self._committed = True
         self.phase = Phase.DELIVERING
         if not self.request.stream:
             assert self._completion is not None
@@ -201,7 +220,7 @@ class ChatPipeline(Pipeline):
 
     def _fail(self, error: RelayError) -> list[Action]:
         self.phase = Phase.DONE
-        actions: list[Action] = [Abort(error.code or "failed")] if self.cached else []
+        actions = self._abort(error.code or "failed")
         frame = encode_error(error.envelope()) if self.request.stream else None
         return [*actions, Fail(error, frame)]
 
@@ -211,9 +230,27 @@ class ChatPipeline(Pipeline):
             return []
         self.phase = Phase.DONE
         log = Log("client_disconnected", {"request_id": self.request_id, "frames": frames})
-        return [log, Abort("client_disconnected")] if self.cached else [log]
+        return [log, *self._abort("client_disconnected")]
+
+    def abandoned(self) -> list[Action]:
+        """The shell ended first (an unexpected error, a cancelled task): the generation
+        ends undelivered."""
+        if self.phase is Phase.DONE:
+            return []
+        self.phase = Phase.DONE
+        return self._abort("unfinished")
 
     # --- transitions --------------------------------------------------------------------
+
+    def _abort(self, reason: str) -> list[Action]:
+        return [Abort(reason, poison=not self._committed)] if self.cached else []
+
+    def _commit(self, sent: ClientProjection) -> Commit:
+        """The capture's decision against what the client is sent, to commit before the
+        client can see the end."""
+        assert self._capture is not None
+        self.phase = Phase.COMMITTING
+        return Commit(finish_capture(self._capture, sent))
 
     def _send(self, body: dict[str, Any]) -> list[Action]:
         self.phase = Phase.UPSTREAM

@@ -7,22 +7,25 @@ Every variable the relay reads is declared here with its default. An invalid val
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import resource
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from relay.core.disk_policy import DEFAULT_DISK_BYTES, DEFAULT_RESERVE_BYTES, MIN_RESERVE_BYTES
 from relay.core.resources import BudgetTooSmall, CacheBudget
 from relay.core.token_usage import Price, PriceError, parse_prices
 from relay.errors import ConfigError
+from relay.settings.custom_calls import CUSTOM_CALL_FORMS, CustomCallForm
 from relay.settings.model_alias import ModelAlias
 from relay.settings.providers import BUILTIN, Provider, check_base_url, parse_providers
-from relay.translate.events import CUSTOM_CALL_FORMS, CustomCallForm
-from relay.tunnel.command import TunnelCommand, parse_tunnel_command
+from relay.settings.tunnel_command import TunnelCommand, parse_tunnel_command
+
+EVENT_LOOPS: Final = ("auto", "asyncio", "uvloop")  # RELAY_EVENT_LOOP
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 # File descriptors kept out of RELAY_MAX_CONNECTIONS: the store's files, pooled upstream
@@ -91,6 +94,7 @@ class Config:
     # disk), and RELAY_TOKEN_PRICES per model for an estimated saving.
     stats_retention_days: int = 90
     token_prices: Mapping[str, Price] = field(default_factory=dict)
+    event_loop: str = "auto"  # RELAY_EVENT_LOOP: auto, asyncio or uvloop (relay.app.event_loop)
 
     @property
     def responses_url(self) -> str:
@@ -347,6 +351,14 @@ def load_config(env: Mapping[str, str] | None = None, *, fd_limit: int | None = 
     log_format = env.get("RELAY_LOG_FORMAT", "").strip().lower() or "text"
     if log_format not in ("text", "json"):
         raise ConfigError(f"RELAY_LOG_FORMAT={log_format!r}: expected text or json")
+    event_loop = env.get("RELAY_EVENT_LOOP", "").strip().lower() or "auto"
+    if event_loop not in EVENT_LOOPS:
+        raise ConfigError(f"RELAY_EVENT_LOOP={event_loop!r}: expected auto, asyncio or uvloop")
+    if event_loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
+        raise ConfigError(
+            "RELAY_EVENT_LOOP=uvloop but uvloop is not installed; "
+            "install it (pip install 'reasoning-replay-relay[fast]') or set auto"
+        )
     providers = parse_provider_config(env)
     data_dir = data_dir_of(env)
     custom_calls = env.get("RELAY_CUSTOM_TOOL_CALLS", "").strip().lower() or "function"
@@ -416,6 +428,7 @@ def load_config(env: Mapping[str, str] | None = None, *, fd_limit: int | None = 
         drop_unsupported_params=_bool(env, "RELAY_DROP_UNSUPPORTED_PARAMS", False),
         stats_retention_days=_int(env, "RELAY_STATS_RETENTION_DAYS", 90, minimum=0),
         token_prices=parse_token_prices(env.get("RELAY_TOKEN_PRICES")),
+        event_loop=event_loop,
     )
     if config.reasoning_cache_enabled:
         try:

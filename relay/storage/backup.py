@@ -43,6 +43,7 @@ from typing import Final
 from relay.clock import Clock
 from relay.errors import NotACache, SnapshotRefused, StoreCorrupt
 from relay.settings.crashpoints import crash_point
+from relay.storage.database import store_error
 from relay.storage.disk_guard import (
     REPLACE_NOTE_KEY,
     blocked_message,
@@ -57,7 +58,7 @@ from relay.storage.disk_guard import (
 )
 from relay.storage.offline import open_stopped
 from relay.storage.recovery import COVERAGE_GAP_KEY, recover_intents
-from relay.storage.replay_store import ReasoningStore, store_error
+from relay.storage.replay_store import ReasoningStore
 from relay.storage.schema import SchemaRefused, check_version
 from relay.storage.sqlite_copy import (
     OFFLINE_PAGES_PER_STEP,

@@ -35,12 +35,10 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Final
 
-Access = Callable[[str], AbstractContextManager[sqlite3.Connection]]
-Transaction = Callable[[], AbstractContextManager[None]]
+from relay.storage.database import Access, Transaction
 
 MAX_RECLAIMED_PER_RUN: Final = 100
 MAX_SCANNED_PER_RUN: Final = 1000

@@ -25,7 +25,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from relay.errors import NotACache, StoreIOError, StoreLocked
-from relay.storage.replay_store import store_error
+from relay.storage.database import store_error
 
 _BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite file

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from relay.core.identity import ScopeTargeting
 from relay.core.records import MarkerKind
-from relay.storage.replay_store import ReasoningStore
+from relay.core.scope import ScopeTargeting
+from relay.storage.interface import ReplayStore
 
 COVERAGE_GAP_KEY = "coverage-gap"
 
@@ -32,7 +32,7 @@ class OpenReport:
     generations_advanced: int
 
 
-def recover_intents(store: ReasoningStore, now: float) -> int:
+def recover_intents(store: ReplayStore, now: float) -> int:
     """Poison and remove every unresolved intent (call inside a transaction)."""
     intents = store.unresolved_intents()
     for intent in intents:
@@ -43,7 +43,7 @@ def recover_intents(store: ReasoningStore, now: float) -> int:
     return len(intents)
 
 
-def open_enabled(store: ReasoningStore, now: float) -> OpenReport:
+def open_enabled(store: ReplayStore, now: float) -> OpenReport:
     """Startup with caching on: recover, then consume a recorded gap."""
     with store.transaction():
         recovered = recover_intents(store, now)
@@ -55,7 +55,7 @@ def open_enabled(store: ReasoningStore, now: float) -> OpenReport:
     return OpenReport(recovered, gap, advanced)
 
 
-def open_disabled(store: ReasoningStore, now: float) -> int:
+def open_disabled(store: ReplayStore, now: float) -> int:
     """Startup with caching off over an existing store: recover. The gap is not recorded
     yet (:func:`record_gap`): this run may forward nothing the cache would have seen."""
     with store.transaction():
@@ -63,14 +63,14 @@ def open_disabled(store: ReasoningStore, now: float) -> int:
     return recovered
 
 
-def record_gap(store: ReasoningStore) -> None:
+def record_gap(store: ReplayStore) -> None:
     """Record, durably (one committed transaction), that traffic the cache would have
     observed is about to be served unobserved: the next enabled open retires every record."""
     with store.transaction():
         store.set_meta(COVERAGE_GAP_KEY, 1)
 
 
-def fence(store: ReasoningStore, targeting: ScopeTargeting, now: float) -> int:
+def fence(store: ReplayStore, targeting: ScopeTargeting, now: float) -> int:
     """Fence the scopes an unobservable generation may touch; how many were fenced."""
     with store.transaction():
         scopes = store.scopes_targeted(

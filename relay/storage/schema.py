@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from relay.errors import OperatorError
 from relay.storage.ancestry_migration import migrate_to_links
@@ -312,12 +312,13 @@ _T = TypeVar("_T")
 IN_CHUNK: Final = 500  # bound on "IN (?, ...)" lists
 
 
-def in_batches(values: Iterable[_T]) -> Iterator[list[_T]]:
-    """``values`` in lists of at most ``IN_CHUNK``, for ``IN (...)`` queries."""
+def in_batches(values: Iterable[_T], size: int = IN_CHUNK) -> Iterator[list[_T]]:
+    """``values`` in lists of at most ``size``, for ``IN (...)`` queries (or multi-row
+    ``VALUES`` lists, with ``size`` divided by the parameters per row)."""
     batch: list[_T] = []
     for value in values:
         batch.append(value)
-        if len(batch) == IN_CHUNK:
+        if len(batch) == size:
             yield batch
             batch = []
     if batch:
@@ -327,3 +328,25 @@ def in_batches(values: Iterable[_T]) -> Iterator[list[_T]]:
 def placeholders(count: int) -> str:
     """``?, ?, ...`` for ``count`` bound parameters."""
     return ", ".join("?" * count)
+
+
+# Markers or open intents of one scope read whole rather than matched through IN lists.
+FEW: Final = 64
+
+
+def matching(
+    conn: sqlite3.Connection, select: str, params: tuple[Any, ...], column: str,
+    values: Iterable[str],
+) -> list[Any]:  # fmt: skip
+    """The rows of ``select`` (one scope's markers or intents) whose ``column``, their first,
+    is in ``values``. A scope has few of them: reading them all at once is cheaper than
+    matching a plan's digests in IN lists; more than ``FEW`` fall back to the lists."""
+    wanted = dict.fromkeys(values)
+    every = conn.execute(f"{select} LIMIT ?", (*params, FEW + 1)).fetchall()
+    if len(every) <= FEW:
+        return [row for row in every if row[0] in wanted]
+    rows: list[Any] = []
+    for batch in in_batches(wanted):
+        sql = f"{select} AND {column} IN ({placeholders(len(batch))})"
+        rows += conn.execute(sql, (*params, *batch))
+    return rows

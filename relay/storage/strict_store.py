@@ -20,15 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from relay.storage.database import Access, Transaction
 from relay.storage.schema import in_batches, placeholders
-
-Access = Callable[[str], AbstractContextManager[sqlite3.Connection]]
-Transaction = Callable[[], AbstractContextManager[None]]
 
 MAX_PAGE: Final = 1000
 # SQLite's INTEGER range; a Python int beyond it cannot be bound as a parameter.

@@ -25,8 +25,8 @@ from typing import Any, Final
 from relay.core.records import Observation, PriorPlan
 from relay.core.store_audit import AuditTally, Damage, Note, StoredRecord, audit_record
 from relay.errors import NotACache, StoreCorrupt
+from relay.storage.database import store_error
 from relay.storage.offline import open_stopped
-from relay.storage.replay_store import store_error
 from relay.storage.schema import (
     RECLAIMED_BEFORE_V6,
     SCHEMA_VERSION,

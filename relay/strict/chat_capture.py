@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from relay.core.canonical import CanonicalRefused
-from relay.core.identity import HistoryState
+from relay.core.history_digest import HistoryState
 from relay.core.predict import SentToolCall, predict_envelope
 from relay.core.receipts import Reason
 

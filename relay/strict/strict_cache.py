@@ -27,12 +27,13 @@ from tornado.ioloop import PeriodicCallback
 
 from relay.clock import Clock
 from relay.core.canonical import CanonicalRefused
-from relay.core.identity import HistoryState, Scope, build_scope, history_digests
+from relay.core.history_digest import HistoryState, history_digests
 from relay.core.receipts import Reason
+from relay.core.scope import Scope, build_scope
 from relay.errors import StoreError
 from relay.observability import log
 from relay.settings.providers import Provider
-from relay.storage.replay_store import ReasoningStore
+from relay.storage.interface import ReplayStore
 from relay.storage.strict_store import StrictEntry, StrictPage, StrictStats
 from relay.strict.chat_capture import ChatCapture, capture_key
 from relay.strict.memory import DEFAULT_MAX_BYTES, CachedReasoning, ReasoningLru
@@ -102,7 +103,7 @@ class StrictCache:
         self,
         *,
         clock: Clock,
-        store: ReasoningStore | None,
+        store: ReplayStore | None,
         relay_token: str,
         ttl_s: float,
         memory_entries: int,
@@ -403,7 +404,7 @@ class StrictCache:
         except StoreError as err:
             self._failed("touch", err)
 
-    def _store(self) -> ReasoningStore:
+    def _store(self) -> ReplayStore:
         assert self.store is not None
         return self.store
 

@@ -3,11 +3,12 @@
 Chat request → Responses request: :func:`translate_request`. Final Responses JSON → Chat
 answer: :func:`response_to_chat_completion`. Responses SSE events → Chat chunks:
 :class:`ChatStreamConverter`; frames for the client: :mod:`relay.translate.chat_sse`.
-The types at that boundary (events read, chunks and answers made): :mod:`relay.translate.events`.
+The chunks and answers it makes are typed in :mod:`relay.translate.events`; the Responses
+events it reads, decoded once, in :mod:`relay.core.responses_events`.
 """
 
-from relay.translate.chat_to_responses import TranslatedRequest
 from relay.translate.request import translate_request
+from relay.translate.request_types import TranslatedRequest
 from relay.translate.responses_to_chat import response_to_chat_completion, usage_to_chat
 from relay.translate.sampling import is_reasoning_model, sampling_params
 from relay.translate.stream_converter import ChatStreamConverter

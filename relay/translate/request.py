@@ -7,9 +7,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from relay.errors import InvalidRequest
+from relay.settings.custom_calls import CustomCallForm
 from relay.settings.model_alias import ModelAlias
-from relay.translate.chat_to_responses import TranslatedRequest, translate_chat
-from relay.translate.events import CustomCallForm
+from relay.translate.chat_to_responses import translate_chat
+from relay.translate.request_types import TranslatedRequest
 from relay.translate.responses_input import translate_responses_shape
 
 

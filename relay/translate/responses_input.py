@@ -24,19 +24,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from relay.core.responses_history import custom_tool_names
 from relay.errors import InvalidRequest, UnsupportedParameter
+from relay.settings.custom_calls import CustomCallForm
 from relay.settings.model_alias import ModelAlias
-from relay.translate.chat_to_responses import (
-    OUTPUT_TYPES,
+from relay.translate.messages import OUTPUT_TYPES
+from relay.translate.parameters import (
     PASSTHROUGH,
-    TranslatedRequest,
     client_model_name,
     optional_str,
     parse_reasoning_object,
     reasoning_settings,
     stream_flags,
 )
-from relay.translate.events import CustomCallForm
+from relay.translate.request_types import TranslatedRequest
 from relay.translate.sampling import sampling_params
 
 # Responses fields that cannot work through a stateless relay that always streams upstream,
@@ -103,19 +104,6 @@ def translate_responses_shape(
         out, stream, include_usage, client_model, user, "responses",
         custom_tool_calls=custom_tool_calls,
     )  # fmt: skip
-
-
-def custom_tool_names(tools: Any) -> frozenset[str]:
-    """The names of the tools declared ``custom`` in a Responses ``tools`` list."""
-    if not isinstance(tools, list):
-        return frozenset()
-    return frozenset(
-        tool["name"]
-        for tool in tools
-        if isinstance(tool, dict)
-        and tool.get("type") == "custom"
-        and isinstance(tool.get("name"), str)
-    )
 
 
 _CALL_TYPES = frozenset(OUTPUT_TYPES)

@@ -7,7 +7,7 @@ usage mapping, the readers of output items, and the sanitized ``UpstreamFailed``
   no separator (exactly what the streamed deltas add up to); refusal parts likewise go to
   ``message.refusal``.
 - ``function_call`` items become ``tool_calls``, and so do ``custom_tool_call`` items, in
-  the form asked for (:data:`~relay.translate.events.CustomCallForm`): a function-type
+  the form asked for (:data:`~relay.settings.custom_calls.CustomCallForm`): a function-type
   call whose ``arguments`` is the raw ``input``, or the Chat API's ``{"type": "custom",
   "custom": {"name", "input"}}``; the input is freeform text, passed on byte for byte and
   never read as JSON. Other item types (reasoning, built-in tools) have no Chat form and
@@ -24,11 +24,11 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from relay.errors import UpstreamFailed, UpstreamProtocolError
+from relay.settings.custom_calls import CustomCallForm
 from relay.translate.events import (
     ChatCompletion,
     ChatMessage,
     ChatUsage,
-    CustomCallForm,
     FinishReason,
     FunctionCall,
     PromptTokensDetails,
@@ -295,3 +295,18 @@ def response_to_chat_completion(
     if usage is not None:
         completion["usage"] = usage
     return completion
+
+
+def project_output(output: list[dict[str, Any]]) -> ChatCompletion:
+    """The JSON answer a completed response's items make, with custom tool calls in the
+    custom form (which keeps their kind): what the capture checks the client's answer
+    against (:class:`relay.core.capture.OutputCapture` gets it injected, the core importing
+    no translation). Raises :class:`RelayError` when the items make no answer."""
+    return response_to_chat_completion(
+        {"status": "completed", "output": output},
+        completion_id="",
+        created=0,
+        model="",
+        reasoning_summaries=False,
+        custom_tool_calls="custom",
+    )

@@ -1,6 +1,7 @@
 """Responses SSE events → ``chat.completion.chunk`` dicts: one state machine, no I/O.
 
-Feed each decoded upstream event to :meth:`ChatStreamConverter.feed`; send the chunks it
+Feed each upstream event, decoded (:func:`relay.core.responses_events.decode`), to
+:meth:`ChatStreamConverter.feed`; send the chunks it
 returns, in order. The converter:
 
 - sends ``{"role": "assistant", "content": ""}`` first (on ``response.created``, or just
@@ -24,9 +25,10 @@ returns, in order. The converter:
 - raises :class:`UpstreamFailed` on ``response.failed``/``error`` and
   :class:`UpstreamProtocolError` on known events missing required fields.
 
-Each event is read through its typed view (:mod:`relay.translate.events`, which checks
-it), and the chunks are :class:`~relay.translate.events.ChatCompletionChunk`: a field
-spelled wrong on either side is a mypy error, not a wrong stream.
+Each event is a typed value (:mod:`relay.core.responses_events`, checked when decoded; a
+:class:`~relay.core.responses_events.Malformed` one raises here), and the chunks are
+:class:`~relay.translate.events.ChatCompletionChunk`: a field spelled wrong on either side
+is a mypy error, not a wrong stream.
 
 Unknown event types are ignored (forward compatible). After the terminal event the caller
 should stop feeding; if it does not, further events are ignored and produce nothing.
@@ -35,18 +37,36 @@ should stop feeding; if it does not, further events are ignored and produce noth
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Final, Literal
 
+from relay.core.responses_events import (
+    CustomToolCallInputDelta,
+    CustomToolCallInputDone,
+    ErrorEvent,
+    FunctionCallArgumentsDelta,
+    FunctionCallArgumentsDone,
+    Malformed,
+    OutputItemAdded,
+    OutputItemDone,
+    OutputTextDelta,
+    OutputTextDone,
+    RefusalDelta,
+    RefusalDone,
+    ResponseCompleted,
+    ResponseCreated,
+    ResponseFailed,
+    ResponseIncomplete,
+    ResponsesEvent,
+    SummaryTextDelta,
+    SummaryTextDone,
+)
 from relay.errors import UpstreamProtocolError
-from relay.translate import events
+from relay.settings.custom_calls import CustomCallForm
 from relay.translate.events import (
     ChatCompletionChunk,
     ChunkDelta,
-    CustomCallForm,
     FinishReason,
-    RawEvent,
     ToolCallDelta,
-    require,
 )
 from relay.translate.responses_to_chat import (
     SUMMARY_SEPARATOR,
@@ -65,7 +85,18 @@ _Kind = Literal["content", "refusal", "reasoning_content", "arguments"]
 # (kind, output_index, content or summary index; 0 for arguments)
 _Key = tuple[_Kind, int, int]
 Chunk = ChatCompletionChunk
-_Handler = Callable[["ChatStreamConverter", str, RawEvent], list[Chunk]]
+# Each handler takes the event class it is registered for (a dict of classes is one lookup
+# per event; the key's class is the handler's parameter type).
+_Handler = Callable[["ChatStreamConverter", Any], list[Chunk]]
+# Events about a call's arguments (input): a damaged one names an unannounced call first.
+_CALL_PIECES: Final = frozenset(
+    {
+        FunctionCallArgumentsDelta.type,
+        FunctionCallArgumentsDone.type,
+        CustomToolCallInputDelta.type,
+        CustomToolCallInputDone.type,
+    }
+)
 
 
 class ChatStreamConverter:
@@ -104,12 +135,12 @@ class ChatStreamConverter:
         """Whether a chunk with output (text, refusal, reasoning or a tool call) was made."""
         return bool(self._sent or self._calls)
 
-    def feed(self, event_type: str, data: RawEvent) -> list[Chunk]:
-        """The chunks to send for one upstream event, in order (often none)."""
+    def feed(self, event: ResponsesEvent) -> list[Chunk]:
+        """The chunks to send for one decoded upstream event, in order (often none)."""
         if self.finished:
             return []
-        handler = self._HANDLERS.get(event_type)
-        return handler(self, event_type, data) if handler else []
+        handler = self._HANDLERS.get(type(event))
+        return handler(self, event) if handler else []
 
     # --- chunk building ---------------------------------------------------------------
 
@@ -174,59 +205,48 @@ class ChatStreamConverter:
 
     # --- events -----------------------------------------------------------------------
 
-    def _output_text_delta(self, event_type: str, data: RawEvent) -> list[Chunk]:
+    def _output_text_delta(self, event: OutputTextDelta) -> list[Chunk]:
         # The most frequent event by far: _position inlined.
-        event = events.read_output_text_delta(data)
-        output_index = event["output_index"]
-        item_id = event.get("item_id")
-        if isinstance(item_id, str):
-            self._positions[item_id] = output_index
-        return self._send_text(("content", output_index, event["content_index"]), event["delta"])
+        output_index = event.output_index
+        if event.item_id is not None:
+            self._positions[event.item_id] = output_index
+        return self._send_text(("content", output_index, event.content_index), event.delta)
 
-    def _output_text_done(self, event_type: str, data: RawEvent) -> list[Chunk]:
-        event = events.read_output_text_done(data)
-        output_index = self._position(event["output_index"], event.get("item_id"))
-        return self._catch_up(("content", output_index, event["content_index"]), event["text"])
+    def _output_text_done(self, event: OutputTextDone) -> list[Chunk]:
+        output_index = self._position(event.output_index, event.item_id)
+        return self._catch_up(("content", output_index, event.content_index), event.text)
 
-    def _refusal_delta(self, event_type: str, data: RawEvent) -> list[Chunk]:
-        event = events.read_refusal_delta(data)
-        output_index = self._position(event["output_index"], event.get("item_id"))
-        return self._send_text(("refusal", output_index, event["content_index"]), event["delta"])
+    def _refusal_delta(self, event: RefusalDelta) -> list[Chunk]:
+        output_index = self._position(event.output_index, event.item_id)
+        return self._send_text(("refusal", output_index, event.content_index), event.delta)
 
-    def _refusal_done(self, event_type: str, data: RawEvent) -> list[Chunk]:
-        event = events.read_refusal_done(data)
-        output_index = self._position(event["output_index"], event.get("item_id"))
-        key: _Key = ("refusal", output_index, event["content_index"])
-        return self._catch_up(key, event["refusal"])
+    def _refusal_done(self, event: RefusalDone) -> list[Chunk]:
+        output_index = self._position(event.output_index, event.item_id)
+        return self._catch_up(("refusal", output_index, event.content_index), event.refusal)
 
-    def _summary_delta(self, event_type: str, data: RawEvent) -> list[Chunk]:
-        event = events.read_summary_delta(data)
-        output_index = self._position(event["output_index"], event.get("item_id"))
-        key: _Key = ("reasoning_content", output_index, event["summary_index"])
-        return self._send_text(key, event["delta"])
+    def _summary_delta(self, event: SummaryTextDelta) -> list[Chunk]:
+        output_index = self._position(event.output_index, event.item_id)
+        key: _Key = ("reasoning_content", output_index, event.summary_index)
+        return self._send_text(key, event.delta)
 
-    def _summary_done(self, event_type: str, data: RawEvent) -> list[Chunk]:
-        event = events.read_summary_done(data)
-        output_index = self._position(event["output_index"], event.get("item_id"))
-        key: _Key = ("reasoning_content", output_index, event["summary_index"])
-        return self._catch_up(key, event["text"])
+    def _summary_done(self, event: SummaryTextDone) -> list[Chunk]:
+        output_index = self._position(event.output_index, event.item_id)
+        key: _Key = ("reasoning_content", output_index, event.summary_index)
+        return self._catch_up(key, event.text)
 
-    def _response_created(self, event_type: str, data: RawEvent) -> list[Chunk]:
-        events.read_response_event(data, event_type)
+    def _response_created(self, event: ResponseCreated) -> list[Chunk]:
         return self._with_role([])
 
-    def _item_added(self, event_type: str, data: RawEvent) -> list[Chunk]:
-        event = events.read_output_item(data, event_type)
-        item = event["item"]
-        output_index = self._position(event["output_index"], item.get("id"))
+    def _item_added(self, event: OutputItemAdded) -> list[Chunk]:
+        item = event.item
+        output_index = self._position(event.output_index, item.get("id"))
         if item_type(item) not in ("function_call", "custom_tool_call"):
             return []
         return self._function_call(output_index, item, final=False)
 
-    def _item_done(self, event_type: str, data: RawEvent) -> list[Chunk]:
-        event = events.read_output_item(data, event_type)
-        item = event["item"]
-        return self._finished_item(self._position(event["output_index"], item.get("id")), item)
+    def _item_done(self, event: OutputItemDone) -> list[Chunk]:
+        item = event.item
+        return self._finished_item(self._position(event.output_index, item.get("id")), item)
 
     def _finished_item(self, output_index: int, item: Mapping[str, Any]) -> list[Chunk]:
         """Catch up on whatever a finished item holds that the deltas did not carry."""
@@ -264,12 +284,8 @@ class ChatStreamConverter:
             chunks = self._with_role([self._chunk({"tool_calls": [announce]})])
         return chunks + self._catch_up(("arguments", output_index, 0), fields["arguments"])
 
-    def _announced_call(self, event_type: str, data: RawEvent) -> int:
-        """The output_index of an arguments event, which must be an announced call (checked
-        before the event's payload)."""
-        output_index = data.get("output_index")
-        if type(output_index) is not int:
-            output_index = require(data, "output_index", int, event_type)
+    def _announced_call(self, event_type: str, output_index: int) -> int:
+        """The output_index of an arguments event, which must be an announced call."""
         if output_index not in self._calls:
             raise UpstreamProtocolError(
                 f"upstream event {event_type} refers to output {output_index}, "
@@ -277,22 +293,29 @@ class ChatStreamConverter:
             )
         return output_index
 
-    def _arguments_delta(self, event_type: str, data: RawEvent) -> list[Chunk]:
+    def _arguments_delta(
+        self, event: FunctionCallArgumentsDelta | CustomToolCallInputDelta
+    ) -> list[Chunk]:
         """A function call's arguments piece, or a custom call's input piece."""
-        output_index = self._announced_call(event_type, data)
-        event = events.read_arguments_delta(data, event_type)
-        return self._send_text(("arguments", output_index, 0), event["delta"])
+        output_index = self._announced_call(event.type, event.output_index)
+        return self._send_text(("arguments", output_index, 0), event.delta)
 
-    def _arguments_done(self, event_type: str, data: RawEvent) -> list[Chunk]:
-        output_index = self._announced_call(event_type, data)
-        if event_type == "response.custom_tool_call_input.done":
-            full = events.read_input_done(data)["input"]
-        else:
-            full = events.read_arguments_done(data)["arguments"]
+    def _arguments_done(
+        self, event: FunctionCallArgumentsDone | CustomToolCallInputDone
+    ) -> list[Chunk]:
+        output_index = self._announced_call(event.type, event.output_index)
+        full = event.arguments if isinstance(event, FunctionCallArgumentsDone) else event.input
         return self._catch_up(("arguments", output_index, 0), full)
 
-    def _terminal(self, event_type: str, data: RawEvent) -> list[Chunk]:
-        response = events.read_response_event(data, event_type)["response"]
+    def _malformed(self, event: Malformed) -> list[Chunk]:
+        if event.type in _CALL_PIECES:  # an unannounced call is named before a damaged field
+            output_index = event.data.get("output_index")
+            if type(output_index) is int:
+                self._announced_call(event.type, output_index)
+        raise UpstreamProtocolError(event.problem)
+
+    def _terminal(self, event: ResponseCompleted | ResponseIncomplete) -> list[Chunk]:
+        response = event.response
         finish_reason_for(response, has_tool_calls=False)  # raise before sending anything more
         chunks: list[Chunk] = []
         # Some deployments fill only the final response: send what the stream left out.
@@ -320,30 +343,32 @@ class ChatStreamConverter:
         self.finish_reason = reason
         return chunks
 
-    def _failed(self, event_type: str, data: RawEvent) -> list[Chunk]:
-        response = events.read_failed(data).get("response")
+    def _failed(self, event: ResponseFailed) -> list[Chunk]:
+        response = event.response
         error = response.get("error") if isinstance(response, Mapping) else None
         raise upstream_failure(error, "upstream response failed")
 
-    def _error(self, event_type: str, data: RawEvent) -> list[Chunk]:
-        raise upstream_failure(events.read_error(data), "upstream reported an error")
+    def _error(self, event: ErrorEvent) -> list[Chunk]:
+        error = {"code": event.code, "message": event.message}
+        raise upstream_failure(error, "upstream reported an error")
 
-    _HANDLERS: ClassVar[dict[str, _Handler]] = {
-        "response.output_text.delta": _output_text_delta,
-        "response.output_text.done": _output_text_done,
-        "response.refusal.delta": _refusal_delta,
-        "response.refusal.done": _refusal_done,
-        "response.reasoning_summary_text.delta": _summary_delta,
-        "response.reasoning_summary_text.done": _summary_done,
-        "response.created": _response_created,
-        "response.output_item.added": _item_added,
-        "response.output_item.done": _item_done,
-        "response.function_call_arguments.delta": _arguments_delta,
-        "response.function_call_arguments.done": _arguments_done,
-        "response.custom_tool_call_input.delta": _arguments_delta,
-        "response.custom_tool_call_input.done": _arguments_done,
-        "response.completed": _terminal,
-        "response.incomplete": _terminal,
-        "response.failed": _failed,
-        "error": _error,
+    _HANDLERS: ClassVar[dict[type, _Handler]] = {
+        OutputTextDelta: _output_text_delta,
+        OutputTextDone: _output_text_done,
+        RefusalDelta: _refusal_delta,
+        RefusalDone: _refusal_done,
+        SummaryTextDelta: _summary_delta,
+        SummaryTextDone: _summary_done,
+        ResponseCreated: _response_created,
+        OutputItemAdded: _item_added,
+        OutputItemDone: _item_done,
+        FunctionCallArgumentsDelta: _arguments_delta,
+        FunctionCallArgumentsDone: _arguments_done,
+        CustomToolCallInputDelta: _arguments_delta,
+        CustomToolCallInputDone: _arguments_done,
+        ResponseCompleted: _terminal,
+        ResponseIncomplete: _terminal,
+        ResponseFailed: _failed,
+        ErrorEvent: _error,
+        Malformed: _malformed,
     }

@@ -10,14 +10,14 @@ reach assistant output.
 
 from __future__ import annotations
 
+from asyncio import Future
 from collections.abc import Callable
 
 from tornado.ioloop import IOLoop
 from tornado.iostream import StreamClosedError
 from tornado.web import RequestHandler
 
-from relay.clock import Clock
-from relay.transport.deadline import Deadline
+from relay.clock import Clock, Deadline
 from relay.transport.upstream import ClientGone
 
 
@@ -72,24 +72,37 @@ class Downstream:
         if self.closed:
             raise ClientGone
         self._writing = True
+        try:
+            flushed = self._handler.flush()
+            if flushed.done():
+                # The socket took it at once (the common case): no wait to bound, so no
+                # timer is armed and cancelled per frame. Raises what the flush met.
+                flushed.result()
+            else:
+                await self._within_deadline(flushed)
+        except StreamClosedError:
+            self.closed = True
+            raise ClientGone from None
+        finally:
+            self._writing = False
+        self.frames_sent += self._pending
+        self._pending = 0
+        self._last_write = self._clock.monotonic()
+
+    async def _within_deadline(self, flushed: Future[None]) -> None:
+        """Wait for ``flushed`` within the write deadline (and what is left of the
+        delivery's); past it the connection is closed and the client counts as gone."""
         timeout = self._write_timeout_s
         if self._delivery_ends is not None:
             timeout = min(timeout, max(0.0, self._delivery_ends - self._clock.monotonic()))
         deadline = Deadline(self._clock, timeout, self._on_write_timeout)
         try:
-            await self._handler.flush()
-        except StreamClosedError:
-            self.closed = True
-            raise ClientGone from None
+            await flushed
         finally:
             deadline.stop()
-            self._writing = False
         if deadline.expired:
             self.closed = True
             raise ClientGone
-        self.frames_sent += self._pending
-        self._pending = 0
-        self._last_write = self._clock.monotonic()
 
     def _on_write_timeout(self) -> None:
         self.closed = True

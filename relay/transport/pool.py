@@ -30,8 +30,7 @@ from tornado.iostream import IOStream
 from tornado.netutil import Resolver
 from tornado.tcpclient import TCPClient
 
-from relay.clock import Clock
-from relay.transport.deadline import Deadline
+from relay.clock import Clock, Deadline
 
 IDLE_S: Final = 30.0
 MAX_IDLE_PER_ORIGIN: Final = 16

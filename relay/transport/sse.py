@@ -32,9 +32,6 @@ from typing import Any, NamedTuple
 
 from relay.errors import UpstreamProtocolError
 
-# The events that end a Responses stream.
-TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
-
 _LINE_END = re.compile(rb"[\r\n]")
 _BOM = b"\xef\xbb\xbf"
 _CR = 0x0D
@@ -303,10 +300,10 @@ def decode_event(event: SSEEvent) -> tuple[str, dict[str, Any]]:
     agree) and falls back to the ``event:`` line. ``data: [DONE]``, which some upstreams
     send after the terminal event, gives ``("[DONE]", {})`` so callers can ignore it.
 
-    The payload is any JSON object: it is passed on untouched (the passthrough forwards
-    it, the capture stores it), and the stream converter reads it through the checked,
-    typed views of :mod:`relay.translate.events`, so an unknown or malformed event is
-    decided there, by the one consumer that relies on its fields.
+    The payload is any JSON object, passed on untouched: the pipeline that receives it
+    decodes it once (:func:`relay.core.responses_events.decode`, where an unknown or
+    malformed event is told apart) for the converter, the capture and the passthrough,
+    which still forwards the payload as it came.
     """
     if event.data == DONE_DATA:
         return DONE_DATA, {}

@@ -2,10 +2,15 @@
 
 Tornado's ``request_timeout`` covers the whole request, which is wrong for a stream that
 may legitimately run for many minutes, so it is off; instead an idle :class:`Deadline`
-renewed by every received byte ends a silent upstream with a 504. The streaming callback
-is a coroutine, so a slow downstream slows our reads of the upstream (backpressure); time
-spent waiting on the client is not upstream silence and never fires the idle deadline
-(the client's delivery deadline covers it).
+renewed by every received byte ends a silent upstream with a 504. The caller consumes the
+decoded events as one linear loop, ``async for item in exchange.events()``: Tornado's
+streaming callback decodes each network read, hands its events over (then
+:data:`BATCH_DONE`, the end of that read) and waits until the consumer has taken them all
+before it returns, so a slow downstream slows our reads of the upstream (backpressure);
+time spent waiting on the consumer is not upstream silence and never fires the idle
+deadline (the client's delivery deadline covers it). Whatever the consumer raises while
+handling an event propagates from its own loop; leaving the loop early aborts the
+exchange.
 
 Three dialects (:class:`Dialect`) share those guards, the size limits and the HTTP error
 mapping: the Responses event stream; a Chat Completions stream (``data:`` chunks ending
@@ -25,7 +30,9 @@ import asyncio
 import ipaddress
 import json
 import socket
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
@@ -38,7 +45,8 @@ from tornado.iostream import IOStream
 from tornado.netutil import DefaultLoopResolver
 from tornado.simple_httpclient import HTTPStreamClosedError, SimpleAsyncHTTPClient, _HTTPConnection
 
-from relay.clock import Clock
+from relay.clock import Clock, Deadline
+from relay.core.responses_events import TERMINAL_EVENTS
 from relay.errors import (
     InternalSignal,
     RelayError,
@@ -50,10 +58,8 @@ from relay.errors import (
 )
 from relay.settings.crashpoints import crash_point
 from relay.transport.chunked import BulkChunkedHTTP1Connection
-from relay.transport.deadline import Deadline
 from relay.transport.pool import ConnectionPool, PooledTCPClient
 from relay.transport.sse import (
-    TERMINAL_EVENTS,
     SSEEvent,
     SSEParser,
     decode_chat_event,
@@ -62,6 +68,22 @@ from relay.transport.sse import (
 
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
 BatchDone = Callable[[], Awaitable[None]]
+
+
+class _BatchDone:
+    """The type of :data:`BATCH_DONE`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "BATCH_DONE"
+
+
+# Yielded by events() after the events of one network read (none after the terminal
+# event): a consumer that streams flushes here, once per read rather than per event.
+BATCH_DONE: Final = _BatchDone()
+UpstreamEvent = tuple[str, dict[str, Any]]
+UpstreamItem = UpstreamEvent | _BatchDone
 
 # What a Chat exchange hands its sink: one event type per dialect.
 CHAT_CHUNK = "chat.completion.chunk"
@@ -211,7 +233,7 @@ def origin_of(url: str) -> str:
 
 @dataclass(eq=False)  # identity semantics: live exchanges are kept in a set
 class UpstreamExchange:
-    """One streamed call. ``run`` delivers decoded events to ``sink`` until a terminal one."""
+    """One streamed call: :meth:`events` yields the decoded events until a terminal one."""
 
     client: SimpleAsyncHTTPClient
     clock: Clock
@@ -219,10 +241,9 @@ class UpstreamExchange:
     url: str
     headers: dict[str, str]
     body: bytes
-    sink: EventSink
+    sink: EventSink | None = None  # run(): each event is delivered here
     buffered: bool = False  # JSON-mode client: the whole stream is held, so cap its size
-    # Awaited after the events of one network read were delivered: the downstream
-    # flushes once per read, which keeps backpressure without a flush per event.
+    # run(): awaited after the events of one network read were delivered (BATCH_DONE).
     batch_done: BatchDone | None = None
     dialect: Dialect = Dialect.RESPONSES
     # Said when the upstream cannot be reached: which setting holds its address.
@@ -236,12 +257,30 @@ class UpstreamExchange:
     _json_body: bytearray = field(default_factory=bytearray)
     _request: _AbortableRequest | None = None
     _idle: Deadline | None = None
-    _terminal: asyncio.Future[None] | None = None  # resolved once the terminal event is delivered
-    _delivering: bool = False  # handing events to the sink (maybe waiting on the client)
+    # The handoff: what the streaming callback decoded and the consumer has not taken.
+    _items: deque[UpstreamItem] = field(default_factory=deque)
+    _arrived: asyncio.Future[None] | None = None  # the consumer waits for items
+    _taken: asyncio.Future[None] | None = None  # the callback waits for the consumer
+    _delivering: bool = False  # items handed over, not all taken (maybe waiting on the client)
     _stopped: bool = False
     _abort_reason: BaseException | None = None
 
     async def run(self) -> None:
+        """Deliver every event to ``sink`` and each read's end to ``batch_done``."""
+        assert self.sink is not None, "run() delivers to a sink"
+        async with aclosing(self.events()) as items:
+            async for item in items:
+                if isinstance(item, _BatchDone):
+                    if self.batch_done is not None:
+                        await self.batch_done()
+                else:
+                    await self.sink(*item)
+
+    async def events(self) -> AsyncGenerator[UpstreamItem, None]:
+        """The upstream's events, each ``(event_type, data)``, and :data:`BATCH_DONE` at
+        the end of each network read; it ends after the terminal event. Raises what ended
+        the exchange: an upstream error, a timeout, :meth:`abort`'s reason. Consume it
+        with ``contextlib.aclosing``: leaving early aborts the exchange."""
         if self._abort_reason is not None:
             raise self._abort_reason
         parser = SSEParser(max_event_bytes=self.limits.max_sse_event_bytes)
@@ -257,22 +296,40 @@ class UpstreamExchange:
             decompress_response=True,
         )
         self._idle = Deadline(self.clock, self.limits.idle_timeout_s, self._on_idle)
-        self._terminal = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
         fetch = self.client.fetch(self._request, raise_error=False)
+        ended = False
         try:
-            await asyncio.wait((fetch, self._terminal), return_when=asyncio.FIRST_COMPLETED)
-            if self._terminal.done():
-                self._drain(fetch)
-                return
-            fetch.result()
-        except (RelayError, ClientGone):
-            raise
-        except Exception as exc:
-            # Transport faults: name the phase and kind, never echo raw exception text.
-            raise self._transport_error(exc) from None
+            while True:
+                while self._items:
+                    yield self._items.popleft()
+                if self.terminal_event is not None:
+                    # Anything after it is ignored; the body's end drains in the background.
+                    ended = True
+                    self._drain(fetch)
+                    return
+                self._release()  # every item taken: the callback may read on
+                if fetch.done():
+                    break
+                self._arrived = loop.create_future()
+                await asyncio.wait((fetch, self._arrived), return_when=asyncio.FIRST_COMPLETED)
+            self._idle.stop()
+            try:
+                fetch.result()
+            except (RelayError, ClientGone):
+                raise
+            except Exception as exc:
+                # Transport faults: name the phase and kind, never echo raw exception text.
+                raise self._transport_error(exc) from None
+            for item in self._after_body(parser):
+                yield item
+            ended = True
         finally:
             self._idle.stop()
-        await self._after_body(parser)
+            if not ended and not fetch.done():
+                self.abort(StreamFinished())  # the consumer left: read no more
+            self._release()
+            fetch.add_done_callback(_retrieved)
 
     def _drain(self, fetch: asyncio.Future[Any]) -> None:
         """The terminal event is delivered: let the rest of the body arrive in the background
@@ -284,23 +341,39 @@ class UpstreamExchange:
 
         def ended(done: asyncio.Future[Any]) -> None:
             limit.stop()
-            if not done.cancelled():
-                done.exception()
+            _retrieved(done)
 
         fetch.add_done_callback(ended)
 
     def abort(self, exc: BaseException) -> None:
-        """End the exchange with ``exc`` (raised from :meth:`run`); later input is ignored."""
+        """End the exchange with ``exc`` (raised from :meth:`events`); later input is
+        ignored."""
         if self._stopped:
             return
         self._stopped = True
         self._abort_reason = exc
+        self._release()  # a callback waiting on the consumer returns: nothing more is read
         if self._request is None:
-            return  # run() has not started: it raises the reason at once
+            return  # events() has not started: it raises the reason at once
         if self._request.connection is not None:
             self._request.connection.abort(exc)
         else:
             self._request.pending_abort = exc
+
+    def _release(self) -> None:
+        """Every item handed over was taken: the callback may read on, and from now on
+        upstream silence counts again (not only once the callback has resumed)."""
+        if self._taken is not None and not self._taken.done():
+            self._taken.set_result(None)
+        if self._delivering:
+            self._delivering = False
+            if self._idle is not None:
+                self._idle.renew()
+
+    def _hand_over(self, item: UpstreamItem) -> None:
+        self._items.append(item)
+        if self._arrived is not None and not self._arrived.done():
+            self._arrived.set_result(None)
 
     def _on_idle(self) -> None:
         if self._delivering:
@@ -323,16 +396,35 @@ class UpstreamExchange:
             self.content_type = line.split(":", 1)[1].strip().lower()
 
     async def _on_chunk(self, parser: SSEParser, chunk: bytes) -> None:
-        # Tornado logs (rather than propagates) exceptions raised here, so every outcome
-        # that ends the exchange is delivered by aborting the connection with it.
+        # Tornado logs (rather than propagates) exceptions raised here, so an outcome that
+        # ends the exchange is delivered by aborting the connection with it (events()
+        # raises it once the items handed over before it were taken).
         if self._stopped or self.terminal_event is not None:
             return  # after the terminal event, only the body's end matters (see _drain)
+        assert self._idle is not None
         try:
-            await self._consume(parser, chunk)
+            terminal = self._consume(parser, chunk)
         except BaseException as exc:
             self.abort(exc)
+            return
+        if not self._items:
+            return  # nothing to hand over: an error body, a JSON answer, a partial event
+        if terminal:
+            # Nothing more is read for the consumer: the body's end (see _drain) need not
+            # wait for it, and upstream silence no longer matters.
+            self._idle.stop()
+            return
+        self._delivering = True
+        self._taken = asyncio.get_running_loop().create_future()
+        try:
+            await self._taken  # backpressure: read on once the consumer took every item
+        finally:
+            self._delivering = False
+            self._idle.renew()  # upstream silence counts again from here
 
-    async def _consume(self, parser: SSEParser, chunk: bytes) -> None:
+    def _consume(self, parser: SSEParser, chunk: bytes) -> bool:
+        """Decode one network read and hand its events over; whether the terminal event
+        was among them."""
         assert self._idle is not None
         self._idle.renew()
         self.bytes_received += len(chunk)
@@ -345,10 +437,10 @@ class UpstreamExchange:
                     f"({self.limits.max_response_bytes} bytes)"
                 )
             self._error_body += chunk
-            return
+            return False
         if self.dialect is Dialect.CHAT_JSON:
             self._buffer_json(chunk)
-            return
+            return False
         if not self.content_type.startswith("text/event-stream"):
             raise UpstreamProtocolError(
                 f"upstream answered {self.content_type or 'no content type'} "
@@ -359,20 +451,14 @@ class UpstreamExchange:
                 "upstream response exceeds RELAY_MAX_RESPONSE_BYTES "
                 f"({self.limits.max_response_bytes} bytes)"
             )
-        self._delivering = True
-        try:
-            for event in parser.feed(chunk):
-                await self._deliver(event)
-                if self.terminal_event is not None:
-                    # Anything after it in this read is ignored; run() returns now.
-                    if self._terminal is not None and not self._terminal.done():
-                        self._terminal.set_result(None)
-                    return
-            if self.batch_done is not None:
-                await self.batch_done()
-        finally:
-            self._delivering = False
-            self._idle.renew()  # upstream silence counts again from here
+        for event in parser.feed(chunk):
+            decoded = self._decode(event)
+            if decoded is not None:
+                self._hand_over(decoded)
+            if self.terminal_event is not None:
+                return True  # anything after it in this read is ignored
+        self._hand_over(BATCH_DONE)
+        return False
 
     def _buffer_json(self, chunk: bytes) -> None:
         media = self.content_type.split(";", 1)[0].strip()
@@ -388,27 +474,27 @@ class UpstreamExchange:
             )
         self._json_body += chunk
 
-    async def _deliver(self, event: SSEEvent) -> None:
+    def _decode(self, event: SSEEvent) -> UpstreamEvent | None:
+        """One SSE event as the consumer sees it (``None``: a chat stream's end)."""
         if self.dialect is not Dialect.RESPONSES:
-            await self._deliver_chat(event)
-            return
+            return self._decode_chat(event)
         event_type, data = decode_event(event)
         if event_type == "[DONE]":
             raise UpstreamProtocolError("upstream stream sent [DONE] before a terminal event")
         if event_type in TERMINAL_EVENTS:
             self.terminal_event = event_type
-        await self.sink(event_type, data)
+        return event_type, data
 
-    async def _deliver_chat(self, event: SSEEvent) -> None:
+    def _decode_chat(self, event: SSEEvent) -> UpstreamEvent | None:
         payload = decode_chat_event(event)
         if payload is None:
             self.terminal_event = CHAT_DONE
-            return
+            return None
         if "error" in payload and not payload.get("choices"):
             raise UpstreamReportedError(payload)
-        await self.sink(CHAT_CHUNK, payload)
+        return CHAT_CHUNK, payload
 
-    async def _deliver_json(self) -> None:
+    def _decode_json(self) -> UpstreamEvent:
         try:
             payload = json.loads(self._json_body.decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError):
@@ -418,7 +504,7 @@ class UpstreamExchange:
         if "error" in payload and not payload.get("choices"):
             raise UpstreamReportedError(payload)
         self.terminal_event = CHAT_COMPLETION
-        await self.sink(CHAT_COMPLETION, payload)
+        return CHAT_COMPLETION, payload
 
     def _is_success(self) -> bool:
         return self.status is not None and 200 <= self.status < 300
@@ -435,24 +521,34 @@ class UpstreamExchange:
             f"the upstream connection broke mid-stream ({_kind(exc)}) before a terminal event"
         )
 
-    async def _after_body(self, parser: SSEParser) -> None:
+    def _after_body(self, parser: SSEParser) -> list[UpstreamItem]:
+        """The body ended without a terminal event in its reads: what its end still holds
+        (a JSON answer, the parser's last event), else the error it is."""
         if self.status is None:
             raise UpstreamError(f"the upstream at {origin_of(self.url)} sent no answer")
         if not self._is_success():
             raise _http_error(self.status, bytes(self._error_body))
         if self.dialect is Dialect.CHAT_JSON:
-            await self._deliver_json()
-            return
+            return [self._decode_json()]
+        items: list[UpstreamItem] = []
         for event in parser.close():
-            await self._deliver(event)
+            decoded = self._decode(event)
+            if decoded is not None:
+                items.append(decoded)
             if self.terminal_event is not None:
-                return
+                return items
         if self.dialect is Dialect.CHAT_STREAM:
             raise UpstreamProtocolError("the upstream chat stream ended without data: [DONE]")
         raise UpstreamProtocolError(
             "the upstream stream ended without a terminal event "
             "(response.completed, response.incomplete or response.failed)"
         )
+
+
+def _retrieved(done: asyncio.Future[Any]) -> None:
+    """A fetch nobody awaits any more: its outcome is retrieved, so never logged as lost."""
+    if not done.cancelled():
+        done.exception()
 
 
 def _http_error(status: int, body: bytes) -> UpstreamError:

@@ -45,13 +45,12 @@ import subprocess
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from secrets import token_hex
-from typing import Any
+from typing import Any, cast
 
-from relay.clock import Clock
+from relay.clock import Clock, Deadline
 from relay.observability import log
 from relay.settings.config import Config
-from relay.transport.deadline import Deadline
-from relay.tunnel.command import TunnelCommand
+from relay.settings.tunnel_command import TunnelCommand
 from relay.tunnel.output import LineSplitter, public_url, sanitize
 from relay.tunnel.process_tree import MARK_VARIABLE, Process, left_behind, signal_all
 
@@ -300,8 +299,11 @@ class Tunnel:
         return False
 
     def _reading(self, on: bool) -> None:
-        pipe = self._transport.get_pipe_transport(1) if self._transport is not None else None
-        if isinstance(pipe, asyncio.ReadTransport) and not pipe.is_closing():
+        found = self._transport.get_pipe_transport(1) if self._transport is not None else None
+        # The stdout pipe reads; uvloop's transports do not subclass asyncio's ABCs, so the
+        # type is stated, not tested (relay.app.event_loop).
+        pipe = cast(asyncio.ReadTransport | None, found)
+        if pipe is not None and not pipe.is_closing():
             if on:
                 pipe.resume_reading()
             else:
@@ -424,8 +426,8 @@ class _Protocol(asyncio.SubprocessProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # Output may arrive before subprocess_exec returns: pausing needs the transport.
-        assert isinstance(transport, asyncio.SubprocessTransport)
-        self._tunnel._transport = transport
+        # subprocess_exec's transport (uvloop's subclasses none of asyncio's ABCs)
+        self._tunnel._transport = cast(asyncio.SubprocessTransport, transport)
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         self._tunnel._on_output(data)

@@ -16,18 +16,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from tornado.httpclient import HTTPClientError
 from tornado.iostream import StreamClosedError
 from tornado.simple_httpclient import HTTPTimeoutError, SimpleAsyncHTTPClient
 
-from relay.app.runtime import Runtime
-from relay.clock import Clock
+from relay.clock import Clock, Deadline
 from relay.errors import InternalSignal
 from relay.observability import log
+from relay.settings.config import Config
 from relay.settings.providers import BUILTIN, Provider
-from relay.transport.deadline import Deadline
 from relay.transport.upstream import (  # abortable, as a model call's request
     _AbortableRequest,
     origin_of,
@@ -44,6 +43,28 @@ RETRY_S: Final = 30.0
 FETCH_TIMEOUT_S: Final = 5.0  # a listing is small: a slower upstream is treated as down
 
 Fetch = Callable[[], Awaitable[tuple[UpstreamModel, ...]]]
+
+
+class Upstreams(Protocol):
+    """What a model list is asked with: the relay's runtime (``relay.app.runtime``), read
+    through this so that the upstream package sits below the shell that assembles it."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def http_client(self) -> SimpleAsyncHTTPClient: ...
+
+    @property
+    def providers(self) -> Mapping[str, Provider]: ...
+
+    @property
+    def builtin_provider(self) -> Provider: ...
+
+    def headers_for(self, provider: Provider, *, json_answer: bool = False) -> dict[str, str]: ...
 
 
 class ModelsUnavailable(InternalSignal):
@@ -136,12 +157,12 @@ class UpstreamModels:
         self.fetches = 0  # fetches started, for tests and diagnostics
 
     @classmethod
-    def for_runtime(cls, runtime: Runtime) -> UpstreamModels:
+    def for_runtime(cls, runtime: Upstreams) -> UpstreamModels:
         """The built-in upstream's list, asked as a model call is (URL, key, client)."""
         return cls.for_provider(runtime, runtime.builtin_provider)
 
     @classmethod
-    def for_provider(cls, runtime: Runtime, provider: Provider) -> UpstreamModels:
+    def for_provider(cls, runtime: Upstreams, provider: Provider) -> UpstreamModels:
         """``GET {base_url}/models`` of one provider, with its key (OpenAI-compatible
         providers answer it; one that cannot is listed with no models)."""
         url = provider.base_url + "/models"
@@ -203,7 +224,7 @@ class UpstreamModels:
 class ModelCatalog:
     """Every listed model: the aliases, the built-in upstream's, each provider's."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Upstreams) -> None:
         self._aliases = runtime.config.model_aliases
         self._builtin = UpstreamModels.for_runtime(runtime)
         self._providers = {

@@ -29,6 +29,7 @@ from relay.errors import ConfigError
 from relay.ops.admin_client import request
 from relay.ops.store_sample import TTL_S
 from relay.storage.replay_store import ReasoningStore
+from tests.support.sqlite_store import sqlite_store
 from tests.support.stack import Stack, running_stack
 
 Values = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -74,9 +75,7 @@ def conversation(stack: Stack, turns: int) -> list[dict[str, Any]]:
 
 def store_of(stack: Stack) -> ReasoningStore:
     assert stack.relay.runtime is not None
-    store = stack.relay.runtime.cache.store
-    assert store is not None
-    return store
+    return sqlite_store(stack.relay.runtime.cache.store)
 
 
 def metric_values(text: str) -> Values:

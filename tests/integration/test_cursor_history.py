@@ -13,6 +13,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from relay.ops.metrics import relay_metrics
 from relay.ops.status import status_document
 from relay.ops.status_view import render
 from scenarios.cursor_steps import screenshot_part, user_item
@@ -99,7 +100,7 @@ def test_an_underivable_history_fences_and_says_why(
 
 def metric(stack: Stack, name: str, label: str) -> dict[str, float]:
     assert stack.relay.runtime is not None
-    text = stack.relay.runtime.metrics.render().decode()
+    text = relay_metrics(stack.relay.runtime).render().decode()
     return {
         sample.labels[label]: sample.value
         for family in text_string_to_metric_families(text)

@@ -17,7 +17,7 @@ import pytest
 from relay.clock import Clock, ManualClock, SystemClock
 from relay.settings.config import Config
 from relay.settings.providers import Provider
-from relay.tunnel.command import TunnelCommand
+from relay.settings.tunnel_command import TunnelCommand
 from relay.tunnel.supervisor import (
     LINES_PER_INTERVAL,
     MAX_URLS,

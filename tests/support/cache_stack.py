@@ -5,11 +5,11 @@ where replayed reasoning landed, and a store whose writes fail."""
 from __future__ import annotations
 
 import re
-import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from tests.support.sqlite_store import sqlite_store
 from tests.support.stack import Stack
 
 CACHE_ON = {"REASONING_CACHE_ENABLED": "1"}
@@ -40,9 +40,8 @@ def writes_fail(stack: Stack) -> Iterator[None]:
     ``PRAGMA query_only``), on the relay's loop thread, which owns the connection. The
     store tests cover SQLITE_FULL; here any write failure must refuse the request."""
     assert stack.relay.runtime is not None
-    store = stack.relay.runtime.cache.store
-    assert store is not None
-    connection: sqlite3.Connection = store._conn  # type: ignore[assignment]
+    connection = sqlite_store(stack.relay.runtime.cache.store)._conn
+    assert connection is not None
 
     async def query_only(on: bool) -> None:
         connection.execute(f"PRAGMA query_only = {int(on)}")

@@ -17,8 +17,9 @@ from typing import Any
 import orjson
 
 from relay.core.envelope import normalize_message
-from relay.core.identity import ENVELOPE_TAGS, HISTORY_TAGS, Scope, build_scope
+from relay.core.history_digest import ENVELOPE_TAGS
 from relay.core.limits import CanonicalLimits
+from relay.core.scope import HISTORY_TAGS, Scope, build_scope
 
 U64 = struct.Struct(">Q")
 

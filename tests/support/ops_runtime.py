@@ -13,6 +13,7 @@ from pathlib import Path
 from relay.app.runtime import Runtime
 from relay.cache.replay_cache import ReplayCache
 from relay.clock import ManualClock
+from relay.ops.metrics import RelayMetrics, relay_metrics
 from relay.ops.snapshot import Snapshotter
 from relay.ops.store_sample import StoreSampler
 from relay.settings.config import load_config
@@ -56,9 +57,9 @@ def ops_runtime(tmp_path: Path, *, cache: bool = True, **env: str) -> Iterator[O
     runtime = Runtime(
         config=config, clock=clock, relay_token=TOKEN, upstream_url=builtin.url,
         upstream_api_key="sk-ops", http_client=client, cache=replay, strict=strict,
-        providers={**config.providers, BUILTIN: builtin},
+        providers={**config.providers, BUILTIN: builtin}, metrics=RelayMetrics(),
     )  # fmt: skip
-    runtime.metrics.started(clock.monotonic(), clock.wall())
+    relay_metrics(runtime).started(clock.monotonic(), clock.wall())
     sampler = StoreSampler(replay.store, clock)
     snapshots = Snapshotter(replay.store, tmp_path / "snapshots", clock)
     try:

@@ -10,28 +10,45 @@ import contextlib
 import copy
 import functools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from relay.cache.replay_cache import ReplayCache
+from relay.cache.replay_cache import Began, ReplayCache
 from relay.cache.retention import RetentionCleanup, WatchedClock
-from relay.cache.session import CacheSession, ScopedSource
+from relay.cache.session import CacheSession
 from relay.clock import ManualClock
-from relay.core.capture import ClientProjection
+from relay.core.capture import CaptureResult, ClientProjection, OutputCapture, finish_capture
 from relay.core.disk_policy import MIN_RESERVE_BYTES
-from relay.core.identity import HistoryDigests, Scope, history_digests
+from relay.core.history_digest import HistoryDigests, history_digests
 from relay.core.planner import Plan, PlanLimits, plan_replay
 from relay.core.receipts import Reason
+from relay.core.responses_events import decode
+from relay.core.scope import Scope
 from relay.errors import StoreFull, UpstreamHTTPError
+from relay.pipeline.actions import (
+    Abort,
+    Accepted,
+    Action,
+    Begin,
+    Commit,
+    Dispatch,
+    Fence,
+    Poison,
+    Resolve,
+    SendUpstream,
+)
+from relay.pipeline.chat import ChatPipeline
 from relay.settings.config import Config
 from relay.settings.model_alias import ModelAlias
 from relay.storage.backup import SnapshotKind, make_snapshot
 from relay.storage.disk_guard import DiskGuard
 from relay.storage.replay_store import ReasoningStore
+from relay.storage.scoped_source import ScopedSource
 from relay.translate.request import translate_request
-from relay.translate.responses_to_chat import response_to_chat_completion
+from relay.translate.responses_to_chat import project_output, response_to_chat_completion
 from tests.support.replay_model import DAY, History
+from tests.support.sqlite_store import sqlite_store
 
 GPT5 = ModelAlias("gpt-5", "gpt-5")
 UPSTREAM_URL = "https://api.openai.com/v1/responses"
@@ -162,11 +179,11 @@ class FullDisk:
         real_transaction, real_free = store.transaction, guard.free_bytes
 
         @contextlib.contextmanager
-        def transaction() -> Iterator[None]:
+        def transaction(*, before_send: bool = False) -> Iterator[None]:
             if self.full and not (self.room_after_release and not guard.reserve.exists()):
                 self.failures += 1
                 raise StoreFull("simulated full disk", sqlite_error="SQLITE_FULL")
-            with real_transaction():
+            with real_transaction(before_send=before_send):
                 yield
 
         store.transaction = transaction  # type: ignore[method-assign]
@@ -208,7 +225,7 @@ class Relay:
             relay_token="relay-token", new_id=self._new_id,
         )  # fmt: skip
         if cache.store is not None and cache.safety is not None:
-            self.disk.install(cache.store, cache.safety.guard)
+            self.disk.install(sqlite_store(cache.store), cache.safety.guard)
         return cache
 
     @property
@@ -223,8 +240,7 @@ class Relay:
 
     @property
     def store(self) -> ReasoningStore:
-        assert self.cache.store is not None
-        return self.cache.store
+        return sqlite_store(self.cache.store)
 
     def restart(self, *, disabled: str | None = None) -> None:
         """Close and reopen the same file (startup recovery runs); optionally run a while
@@ -234,7 +250,8 @@ class Relay:
         if disabled is not None:
             off = self._open(enabled=False)
             if disabled == "serving":
-                off.fence("gpt-5", None, "req_off")  # before forwarding it: the gap
+                # Before forwarding it, as the passthrough does: the gap is its guard.
+                off.decide_passthrough("gpt-5", None, "req_off").write_guard()
                 assert off.gap_recorded
             off.close()
         self.cache = self._open()
@@ -318,6 +335,91 @@ class Relay:
         )
 
 
+def captured(
+    session: CacheSession, events: Iterable[tuple[str, Message]], sent: ClientProjection
+) -> CaptureResult:
+    """What the chat pipeline hands to ``complete``: ``events`` fed to a capture bounded as
+    the session says (``accepted`` on the first, as the pipeline's Accepted), decided
+    against what the client was ``sent``."""
+    capture = OutputCapture(project=project_output, max_bytes=session.capture_bytes)
+    for index, (event_type, data) in enumerate(events):
+        if index == 0:
+            session.accepted()
+        capture.feed(decode(event_type, data))
+    return finish_capture(capture, sent)
+
+
+class PipelineDriver:
+    """The chat shell's logic, pure: a whole ``ChatPipeline`` for ``history`` (streamed),
+    its actions performed in order against the real cache -- the decision (Begin, a
+    Fence/Poison), the session's dispatch, accepted, commit, resolve and abort -- and
+    every outcome fed back; frames, flushes and logs only recorded (``performed``). The
+    test plays the upstream: :meth:`start` stops at SendUpstream, :meth:`feed` hands the
+    events over and :meth:`end` the stream's end."""
+
+    def __init__(self, relay: Relay, history: History) -> None:
+        self.history = history
+        messages = messages_of(history)
+        body = {"model": "gpt-5", "messages": messages, "tools": TOOLS, "stream": True}
+        request = translate_request(body, GPT5, reasoning_summaries=False)
+        request_id = relay._new_id("req_")
+        self.pipeline = ChatPipeline(request, request_id=request_id, model="gpt-5",
+                                     completion_id="chatcmpl-1", created=0,
+                                     reasoning_summaries=False)  # fmt: skip
+        self._decide = functools.partial(relay.cache.decide, request, body, request_id)
+        self.began: Began | None = None
+        self.session: CacheSession | None = None
+        self.body: dict[str, Any] | None = None  # what was sent upstream
+        self.committed: CaptureResult | None = None
+        self.performed: list[Action] = []
+
+    def start(self) -> None:
+        self.perform(self.pipeline.start())
+
+    def feed(self, events: Iterable[tuple[str, Message]]) -> None:
+        for event_type, data in events:
+            self.perform(self.pipeline.upstream_event(event_type, data))
+        self.perform(self.pipeline.batch_done())
+
+    def end(self) -> None:
+        self.perform(self.pipeline.upstream_done())
+
+    def perform(self, actions: list[Action]) -> None:
+        for action in actions:
+            self.performed.append(action)
+            match action:
+                case Begin():
+                    began = self.began = self._decide()
+                    self.session = began.session
+                    capture_bytes = None if began.session is None else began.session.capture_bytes
+                    guard = Fence() if began.guard == "fence" else Poison() if began.guard else None
+                    self.perform(self.pipeline.began(capture_bytes, guard))
+                case Fence() | Poison():
+                    assert self.began is not None
+                    self.began.write_guard()
+                    self.perform(self.pipeline.guarded())
+                case Dispatch():
+                    self.body = self._session().dispatch()
+                    self.perform(self.pipeline.dispatched(self.body))
+                case SendUpstream(body=body):
+                    self.body = body  # the upstream's part is the test's: feed, end
+                case Accepted():
+                    self._session().accepted()
+                case Commit(result=result):
+                    self.committed = self._session().complete(result)
+                    self.perform(self.pipeline.committed())
+                case Resolve():
+                    self._session().delivered()
+                case Abort(reason=reason, poison=poison):
+                    self._session().abort(reason, poison=poison)
+                case _:
+                    pass  # the client's side: frames, flushes, logs
+
+    def _session(self) -> CacheSession:
+        assert self.session is not None, "a cache action without a session"
+        return self.session
+
+
 def user(text: str) -> str:
     return canonical({"role": "user", "content": text})
 
@@ -336,9 +438,8 @@ def answer(
         session.dispatch()
     if items is None:
         items = output_items({"role": "assistant", "content": text}, tag, reasoning=True)
-    for event_type, data in completed_events(items, "gpt-5"):
-        session.feed(event_type, data)
-    assert session.complete(sent_to_client(items)).kind == "admit"
+    result = captured(session, completed_events(items, "gpt-5"), sent_to_client(items))
+    assert session.complete(result).kind == "admit"
     if deliver:
         session.delivered()
     return session, items

@@ -21,6 +21,7 @@ from relay.settings.model_alias import ModelAlias
 from relay.storage.schema import migrate_to
 from relay.translate.request import translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion
+from tests.support.replay_driver import captured
 
 GPT5 = ModelAlias("gpt-5", "gpt-5")
 TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
@@ -78,17 +79,18 @@ class StoreBuilder:
                           "role": "assistant", "content": [
                               {"type": "output_text", "text": answer_text(n), "annotations": []}
                           ]})  # fmt: skip
-        for index, item in enumerate(items):
-            session.feed("response.output_item.done", {"type": "response.output_item.done",
-                         "output_index": index, "item": copy.deepcopy(item)})  # fmt: skip
+        events = [("response.output_item.done", {"type": "response.output_item.done",
+                   "output_index": index, "item": copy.deepcopy(item)})
+                  for index, item in enumerate(items)]  # fmt: skip
         response = {"id": f"resp_{n}", "object": "response", "status": "completed",
                     "model": "gpt-5", "output": copy.deepcopy(items)}  # fmt: skip
-        session.feed("response.completed", {"type": "response.completed", "response": response})
+        events.append(("response.completed", {"type": "response.completed", "response": response}))
         completion = response_to_chat_completion(
             {"status": "completed", "output": items}, completion_id="chatcmpl-1", created=0,
             model="gpt-5", reasoning_summaries=False,
         )  # fmt: skip
-        assert session.complete(ClientProjection.from_completion(completion)).kind == "admit"
+        result = captured(session, events, ClientProjection.from_completion(completion))
+        assert session.complete(result).kind == "admit"
         session.delivered()
         message: Message = dict(completion["choices"][0]["message"])
         visible: Message = {"role": "assistant", "content": message.get("content")}

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from relay.clock import ManualClock
-from relay.core.identity import Scope
+from relay.core.scope import Scope
 from relay.storage.replay_store import ReasoningStore
 
 

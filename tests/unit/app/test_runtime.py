@@ -12,6 +12,7 @@ import pytest
 from relay.app.runtime import Runtime
 from relay.cache.replay_cache import ReplayCache, UpstreamIdentity
 from relay.clock import ManualClock
+from relay.ops.metrics import RelayMetrics
 from relay.settings.config import load_config
 from relay.settings.providers import BUILTIN, Provider
 from relay.strict.strict_cache import StrictCache
@@ -50,6 +51,7 @@ def runtime(tmp_path: Path) -> Iterator[Runtime]:
         cache=cache,
         strict=strict,
         providers={BUILTIN: BUILTIN_PROVIDER, "deepseek": DEEPSEEK, "azure": AZURE},
+        metrics=RelayMetrics(),
     )
     client.close()
     cache.close()

@@ -28,6 +28,8 @@ from relay.settings.model_alias import ModelAlias
 from relay.storage.replay_store import ReasoningStore
 from relay.translate.request import translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion
+from tests.support.replay_driver import captured
+from tests.support.sqlite_store import sqlite_store
 
 GPT5 = ModelAlias("gpt-5", "gpt-5")
 TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
@@ -52,8 +54,7 @@ class Relay:
 
     @property
     def store(self) -> ReasoningStore:
-        assert self.cache.store is not None
-        return self.cache.store
+        return sqlite_store(self.cache.store)
 
     def generate(
         self, messages: Sequence[Message], output: Sequence[Message] | None
@@ -65,18 +66,20 @@ class Relay:
         assert session is not None
         session.dispatch()
         if output is None:
-            session.feed("response.failed", {"response": {"status": "failed", "output": []}})
-            result = session.complete(ClientProjection())
+            failed = ("response.failed", {"response": {"status": "failed", "output": []}})
+            result = session.complete(captured(session, [failed], ClientProjection()))
         else:
-            for index, item in enumerate(output):
-                done = {"output_index": index, "item": copy.deepcopy(item)}
-                session.feed("response.output_item.done", done)
+            events: list[tuple[str, dict[str, Any]]] = [
+                ("response.output_item.done", {"output_index": index, "item": copy.deepcopy(item)})
+                for index, item in enumerate(output)
+            ]
             response = {"status": "completed", "model": "gpt-5", "output": list(output)}
-            session.feed("response.completed", {"response": copy.deepcopy(response)})
+            events.append(("response.completed", {"response": copy.deepcopy(response)}))
             completion = response_to_chat_completion(
                 response, completion_id="c", created=0, model="gpt-5", reasoning_summaries=False
             )
-            result = session.complete(ClientProjection.from_completion(completion))
+            sent = ClientProjection.from_completion(completion)
+            result = session.complete(captured(session, events, sent))
         session.delivered()
         self.clock.advance(1)
         return session.plan, result

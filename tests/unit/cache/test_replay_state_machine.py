@@ -43,7 +43,6 @@ with longer runs. A failure prints the shrunk step sequence (a runnable program)
 from __future__ import annotations
 
 import base64
-import copy
 import json
 import os
 import shutil
@@ -63,25 +62,29 @@ from hypothesis.stateful import (
     rule,
 )
 
-from relay.cache.session import CacheSession, ScopedSource
+from relay.cache.session import CacheSession
 from relay.clock import ManualClock
 from relay.core.capture import ClientProjection
-from relay.core.identity import HistoryDigests
+from relay.core.history_digest import HistoryDigests
+from relay.core.json_bytes import encode_body
 from relay.core.planner import Plan, plan_replay
 from relay.core.receipts import Reason
 from relay.core.records import BlockRef, StoredPayload, plan_chain
 from relay.errors import StoreLatched
+from relay.pipeline.actions import Commit, Dispatch, Flush, Queue, Resolve
 from relay.storage.disk_guard import guard_path
+from relay.storage.scoped_source import ScopedSource
 from relay.storage.verify import verify_store
-from relay.translate.body_encoding import encode_body
 from tests.support.replay_driver import (
     MAX_CONCURRENT,
     REFUSED,
     Message,
+    PipelineDriver,
     Relay,
     answer,
     assistant_positions,
     canonical,
+    captured,
     completed_events,
     describe,
     failed_events,
@@ -256,11 +259,16 @@ class ReplayMachine(RuleBasedStateMachine):
 
     # --- one generation, split in two so that others can run while it is in flight --------
 
-    def start(self, request: History) -> Pending | None:
-        """Begin and dispatch a generation for ``request``; None when it was served
-        uncached because every cache session was taken (its position is poisoned)."""
+    def start(self, request: History, driver: PipelineDriver | None = None) -> Pending | None:
+        """Begin and dispatch a generation for ``request`` (``driver``: through its whole
+        chat pipeline); None when it was served uncached because every cache session was
+        taken (its position is poisoned)."""
         self.model.now = self.clock.wall()
-        session = self.relay.begin(request)
+        if driver is not None:
+            driver.start()  # Begin, any guard, Dispatch: up to the send
+            session = driver.session
+        else:
+            session = self.relay.begin(request)
         assert (session is None) == (len(self.pending) >= MAX_CONCURRENT), (
             "only a full session capacity may bypass the cache"
         )
@@ -269,7 +277,11 @@ class ReplayMachine(RuleBasedStateMachine):
             self.check_poisoned(request)
             self.client_kept_unobserved_answer(request)
             return None
-        body = session.dispatch()
+        if driver is not None:
+            assert driver.body is not None and Dispatch() in driver.performed
+            body = driver.body
+        else:
+            body = session.dispatch()
         plan = session.plan
         check_plan(self.model, request, plan, self.relay.digests(request), where="dispatch:")
         records = [self.model.by_key(block.observation.id) for block in plan.blocks]
@@ -319,6 +331,7 @@ class ReplayMachine(RuleBasedStateMachine):
     def finish(
         self, pending: Pending, visible: Message, follow: Message, *, outcome: str,
         hold: bool, same_output: bool = False, disk_pressure: bool = False,
+        driver: PipelineDriver | None = None,
     ) -> None:  # fmt: skip
         """Feed an output to the session and commit it; ``hold`` leaves it undelivered.
         ``disk_pressure``: the disk has no room for a payload, so it is observed only.
@@ -333,9 +346,7 @@ class ReplayMachine(RuleBasedStateMachine):
             items = json.loads(earlier[0].payload)
 
         if outcome == "interrupted":  # the client disconnected mid-stream: output unknown
-            session.feed("response.output_item.done",
-                         {"type": "response.output_item.done", "output_index": 0,
-                          "item": copy.deepcopy(items[0])})  # fmt: skip
+            session.accepted()  # the pipeline's capture held its first item; none committed
             session.abort("client_disconnected")
             self.model.poison(request)
             self.model.resolve(pending.intent)
@@ -343,9 +354,8 @@ class ReplayMachine(RuleBasedStateMachine):
             self.client_kept_unobserved_answer(request)
             return
         if outcome == "failed":
-            for event_type, data in failed_events(items, self.snapshot):
-                session.feed(event_type, data)
-            result = session.complete(ClientProjection())
+            events = failed_events(items, self.snapshot)
+            result = session.complete(captured(session, events, ClientProjection()))
             assert result.kind == "poison", result
             self.model.poison(request)
             self.check_poisoned(request)
@@ -354,9 +364,13 @@ class ReplayMachine(RuleBasedStateMachine):
             assert scope_id is not None
             end_digest = self.relay.digests(end).boundaries[-1]
             before = {o.id for o in self.relay.store.observations_at(scope_id, end_digest)}
-            for event_type, data in completed_events(items, self.snapshot):
-                session.feed(event_type, data)
-            result = session.complete(sent_to_client(items))
+            events = completed_events(items, self.snapshot)
+            if driver is not None:  # the pipeline's own capture, committed by its Commit
+                driver.feed(events)
+                assert driver.committed is not None
+                result = driver.committed
+            else:
+                result = session.complete(captured(session, events, sent_to_client(items)))
             reasoning = any(item["type"] == "reasoning" for item in items)
             admissible = reasoning and not disk_pressure
             assert result.kind == ("admit" if admissible else "observe"), result
@@ -554,6 +568,34 @@ class ReplayMachine(RuleBasedStateMachine):
         visible, follow = self.new_visible("text")
         self.finish(resent, visible, follow, outcome=outcome, hold=False)
 
+    @precondition(lambda self: bool(self.growing()))
+    @rule(pick=picks)
+    def turn_through_the_pipeline(self, pick: int) -> None:
+        """The next text turn of a branch driven as the chat shell drives it: a whole
+        ChatPipeline whose actions are performed against the real cache (the decision,
+        a capacity bypass's poison before the send, dispatch, the pipeline's capture
+        committed before the terminal frame, the resolve after [DONE])."""
+        growing = self.growing()
+        driver = PipelineDriver(self.relay, growing[pick % len(growing)])
+        pending = self.start(driver.history, driver=driver)
+        names = [type(action).__name__ for action in driver.performed]
+        send = names.index("SendUpstream")
+        if pending is None:  # bypassed: poisoned before anything was forwarded
+            assert names[:send] == ["Begin", "Poison", "Log"], names
+            return
+        assert names[:send] == ["Begin", "Log", "Dispatch"], names
+        visible, follow = self.new_visible("text")
+        self.finish(pending, visible, follow, outcome="admit", hold=True, driver=driver)
+        performed = driver.performed
+        commit = next(i for i, a in enumerate(performed) if isinstance(a, Commit))
+        terminal = next(i for i, a in enumerate(performed) if isinstance(a, Queue)
+                        and a.crash_point == "before_terminal_frame")  # fmt: skip
+        assert commit < terminal, "a terminal frame before the commit"
+        driver.end()
+        resolve = performed.index(Resolve())  # only once the client took [DONE]
+        assert performed[resolve - 1] == Flush(crash_point="after_done_frame")
+        self.model.resolve(pending.intent)
+
     @precondition(lambda self: len(self.pending) < MAX_PENDING)
     @rule(pick=picks, back=st.integers(0, 2))
     def dispatch_concurrent(self, pick: int, back: int) -> None:
@@ -605,8 +647,8 @@ class ReplayMachine(RuleBasedStateMachine):
         poison, delivering ones included. The starts the model now holds poisoned."""
         poisoned = []
         for pending in self.pending:
-            if how != "crash":
-                pending.session.abort("shutdown")
+            if how != "crash":  # the pipeline's ending: a committed output is known
+                pending.session.abort("shutdown", poison=not pending.completed)
             if how == "crash" or not pending.completed:
                 self.model.poison(pending.start)
                 poisoned.append(pending.start)
@@ -748,7 +790,10 @@ class ReplayMachine(RuleBasedStateMachine):
         """Traffic the cache cannot observe (direct Responses calls) fences the scope:
         every position in flight is poisoned and the generation advances."""
         exists = self.relay.scope_id() is not None
-        self.relay.cache.fence("gpt-5", None, "req_fence")
+        # As the passthrough does: its decision, then its guard performed (the fence).
+        began = self.relay.cache.decide_passthrough("gpt-5", None, "req_fence")
+        assert began.guard == "fence" and began.session is None
+        began.write_guard()
         for pending in self.pending:
             self.model.poison(pending.start)
             self.check_poisoned(pending.start)

@@ -14,18 +14,20 @@ from typing import Any
 
 import pytest
 
-from relay.cache.session import CacheSession, ScopedSource
+from relay.cache.session import CacheSession
 from relay.clock import ManualClock
 from relay.core.capture import ClientProjection
+from relay.core.json_bytes import encode_body
 from relay.core.receipts import Reason
 from relay.core.records import StoredPayload
 from relay.core.rejection import RejectionKind
 from relay.errors import UpstreamHTTPError
-from relay.translate.body_encoding import encode_body
+from relay.storage.scoped_source import ScopedSource
 from tests.support.replay_driver import (
     REFUSED,
     Relay,
     answer,
+    captured,
     failed_events,
     output_items,
     replayed,
@@ -143,8 +145,8 @@ def test_each_ending_resolves_the_intent_and_poisons_only_an_unknown_output(
     session.dispatch()
     if ending != "abort":
         answer(relay, FIRST, "one", 1, session=session, deliver=ending.startswith("delivered"))
-    if ending.endswith("abort"):
-        session.abort("client_disconnected")
+    if ending.endswith("abort"):  # the pipeline poisons only an output it never committed
+        session.abort("client_disconnected", poison=ending == "abort")
     assert intents(relay) == []
     assert poisoned(relay, FIRST) is poison
     assert relay.cache.capacity.sessions == 0
@@ -162,9 +164,8 @@ def test_a_failed_generation_poisons_its_position(relay: Relay) -> None:
     session = relay.session(FIRST)
     session.dispatch()
     items = output_items({"role": "assistant", "content": "one"}, 1, reasoning=True)
-    for event_type, data in failed_events(items, "gpt-5"):
-        session.feed(event_type, data)
-    assert session.complete(ClientProjection()).kind == "poison"
+    result = captured(session, failed_events(items, "gpt-5"), ClientProjection())
+    assert session.complete(result).kind == "poison"
     assert poisoned(relay, FIRST)
     session.delivered()
     assert intents(relay) == []
@@ -189,19 +190,13 @@ def test_an_ordinary_upstream_error_is_not_a_replay_refusal(
     assert poisoned(relay, FOLLOW)
 
 
-def test_a_refusal_without_replay_or_after_output_is_ordinary(relay: Relay) -> None:
+def test_a_refusal_without_replay_is_ordinary(relay: Relay) -> None:
+    # (After output the pipeline never asks: tests/unit/pipeline/test_chat.py.)
     plain = relay.session(FIRST)
     plain.dispatch()
     assert plain.refused(REFUSED) is None  # nothing replayed: nothing to retire
     plain.abort("upstream_failed")
-    answer(relay, (user("again"),), "x", 7)
-    started = relay.session(FOLLOW)
-    started.dispatch()
-    items = output_items({"role": "assistant", "content": "two"}, 2, reasoning=True)
-    started.feed("response.output_item.done", {"type": "response.output_item.done",
-                                               "output_index": 0, "item": items[0]})  # fmt: skip
-    assert started.refused(REFUSED) is None  # the upstream already took the request
-    started.abort("upstream_failed")
+    assert poisoned(relay, FIRST)
 
 
 def test_a_refused_replay_is_retired_and_resent_once_without_it(
@@ -243,9 +238,9 @@ def test_with_resending_off_the_refusal_reaches_the_client_and_poisons_nothing(
     refusal = session.refused(REFUSED)
     assert refusal is not None and refusal.resend is None
     assert QUOTED not in json.dumps(refusal.error.envelope()) and QUOTED not in str(refusal.error)
-    assert intents(relay) == [] and relay.cache.capacity.sessions == 0
-    session.abort("upstream_failed")  # already closed: no poison for a generation never made
-    assert not poisoned(relay, FOLLOW)
+    assert intents(relay) == [] and relay.cache.capacity.sessions == 1
+    session.abort("upstream_failed")  # resolved already: no poison for a generation never made
+    assert not poisoned(relay, FOLLOW) and relay.cache.capacity.sessions == 0
     assert counted(relay, "resent") == 0
     assert replayed(relay, FOLLOW) == ([], [Reason.UPSTREAM_REJECTED])
 

@@ -239,3 +239,104 @@ def test_canonical_output_is_the_documented_encoding_and_measured_exactly(
     assert json.loads(out) == value
     assert Budget().measure(value) == len(out)
     assert b"".join(canonical._pieces(value)) == out  # the streaming path agrees
+
+
+# --- render_document: the one-pass form of measure() for objects and arrays ---------------
+# Its oracle is Budget.measure (the walk it replaces) plus the reference encoder: for any
+# value, it either renders exactly the reference bytes and charges exactly what measure
+# charges, or returns None having charged nothing (and measure then decides).
+
+
+class Text(str):
+    pass
+
+
+class Count(int):
+    pass
+
+
+inexact = st.sampled_from(
+    [Text("a"), Count(1), float("nan"), float("inf"), 2**64, b"x", {"a"}, object(), 1j]
+)
+containers = st.recursive(
+    json_values | inexact,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(
+            st.text(max_size=5) | st.integers(0, 3) | st.builds(Text), inner, max_size=4
+        )
+    ),
+    max_leaves=20,
+).filter(lambda value: type(value) in (dict, list))
+
+
+def charges(limits: CanonicalLimits, value: Any) -> tuple[int, int] | str:
+    """What measure() charges for ``value``, or the reason it refuses."""
+    budget = Budget(limits, bytes_used=7, nodes_used=3)
+    try:
+        budget.measure(value)
+    except (CanonicalLimitExceeded, NotCanonicalizable) as refused:
+        return refused.reason
+    return budget.bytes, budget.nodes
+
+
+@given(
+    containers,
+    st.sampled_from(
+        [CANONICAL_LIMITS, CanonicalLimits(max_depth=2), CanonicalLimits(max_nodes=12),
+         CanonicalLimits(max_bytes=60)]
+    ),
+)  # fmt: skip
+@settings(max_examples=400)
+def test_render_document_agrees_with_measure(value: Any, limits: CanonicalLimits) -> None:
+    budget = Budget(limits, bytes_used=7, nodes_used=3)
+    text = budget.render_document(value)
+    measured = charges(limits, value)
+    if text is None:
+        assert (budget.bytes, budget.nodes) == (7, 3)  # nothing charged
+        return
+    assert text == reference(value)
+    assert (budget.bytes, budget.nodes) == measured
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"tools": [{"type": "function", "name": "read", "parameters": {"type": "object"}}]},
+        [{"a": [1, 2.5, None, True]}, "x" * 100],
+        {"nested": nested(10)},
+    ],
+)
+def test_render_document_takes_the_one_pass_path(
+    value: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    measured = charges(CANONICAL_LIMITS, value)
+
+    def walked(*args: Any) -> Any:
+        raise AssertionError("measure()'s walk ran")
+
+    monkeypatch.setattr(canonical, "_size", walked)
+    budget = Budget(bytes_used=7, nodes_used=3)
+    assert budget.render_document(value) == reference(value)
+    assert (budget.bytes, budget.nodes) == measured
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"x": float("nan")},  # orjson would write null
+        [float("-inf")],
+        {"k": Text("v")},  # orjson would render these as their values
+        [Count(2)],
+        {Text("k"): 1},
+        nested(70),  # deeper than max_depth
+        ["\ud800"],
+        [2**64],
+        {"long": "x" * (CHUNK_BYTES // 6)},  # not provably one chunk: measured and streamed
+    ],
+)
+def test_render_document_leaves_the_rest_to_measure(value: Any) -> None:
+    budget = Budget()
+    assert budget.render_document(value) is None
+    assert (budget.bytes, budget.nodes) == (0, 0)

@@ -35,9 +35,10 @@ from relay.core.capture import (
 )
 from relay.core.predict import SentToolCall, predict_envelope
 from relay.core.receipts import Reason
+from relay.core.responses_events import decode
 from relay.errors import RelayError
-from relay.translate.events import CustomCallForm
-from relay.translate.responses_to_chat import response_to_chat_completion
+from relay.settings.custom_calls import CustomCallForm
+from relay.translate.responses_to_chat import project_output, response_to_chat_completion
 from relay.translate.stream_converter import ChatStreamConverter, Chunk
 
 Event = tuple[str, dict[str, Any]]
@@ -85,7 +86,7 @@ def relay(
     max_bytes: int = DEFAULT_MAX_BYTES,
     form: CustomCallForm = "function",
 ) -> Relayed:
-    capture = OutputCapture(max_bytes=max_bytes)
+    capture = OutputCapture(project=project_output, max_bytes=max_bytes)
     converter = ChatStreamConverter(completion_id="chatcmpl-1", created=1, model="alias",
                                     include_usage=True, reasoning_summaries=summaries,
                                     custom_tool_calls=form)  # fmt: skip
@@ -93,11 +94,11 @@ def relay(
     chunks: list[Chunk] = []
     failed = False
     for event_type, data in events:
-        capture.feed(event_type, data)
+        capture.feed(decode(event_type, data))
         if failed:
             continue  # the client got an error; capture still sees the rest
         try:
-            new = converter.feed(event_type, data)
+            new = converter.feed(decode(event_type, data))
         except RelayError:
             failed = True
             continue

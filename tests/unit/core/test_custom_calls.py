@@ -18,14 +18,14 @@ from hypothesis import strategies as st
 
 from relay.core.capture import ClientProjection, finish_capture
 from relay.core.envelope import normalize_assistant
-from relay.core.identity import history_digests
+from relay.core.history_digest import history_digests
 from relay.core.planner import plan_replay
 from relay.core.predict import SentToolCall, predict_envelopes
 from relay.core.receipts import Reason
-from relay.core.responses_history import visible_messages_from_responses_input
+from relay.core.responses_history import custom_tool_names, visible_messages_from_responses_input
 from relay.errors import InvalidRequest
-from relay.translate.events import CustomCallForm
-from relay.translate.responses_input import custom_tool_names, resolve_tool_calls
+from relay.settings.custom_calls import CustomCallForm
+from relay.translate.responses_input import resolve_tool_calls
 from tests.unit.core.test_capture import REQUEST, decide, fake_events, relay
 from tests.unit.core.test_planner import NOW, SCOPE, Builder, positions, reasons
 

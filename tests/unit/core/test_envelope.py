@@ -2,7 +2,7 @@
 
 An assistant message's equivalent forms become one (text parts joined, no content as "",
 tool_calls null or absent as [], an index equal to its position dropped); everything else
-is hashed as sent. The null fields that carry nothing are pinned in test_identity.py.
+is hashed as sent. The null fields that carry nothing are pinned in test_history_digest.py.
 """
 
 from __future__ import annotations

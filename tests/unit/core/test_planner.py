@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from relay.core import planner
+from relay.core.history_digest import HistoryDigests, history_digests
 from relay.core.hot_blocks import HotBlocks
-from relay.core.identity import HistoryDigests, history_digests
 from relay.core.planner import Plan, PlanLimits, plan_replay
 from relay.core.receipts import Reason
 from relay.core.records import (

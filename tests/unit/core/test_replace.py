@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from relay.core.json_bytes import RawItems
 from relay.core.replace import replace_blocks
-from relay.translate.body_encoding import RawItems
 
 ITEMS = ["u0", "a1", "c1", "t1", "a2", "u3"]
 SPANS = [None, (0, 1), (1, 3), (3, 4), (4, 5), (5, 6)]

@@ -14,17 +14,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relay.core.identity import history_digests
+from relay.core.history_digest import history_digests
 from relay.core.responses_history import (
     REASON_TEXT,
     Underivable,
+    custom_tool_names,
     derive_responses_history,
     visible_history_from_responses_input,
     visible_messages_from_responses_input,
 )
 from relay.errors import InvalidRequest
-from relay.translate.responses_input import custom_tool_names, resolve_tool_calls
-from tests.unit.core.test_identity import make_scope
+from relay.translate.responses_input import resolve_tool_calls
+from tests.support.identity_cases import make_scope
 
 FUNCTION_CALL = {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"}
 OUTPUT = {"type": "function_call_output", "call_id": "c1", "output": "ok"}

@@ -13,6 +13,7 @@ import pytest
 
 from relay.core.capture import ClientProjection, OutputCapture, finish_capture
 from relay.core.records import EMPTY_PLAN, RETIRED_CHAIN, Observation, PriorPlan
+from relay.core.responses_events import decode
 from relay.core.store_audit import (
     EXAMPLES_PER_CODE,
     AuditTally,
@@ -24,7 +25,7 @@ from relay.core.store_audit import (
     audit_payload,
     audit_record,
 )
-from relay.translate.responses_to_chat import response_to_chat_completion
+from relay.translate.responses_to_chat import project_output, response_to_chat_completion
 
 BEFORE_V6 = -1.0
 
@@ -35,13 +36,15 @@ def h(n: int) -> str:
 
 def captured(items: list[dict[str, Any]]) -> tuple[bytes, str, str]:
     """(stored bytes, payload fingerprint, output hash) of an admitted output."""
-    capture = OutputCapture()
+    capture = OutputCapture(project=project_output)
     for index, item in enumerate(items):
         capture.feed(
-            "response.output_item.done", {"output_index": index, "item": copy.deepcopy(item)}
+            decode(
+                "response.output_item.done", {"output_index": index, "item": copy.deepcopy(item)}
+            )
         )
-    capture.feed("response.completed", {"response": {"status": "completed", "model": "gpt-5",
-                                                     "output": copy.deepcopy(items)}})  # fmt: skip
+    capture.feed(decode("response.completed", {"response": {"status": "completed", "model": "gpt-5",
+                                                     "output": copy.deepcopy(items)}}))  # fmt: skip
     completion = response_to_chat_completion(
         {"status": "completed", "output": items}, completion_id="c", created=0, model="gpt-5",
         reasoning_summaries=False,

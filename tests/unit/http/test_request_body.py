@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from relay.errors import InvalidRequest, UnsupportedMediaType
-from relay.http.request_body import check_content_encoding, parse_json_object
+from relay.http.request_body import _fast_loads, check_content_encoding, parse_json_object
 
 DIGIT_LIMIT = sys.get_int_max_str_digits()
 
@@ -33,6 +33,8 @@ def rejected(raw: bytes | str) -> InvalidRequest:
         (b"", "empty"),
         (b"  \n", "empty"),
         (b"\xff{}", "UTF-8"),
+        (b'{"a": "\xc3"}', "bad byte at offset 7"),  # a JSON object, but not UTF-8
+        (b"\x0b\x0c\t\r", "empty"),
         (b"{not json", "not valid JSON"),
         (b"[1]", "JSON object, not a JSON array"),
         (b"null", "not a JSON null"),
@@ -290,3 +292,48 @@ def test_the_piecewise_parse_gives_the_same_value_or_the_same_error(raw: bytes) 
 )
 def test_the_piecewise_parse_on_edge_cases(raw: bytes) -> None:
     assert outcome(raw, piecewise=True) == outcome(raw, piecewise=False)
+
+
+# --- the fast parse (orjson, for a body not parsed piecewise) --------------------------
+
+
+@given(json_texts())
+def test_the_fast_parse_gives_the_stdlibs_value_type_for_type_or_its_error(raw: bytes) -> None:
+    # The piecewise parse is the stdlib's; repr tells 1 from 1.0 and 0 from -0.0, which
+    # == does not.
+    assert repr(outcome(raw, piecewise=False)) == repr(outcome(raw, piecewise=True))
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"n": 9223372036854775807, "m": -9223372036854775808}',  # 19 digits: the stdlib's
+        b'{"n": 18446744073709551616, "m": -18446744073709551617}',  # beyond 64 bits
+        b'{"f": 0.1000000000000000055511151231257827, "g": 123456789012345678e-30}',
+        b'{"f": 2.2250738585072011e-308, "g": 4.9406564584124654e-324, "h": 1e-400}',
+        b'{"a": 1, "b": 2, "a": 3}',
+        b'{"a": -0, "b": -0.0, "c": 1E5, "d": 1e+2, "e": 0.5e-3}',
+        b'{"t": "\\ud83d\\ude00 \\u00e9", "u": "\\udc00"}',
+        b'{"deep": ' + b"[" * 1100 + b"]" * 1100 + b"}",
+    ],
+)
+def test_the_fast_parse_on_edge_cases(raw: bytes) -> None:
+    assert repr(outcome(raw, piecewise=False)) == repr(outcome(raw, piecewise=True))
+
+
+def test_the_fast_parse_leaves_a_run_of_19_digits_to_the_stdlib() -> None:
+    assert _fast_loads(b'{"n": 123456789012345678}') == {"n": 123456789012345678}
+    assert _fast_loads(b'{"n": 1234567890123456789}') is None
+    assert _fast_loads(b'{"s": "id 1234567890123456789"}') is None  # anywhere
+    assert _fast_loads(b'{"n": 1e999}') is None  # refused: the stdlib names it
+
+
+@given(st.integers(0, 10**18 - 1), st.integers(-345, 310), st.integers(0, 17))
+def test_the_fast_parse_rounds_any_float_literal_as_float_does(
+    digits: int, exponent: int, point: int
+) -> None:
+    text = str(digits)
+    point = min(point, len(text) - 1)
+    literal = f"{text[: len(text) - point]}.{text[len(text) - point :]}" if point else text
+    raw = f'{{"f": {literal}e{exponent}, "g": -{literal}}}'.encode()
+    assert repr(outcome(raw, piecewise=False)) == repr(outcome(raw, piecewise=True))

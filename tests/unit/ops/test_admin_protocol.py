@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 
 from relay.ops.admin_protocol import COMMANDS, AdminService, encode, refusal
+from relay.ops.metrics import relay_metrics
 from tests.support.json_values import json_values
 from tests.support.ops_runtime import OpsRuntime, ops_runtime
 
@@ -87,7 +88,7 @@ def test_status_is_the_status_document(tmp_path: Path) -> None:
 
 def test_metrics_is_the_prometheus_text(tmp_path: Path) -> None:
     with ops_runtime(tmp_path) as ops:
-        ops.runtime.metrics.request_finished("/v1/chat/completions", 200, None, 1.0)
+        relay_metrics(ops.runtime).request_finished("/v1/chat/completions", 200, None, 1.0)
         answer, _ = handle(ops, b'{"command": "metrics"}')
         assert answer["ok"] is True
         assert 'relay_requests_total{outcome="ok"' in answer["text"]

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from relay.clock import ManualClock
-from relay.core.identity import ScopeTargeting
 from relay.core.records import EMPTY_PLAN
+from relay.core.scope import ScopeTargeting
 from relay.errors import SnapshotRefused
 from relay.ops import snapshot
 from relay.ops.snapshot import PAGES_PER_STEP, Progress, Snapshotter

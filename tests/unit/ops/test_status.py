@@ -14,6 +14,7 @@ from relay import __version__
 from relay.core.rejection import RejectionKind
 from relay.core.token_usage import Usage
 from relay.errors import StoreError
+from relay.ops.metrics import relay_metrics
 from relay.ops.status import cache_state, status_document, tunnel_status
 from relay.ops.store_sample import TTL_S
 from relay.ops.token_stats import TokenAccounting
@@ -100,8 +101,10 @@ def test_cache_strict_and_error_sections(tmp_path: Path) -> None:
         strict.hits.update({("deepseek", "r1"): 2, ("deepseek", "chat"): 1})
         strict.misses.update({("kimi", "k2"): 4})
         strict.stripped.update({("deepseek", "r1"): 5})
-        runtime.metrics.request_finished("/v1/chat/completions", 504, "upstream_timeout", 100.0)
-        runtime.metrics.request_finished("/v1/chat/completions", 200, None, 101.0)
+        relay_metrics(runtime).request_finished(
+            "/v1/chat/completions", 504, "upstream_timeout", 100.0
+        )
+        relay_metrics(runtime).request_finished("/v1/chat/completions", 200, None, 101.0)
         doc = document(ops)
         assert doc["cache"]["requests"] == 9
         assert list(doc["cache"]["skipped"]) == ["capacity_bypass", "not_a_reasoning_model"]

@@ -88,6 +88,7 @@ def test_a_pipeline_must_say_how_it_starts_fails_and_loses_its_client() -> None:
 
 def test_the_phases_are_the_documented_states() -> None:
     assert [p.value for p in Phase] == [
-        "new", "dispatching", "upstream", "checking_refusal", "committing", "delivering", "done",
+        "new", "beginning", "guarding", "dispatching", "upstream", "checking_refusal",
+        "committing", "delivering", "done",
     ]  # fmt: skip
     assert Pipeline.phase is Phase.NEW

@@ -2,7 +2,8 @@
 
 Each test drives a ChatPipeline the way the chat handler's shell does and compares the
 actions with the expected list (mitmproxy's Playbook style). The orders that matter are
-spelt out: the intent before the send, the observation before the terminal frame, the
+spelt out: the cache's decision (Begin) first and any fence or poison it requires before
+anything is forwarded, a failure there forwarding nothing; the intent before the send, the observation before the terminal frame, the
 resolve after the client took the end, a failure's abort before its answer, and the one
 resend after a refusal of replayed state. A property test then drives random event
 splits and failure points and checks those orders on every transcript.
@@ -19,14 +20,18 @@ from hypothesis import strategies as st
 from relay.errors import StoreFull, UpstreamError, UpstreamHTTPError
 from relay.pipeline.actions import (
     Abort,
+    Accepted,
     Action,
-    Capture,
+    Begin,
     CheckRefusal,
     Commit,
+    Dispatch,
     Fail,
+    Fence,
     Finish,
     Flush,
     Log,
+    Poison,
     Queue,
     Resolve,
     Respond,
@@ -43,12 +48,27 @@ GPT5 = ModelAlias("gpt-5", "gpt-5")
 USAGE = {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5}
 
 
-def pipeline(*, stream: bool, cached: bool) -> ChatPipeline:
+CAPTURE_BYTES = 1 << 20  # the capture's bound in a cached pipeline (RELAY_MAX_ENTRY_BYTES)
+
+
+def fresh(*, stream: bool) -> ChatPipeline:
     body = {"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}], "stream": stream}
     request = translate_request(body, GPT5, reasoning_summaries=False)
-    return ChatPipeline(request, request_id="req_1", model="gpt-5", cached=cached,
+    return ChatPipeline(request, request_id="req_1", model="gpt-5",
                         completion_id="chatcmpl-1", created=7,
                         reasoning_summaries=False)  # fmt: skip
+
+
+def begun(*, stream: bool, cached: bool) -> tuple[ChatPipeline, list[Action]]:
+    """A pipeline past its Begin (the cache's decision: cached or not, no guard), and the
+    actions that decision returned."""
+    p = fresh(stream=stream)
+    assert p.start() == [Begin()]
+    return p, p.began(CAPTURE_BYTES if cached else None, None)
+
+
+def pipeline(*, stream: bool, cached: bool) -> ChatPipeline:
+    return begun(stream=stream, cached=cached)[0]
 
 
 def ev(event_type: str, **fields: Any) -> tuple[str, dict[str, Any]]:
@@ -106,8 +126,7 @@ def feed_all(p: ChatPipeline, events: list[tuple[str, dict[str, Any]]]) -> list[
 
 
 def test_uncached_stream() -> None:
-    p = pipeline(stream=True, cached=False)
-    start = p.start()
+    p, start = begun(stream=True, cached=False)
     assert start[0] == Log("chat_request", {"request_id": "req_1", "model": "gpt-5",
                                             "stream": True, "shape": "chat"})  # fmt: skip
     assert isinstance(start[1], SendUpstream) and not start[1].buffered
@@ -135,7 +154,6 @@ def test_uncached_stream() -> None:
 
 def test_uncached_terminal_frames_carry_their_crash_points() -> None:
     p = pipeline(stream=True, cached=False)
-    p.start()
     feed_all(p, EVENTS[:-1])
     terminal = p.upstream_event(*EVENTS[-1])
     assert terminal[0] == StartDelivery()
@@ -149,15 +167,19 @@ def test_uncached_terminal_frames_carry_their_crash_points() -> None:
 
 
 def test_cached_stream_commits_before_any_terminal_frame() -> None:
-    p = pipeline(stream=True, cached=True)
-    assert kinds(p.start()) == ["Log", "Dispatch"]
+    p, start = begun(stream=True, cached=True)
+    assert kinds(start) == ["Log", "Dispatch"]
     assert p.dispatched(BODY) == [SendUpstream(BODY, buffered=False)]
     actions = feed_all(p, EVENTS[:-1])
-    assert [a for a in actions if isinstance(a, Capture)] == [Capture(t, d) for t, d in EVENTS[:-1]]
+    assert [a for a in actions if isinstance(a, Accepted)] == [Accepted()]  # once per send
+    assert actions[0] == Accepted()
     final = p.upstream_event(*EVENTS[-1])
-    assert kinds(final) == ["Capture", "Commit"]  # nothing queued before the commit
+    assert kinds(final) == ["Commit"]  # nothing queued before the commit
     commit = final[-1]
     assert isinstance(commit, Commit)
+    # The pipeline's own capture decided it: the reasoning and message, admitted.
+    assert commit.result.kind == "admit"
+    assert commit.result.output == (REASONING, MESSAGE)
     terminal = p.committed()
     assert kinds(terminal) == ["StartDelivery", "Queue", "Flush"]
     assert terminal[-1] == Flush(crash_point="after_terminal_frame")
@@ -172,13 +194,13 @@ def test_cached_stream_commits_before_any_terminal_frame() -> None:
 
 def test_cached_json_commits_then_responds_then_resolves() -> None:
     p = pipeline(stream=False, cached=True)
-    p.start()
     assert p.dispatched(BODY) == [SendUpstream(BODY, buffered=True)]
     actions = feed_all(p, EVENTS)
-    assert kinds(actions) == ["Capture"] * len(EVENTS)  # a JSON answer is not streamed
+    assert actions == [Accepted()]  # a JSON answer is not streamed
     assert p.batch_done() == []
     commit = p.upstream_done()
     assert kinds(commit) == ["Commit"]
+    assert commit[0].result.kind == "admit"  # type: ignore[union-attr]
     respond = p.committed()
     assert kinds(respond) == ["Respond"]
     answer = respond[0].answer  # type: ignore[union-attr]
@@ -193,7 +215,6 @@ def test_cached_json_commits_then_responds_then_resolves() -> None:
 
 def test_uncached_json_responds_without_a_commit() -> None:
     p = pipeline(stream=False, cached=False)
-    p.start()
     assert feed_all(p, EVENTS) == []
     assert kinds(p.upstream_done()) == ["Respond"]
     assert kinds(p.responded()) == ["Finish", "Log"]
@@ -204,7 +225,6 @@ def test_uncached_json_responds_without_a_commit() -> None:
 
 def test_a_failed_commit_aborts_and_sends_no_terminal_frame() -> None:
     p = pipeline(stream=True, cached=True)
-    p.start()
     p.dispatched(BODY)
     feed_all(p, EVENTS)
     error = StoreFull("reasoning cache x: commit failed (SQLITE_FULL)")
@@ -219,7 +239,6 @@ def test_a_failed_commit_aborts_and_sends_no_terminal_frame() -> None:
 @pytest.mark.parametrize("after", [0, 1, 5], ids=["before_any_event", "after_role", "mid_text"])
 def test_an_upstream_cut_aborts_then_fails(after: int) -> None:
     p = pipeline(stream=True, cached=True)
-    p.start()
     p.dispatched(BODY)
     feed_all(p, EVENTS[:after])
     cut = UpstreamError("the upstream connection closed mid-stream")
@@ -230,14 +249,12 @@ def test_an_upstream_cut_aborts_then_fails(after: int) -> None:
 
 def test_a_json_failure_has_no_frame() -> None:
     p = pipeline(stream=False, cached=False)
-    p.start()
     cut = UpstreamError("unreachable")
     assert p.failed(cut) == [Fail(cut, None)]
 
 
 def test_client_gone_before_the_terminal_frame() -> None:
     p = pipeline(stream=True, cached=True)
-    p.start()
     p.dispatched(BODY)
     feed_all(p, EVENTS[:5])
     assert p.client_gone(2) == [
@@ -248,15 +265,23 @@ def test_client_gone_before_the_terminal_frame() -> None:
     assert p.client_gone(2) == []
 
 
-def test_a_json_answer_the_client_left_before_taking() -> None:
+def json_committed() -> ChatPipeline:
+    """A cached JSON answer whose observation was just committed."""
     p = pipeline(stream=False, cached=True)
-    p.start()
     p.dispatched(BODY)
     feed_all(p, EVENTS)
     p.upstream_done()
     p.committed()
+    return p
+
+
+def test_a_json_answer_the_client_left_before_taking() -> None:
+    p = json_committed()
     # Committed: the cache resolves the intent without poisoning (CacheSession.abort).
-    assert kinds(p.client_gone(0)) == ["Log", "Abort"]
+    assert p.client_gone(0) == [
+        Log("client_disconnected", {"request_id": "req_1", "frames": 0}),
+        Abort("client_disconnected", poison=False),
+    ]
 
 
 # --- a refused replay -----------------------------------------------------------------------
@@ -265,7 +290,6 @@ def test_a_json_answer_the_client_left_before_taking() -> None:
 @pytest.mark.parametrize("stream", [True, False], ids=["sse", "json"])
 def test_a_refusal_is_checked_then_resent_once(stream: bool) -> None:
     p = pipeline(stream=stream, cached=True)
-    p.start()
     p.dispatched(BODY)
     assert p.failed(REFUSED) == [CheckRefusal(REFUSED)]
     plain = {"model": "gpt-5", "input": [{"role": "user", "content": "hi"}]}
@@ -278,19 +302,17 @@ def test_a_refusal_is_checked_then_resent_once(stream: bool) -> None:
 
 def test_a_resend_that_succeeds_is_delivered_as_usual() -> None:
     p = pipeline(stream=True, cached=True)
-    p.start()
     p.dispatched(BODY)
     p.failed(REFUSED)
     p.refusal({"input": []}, REFUSED)
     feed_all(p, EVENTS[:-1])
-    assert kinds(p.upstream_event(*EVENTS[-1])) == ["Capture", "Commit"]
+    assert kinds(p.upstream_event(*EVENTS[-1])) == ["Commit"]
     assert kinds(p.committed())[-1] == "Flush"
     assert Resolve() in p.upstream_done()
 
 
 def test_not_a_refusal_fails_with_the_original_error() -> None:
     p = pipeline(stream=True, cached=True)
-    p.start()
     p.dispatched(BODY)
     p.failed(REFUSED)
     assert p.refusal(None, REFUSED) == [
@@ -301,18 +323,24 @@ def test_not_a_refusal_fails_with_the_original_error() -> None:
 
 def test_an_error_after_output_or_without_a_cache_is_never_checked() -> None:
     answered = pipeline(stream=True, cached=True)
-    answered.start()
     answered.dispatched(BODY)
     answered.upstream_event(*EVENTS[0])
     assert kinds(answered.failed(REFUSED)) == ["Abort", "Fail"]
     uncached = pipeline(stream=True, cached=False)
-    uncached.start()
     assert kinds(uncached.failed(REFUSED)) == ["Fail"]
+
+
+def test_a_resend_is_accepted_on_its_own_first_event() -> None:
+    p = pipeline(stream=True, cached=True)
+    p.dispatched(BODY)
+    p.failed(REFUSED)
+    p.refusal({"input": []}, REFUSED)
+    assert p.upstream_event(*EVENTS[0])[0] == Accepted()
+    assert Accepted() not in p.upstream_event(*EVENTS[1])
 
 
 def test_a_store_failure_at_dispatch_sends_nothing() -> None:
     p = pipeline(stream=True, cached=True)
-    p.start()
     error = StoreFull("reasoning cache x: record the dispatch intent failed (SQLITE_FULL)")
     assert kinds(p.failed(error)) == ["Abort", "Fail"]
 
@@ -329,7 +357,88 @@ def test_a_store_failure_at_dispatch_sends_nothing() -> None:
 )
 def test_inputs_out_of_order_are_refused(misuse: Any) -> None:
     with pytest.raises(PipelineStateError, match="phase new"):
-        misuse(pipeline(stream=True, cached=True))
+        misuse(fresh(stream=True))
+
+
+def test_inputs_before_the_cache_decided_are_refused() -> None:
+    p = fresh(stream=True)
+    p.start()
+    with pytest.raises(PipelineStateError, match="phase beginning"):
+        p.dispatched(BODY)
+    with pytest.raises(PipelineStateError, match="phase beginning"):
+        p.guarded()
+    p.began(None, None)
+    with pytest.raises(PipelineStateError, match="phase upstream"):
+        p.began(None, None)
+
+
+# --- the cache's decision, before anything is forwarded ------------------------------------
+
+
+@pytest.mark.parametrize("guard", [Fence(), Poison()], ids=["fence", "poison"])
+@pytest.mark.parametrize("stream", [True, False], ids=["sse", "json"])
+def test_a_guard_is_written_before_anything_is_forwarded(
+    guard: Fence | Poison, stream: bool
+) -> None:
+    p = fresh(stream=stream)
+    assert p.start() == [Begin()]
+    assert p.began(None, guard) == [guard]  # alone: nothing follows until it is durable
+    assert p.phase is Phase.GUARDING
+    assert p.guarded() == [
+        Log("chat_request", {"request_id": "req_1", "model": "gpt-5", "stream": stream,
+                             "shape": "chat"}),
+        SendUpstream(dict(p.request.upstream_body), buffered=not stream),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("at", ["begin", "guard"])
+def test_a_failed_decision_or_guard_forwards_nothing(at: str) -> None:
+    p = fresh(stream=True)
+    p.start()
+    if at == "guard":
+        p.began(None, Fence())
+    error = StoreFull("reasoning cache x: the fence could not be written (SQLITE_FULL)")
+    # Nothing was sent and nothing is cached: the error is the answer, and the end.
+    assert p.failed(error) == [Fail(error, encode_error(error.envelope()))]
+    assert p.phase is Phase.DONE
+    assert p.upstream_done() == [] and p.failed(error) == []  # later inputs are ignored
+
+
+def test_a_cached_decision_dispatches_before_the_send() -> None:
+    p = fresh(stream=True)
+    p.start()
+    assert kinds(p.began(CAPTURE_BYTES, None)) == ["Log", "Dispatch"]
+    assert p.cached and p.phase is Phase.DISPATCHING
+    assert p.dispatched(BODY) == [SendUpstream(BODY, buffered=False)]
+
+
+# --- the shell's ending -------------------------------------------------------------------
+
+
+def test_an_abandoned_generation_is_aborted_once() -> None:
+    p = pipeline(stream=True, cached=True)
+    p.dispatched(BODY)
+    feed_all(p, EVENTS[:3])
+    assert p.abandoned() == [Abort("unfinished")]
+    assert p.abandoned() == []  # the pipeline ended: nothing more
+    assert p.failed(UpstreamError("late")) == []
+
+
+def test_an_abandoned_committed_generation_is_not_poisoned() -> None:
+    p = pipeline(stream=True, cached=True)
+    p.dispatched(BODY)
+    feed_all(p, EVENTS)
+    p.committed()
+    assert p.abandoned() == [Abort("unfinished", poison=False)]
+
+
+def test_a_finished_or_uncached_pipeline_abandons_nothing() -> None:
+    done = json_committed()
+    done.responded()
+    assert done.abandoned() == []
+    uncached = pipeline(stream=True, cached=False)
+    feed_all(uncached, EVENTS[:2])
+    assert uncached.abandoned() == []
 
 
 # --- the orders hold on every transcript ----------------------------------------------------
@@ -338,12 +447,18 @@ Outcome = st.sampled_from(["done", "cut", "client_gone", "commit_fails", "refuse
 
 
 @given(stream=st.booleans(), cached=st.booleans(), cut_at=st.integers(0, len(EVENTS)),
-       outcome=Outcome, batch_every=st.integers(1, 4))  # fmt: skip
+       outcome=Outcome, batch_every=st.integers(1, 4),
+       guard=st.sampled_from([None, Fence(), Poison()]))  # fmt: skip
 def test_every_transcript_keeps_the_orders(
-    stream: bool, cached: bool, cut_at: int, outcome: str, batch_every: int
-) -> None:
-    p = pipeline(stream=stream, cached=cached)
-    log: list[Action] = list(p.start())
+    stream: bool, cached: bool, cut_at: int, outcome: str, batch_every: int,
+    guard: Fence | Poison | None,
+) -> None:  # fmt: skip
+    if cached and guard is not None:
+        guard = None  # the cache guards only a request it does not observe
+    p = fresh(stream=stream)
+    log: list[Action] = [*p.start(), *p.began(CAPTURE_BYTES if cached else None, guard)]
+    if guard is not None:
+        log += p.guarded()
     if cached:
         log += p.dispatched(BODY)
     if outcome == "refused" and cached:
@@ -376,11 +491,15 @@ def _check_orders(log: list[Action], *, cached: bool, stream: bool) -> None:
     names = kinds(log)
     sends = [i for i, a in enumerate(log) if isinstance(a, SendUpstream)]
     assert 1 <= len(sends) <= 2
+    assert log[0] == Begin()  # the cache decides before anything else
+    guards = [i for i, a in enumerate(log) if isinstance(a, Fence | Poison)]
+    assert len(guards) <= 1 and all(i < sends[0] for i in guards)
     if cached:
         assert names.index("Dispatch") < sends[0]
+        assert Dispatch() in log and not guards
     if len(sends) == 2:  # a resend only after a refusal was checked, before any output
         assert "CheckRefusal" in names[sends[0] : sends[1]]
-        assert "Capture" not in names[: sends[1]]
+        assert "Accepted" not in names[: sends[1]]
     if "Commit" in names:
         commit = names.index("Commit")
         terminal = [i for i, a in enumerate(log) if isinstance(a, Queue | Respond)

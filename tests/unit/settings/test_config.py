@@ -65,6 +65,7 @@ def test_base_url_follows_sdk_convention() -> None:
         ({"RELAY_LOG_LEVEL": "loud"}, "RELAY_LOG_LEVEL='loud'"),
         ({"RELAY_LOG_FORMAT": "yaml"}, "RELAY_LOG_FORMAT='yaml': expected text or json"),
         ({"LOG_BODIES": "maybe"}, "LOG_BODIES='maybe': expected 1 or 0"),
+        ({"RELAY_EVENT_LOOP": "trio"}, "RELAY_EVENT_LOOP='trio': expected auto, asyncio or"),
         ({"RELAY_REPLAY_REJECTION_RESEND": "2"}, "RELAY_REPLAY_REJECTION_RESEND='2': expected 1"),
         (
             {"RELAY_CUSTOM_TOOL_CALLS": "native"},
@@ -114,6 +115,23 @@ def test_log_format_and_body_log_settings(tmp_path: Path) -> None:
         {"RELAY_LOG_FORMAT": " JSON ", "LOG_BODIES": "1", "RELAY_LOG_BODIES_DIR": "/x/b"}
     )
     assert (chosen.log_format, chosen.log_bodies, chosen.bodies_dir) == ("json", True, Path("/x/b"))
+
+
+@pytest.mark.parametrize(("value", "loop"), [(None, "auto"), (" AsyncIO ", "asyncio")])
+def test_event_loop_setting(value: str | None, loop: str) -> None:
+    env = {} if value is None else {"RELAY_EVENT_LOOP": value}
+    assert load_config(env).event_loop == loop
+
+
+def test_event_loop_uvloop_needs_uvloop_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "uvloop" else real(name, *a)
+    )
+    with pytest.raises(ConfigError, match=r"^RELAY_EVENT_LOOP=uvloop but uvloop is not installed"):
+        load_config({"RELAY_EVENT_LOOP": "uvloop"})
 
 
 def test_disk_pressure_settings() -> None:

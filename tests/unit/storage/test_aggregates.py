@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from relay.core.identity import ScopeTargeting
 from relay.core.records import EMPTY_PLAN
+from relay.core.scope import ScopeTargeting
 from relay.storage.aggregates import PAYLOAD_BYTES_SCAN_ROWS, read_aggregates
 from relay.storage.replay_store import ReasoningStore
 

@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 
-from relay.cache.session import ScopedSource
 from relay.clock import ManualClock
-from relay.core.identity import HistoryDigests, history_digests
+from relay.core.history_digest import HistoryDigests, history_digests
 from relay.core.planner import Plan, plan_replay
 from relay.core.receipts import Reason
 from relay.core.records import (
@@ -31,6 +30,7 @@ from relay.storage.ancestry_migration import legacy_plan_refs
 from relay.storage.recovery import open_enabled
 from relay.storage.replay_store import ReasoningStore
 from relay.storage.schema import APPLICATION_ID, migrate_to
+from relay.storage.scoped_source import ScopedSource
 from tests.support.canonical_reference import identity_scope
 
 NOW = 1_800_000_000.0

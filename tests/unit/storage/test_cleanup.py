@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relay.clock import ManualClock
-from relay.core.identity import ScopeTargeting
 from relay.core.records import EMPTY_PLAN, BlockRef, MarkerKind, PriorPlan
+from relay.core.scope import ScopeTargeting
 from relay.storage.cleanup import MAX_RECLAIMED_PER_RUN, CleanupResult
 from relay.storage.replay_store import ReasoningStore
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from relay.core.identity import ScopeTargeting
+from relay.core.scope import ScopeTargeting
 from relay.storage.recovery import (
     COVERAGE_GAP_KEY,
     fence,

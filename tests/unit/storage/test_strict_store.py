@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from relay.clock import ManualClock
-from relay.core.identity import ScopeTargeting
+from relay.core.scope import ScopeTargeting
 from relay.errors import StoreError
 from relay.storage.replay_store import ReasoningStore
 from relay.storage.schema import SCHEMA_VERSION, migrate_to

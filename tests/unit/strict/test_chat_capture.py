@@ -10,9 +10,10 @@ import pytest
 
 from fakeupstream.fake import FakeUpstream
 from fakeupstream.scripts import parse_script
-from relay.core.identity import HistoryState, build_scope, history_digests
+from relay.core.history_digest import HistoryState, history_digests
 from relay.core.predict import SentToolCall
 from relay.core.receipts import Reason
+from relay.core.scope import build_scope
 from relay.strict.chat_capture import CapturedTurn, ChatCapture, capture_key, reasoning_of
 
 TOOLS = [{"type": "function", "function": {"name": "grep", "parameters": {"type": "object"}}}]

@@ -13,6 +13,7 @@ from relay.settings.providers import Provider
 from relay.storage.replay_store import ReasoningStore
 from relay.strict.rules import OnMiss, StrictRule, Turns
 from relay.strict.strict_cache import PreparedRequest, StrictCache, StrictTarget
+from tests.support.sqlite_store import sqlite_store
 
 TTL = 7200.0
 PROVIDER = Provider("deepseek", "chat", "http://127.0.0.1:9/v1", "sk-provider", None, "K")
@@ -176,8 +177,8 @@ def test_cleanup_drops_expired_memory_and_rows(cache: StrictCache, clock: Manual
     clock.jump_wall(TTL - 1500)  # the first two are past their expiry
     assert cache.cleanup() == 2
     assert len(cache.memory) == 1
-    assert cache.store is not None  # and the WAL was emptied into the database after it
-    assert cache.store.path.with_name(cache.store.path.name + "-wal").stat().st_size == 0
+    path = sqlite_store(cache.store).path  # and the WAL was emptied into the database after it
+    assert path.with_name(path.name + "-wal").stat().st_size == 0
 
 
 def test_after_a_restart_the_first_lookup_is_served_from_disk(
@@ -203,13 +204,14 @@ def test_a_tampered_row_is_a_miss_with_a_reason(path: Path, clock: ManualClock) 
     first = turn(cache, [USER])
     echo = answer(first, reasoning="genuine", calls=[("call_1", "{}")])
     cache.commit(first, "req")
-    assert cache.store is not None and cache.store._conn is not None
-    cache.store._conn.execute("UPDATE strict_entries SET reasoning = 'forged'")
+    conn = sqlite_store(cache.store)._conn
+    assert conn is not None
+    conn.execute("UPDATE strict_entries SET reasoning = 'forged'")
     history = [USER, echo, {"role": "tool", "tool_call_id": "call_1", "content": "o"}]
     assert turn(cache, history).messages[1]["reasoning_content"] == ""
     # Refused once by identity, once by tool-call id: never the forged text.
     assert cache.metrics.rejected == {"payload_digest_mismatch": 2}
-    cache.store.close()
+    sqlite_store(cache.store).close()
 
 
 def test_store_failures_fall_back_to_memory(path: Path, clock: ManualClock) -> None:

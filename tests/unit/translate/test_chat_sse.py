@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from relay.core.responses_events import decode
 from relay.translate.chat_sse import DONE, KEEPALIVE, compact_json, encode_chunk, encode_error
 from relay.translate.stream_converter import ChatStreamConverter
 from relay.transport.sse import SSEParser, decode_event
@@ -144,7 +145,7 @@ def test_recorded_streams_frame_as_whole_chunks(usage: bool, summaries: bool) ->
                                    include_usage=usage, reasoning_summaries=summaries)  # fmt: skip
         parser = SSEParser(max_event_bytes=1 << 24)
         for event in [*parser.feed(path.read_bytes()), *parser.close()]:
-            for chunk in conv.feed(*decode_event(event)):
+            for chunk in conv.feed(decode(*decode_event(event))):
                 assert encode_chunk(chunk) == whole_frame(chunk)
                 frames += 1
     assert frames > 400

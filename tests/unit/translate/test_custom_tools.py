@@ -21,11 +21,12 @@ from openai.types.chat.chat_completion_message_custom_tool_call import (
     ChatCompletionMessageCustomToolCall,
 )
 
+from relay.core.responses_events import decode
 from relay.errors import InvalidRequest
+from relay.settings.custom_calls import CustomCallForm
 from relay.settings.model_alias import ModelAlias
 from relay.translate import translate_request
 from relay.translate.chat_sse import encode_chunk
-from relay.translate.events import CustomCallForm
 from relay.translate.responses_input import resolve_tool_calls
 from relay.translate.responses_to_chat import response_to_chat_completion
 from relay.translate.stream_converter import ChatStreamConverter, Chunk
@@ -258,7 +259,7 @@ def converter(form: CustomCallForm) -> ChatStreamConverter:
 def feed(conv: ChatStreamConverter, events: list[tuple[str, dict[str, Any]]]) -> list[Chunk]:
     chunks: list[Chunk] = []
     for event_type, data in events:
-        chunks += conv.feed(event_type, data)
+        chunks += conv.feed(decode(event_type, data))
     return chunks
 
 

@@ -1,20 +1,20 @@
-"""relay.translate.events: the typed views of the Responses events the converter reads.
+"""The Responses events the converter reads, decoded (relay.core.responses_events).
 
-Each consumed event is checked where the converter takes it; a malformed one raises the
-same UpstreamProtocolError it always did, naming the first invalid field in the order
-the converter reads them (pinned here for every event type, field and kind of damage).
+Each consumed event is checked when it is decoded; a malformed one raises, once it
+reaches the converter, the same UpstreamProtocolError it always did, naming the first
+invalid field in the order the converter reads them (pinned here for every event type,
+field and kind of damage).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from relay.core.responses_events import decode
 from relay.errors import UpstreamProtocolError
-from relay.translate import events
 from relay.translate.stream_converter import ChatStreamConverter, Chunk
 
 FCALL = {"id": "fc_1", "type": "function_call", "call_id": "call_1", "name": "f", "arguments": ""}
@@ -71,8 +71,8 @@ WRONG: dict[type, tuple[Any, ...]] = {
 def fed(event_type: str, data: dict[str, Any]) -> list[Chunk]:
     conv = ChatStreamConverter(completion_id="c", created=1, model="m",
                                include_usage=True, reasoning_summaries=True)  # fmt: skip
-    conv.feed("response.output_item.added", {"output_index": 0, "item": FCALL})
-    return list(conv.feed(event_type, data))
+    conv.feed(decode("response.output_item.added", {"output_index": 0, "item": FCALL}))
+    return list(conv.feed(decode(event_type, data)))
 
 
 def damaged(valid: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
@@ -138,36 +138,3 @@ def test_unchecked_events_take_any_payload(event_type: str) -> None:
             assert type(info.value).__name__ == "UpstreamFailed"
         else:
             assert fed(event_type, data) == []
-
-
-READERS: dict[str, Callable[[dict[str, Any]], object]] = {
-    "response.created": lambda d: events.read_response_event(d, "response.created"),
-    "response.output_item.added": lambda d: events.read_output_item(d, "x"),
-    "response.output_text.delta": events.read_output_text_delta,
-    "response.output_text.done": events.read_output_text_done,
-    "response.refusal.delta": events.read_refusal_delta,
-    "response.refusal.done": events.read_refusal_done,
-    "response.reasoning_summary_text.delta": events.read_summary_delta,
-    "response.reasoning_summary_text.done": events.read_summary_done,
-    "response.function_call_arguments.delta": events.read_arguments_delta,
-    "response.function_call_arguments.done": events.read_arguments_done,
-    "response.failed": events.read_failed,
-    "error": events.read_error,
-}
-
-
-@pytest.mark.parametrize("event_type", sorted(READERS))
-def test_a_reader_returns_the_event_itself(event_type: str) -> None:
-    """No copy and no object per event: the typed view is the decoded dict."""
-    data = dict(CHECKED.get(event_type, ({"code": "x"}, ()))[0])
-    assert READERS[event_type](data) is data
-
-
-def test_an_int_field_may_be_an_int_subclass_but_never_a_bool() -> None:
-    class Index(int):
-        pass
-
-    data = {"output_index": Index(2), "content_index": 0, "delta": "a"}
-    assert events.read_output_text_delta(data)["output_index"] == 2
-    with pytest.raises(UpstreamProtocolError, match="'output_index' \\(int\\)"):
-        events.read_output_text_delta({**data, "output_index": True})

@@ -16,6 +16,7 @@ import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
+from relay.core.responses_events import decode
 from relay.settings.model_alias import ModelAlias
 from relay.translate.request import translate_request
 from relay.translate.responses_to_chat import response_to_chat_completion, usage_to_chat
@@ -59,7 +60,7 @@ def convert(folder: Path, *, summaries: bool) -> tuple[ChatStreamConverter, list
     chunks: list[Chunk] = []
     for event in events:
         assert not conv.finished, "no events after the terminal one in these recordings"
-        chunks += conv.feed(*decode_event(event))
+        chunks += conv.feed(decode(*decode_event(event)))
     return conv, chunks
 
 

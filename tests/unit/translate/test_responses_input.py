@@ -8,8 +8,8 @@ import pytest
 
 from relay.errors import InvalidRequest, UnsupportedParameter
 from relay.settings.model_alias import ModelAlias
-from relay.translate.chat_to_responses import TranslatedRequest
 from relay.translate.request import translate_request
+from relay.translate.request_types import TranslatedRequest
 from relay.translate.responses_input import translate_responses_shape
 
 CODEX = ModelAlias("gpt-5-codex", "gpt-5-codex")

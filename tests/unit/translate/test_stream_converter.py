@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from openai.types.chat import ChatCompletionChunk
 
+from relay.core.responses_events import decode
 from relay.errors import UpstreamFailed, UpstreamProtocolError
 from relay.translate.events import ChunkDelta
 from relay.translate.stream_converter import ChatStreamConverter, Chunk
@@ -30,7 +31,7 @@ def converter(*, usage: bool = False, summaries: bool = False) -> ChatStreamConv
 def run(conv: ChatStreamConverter, events: list[Event]) -> list[Chunk]:
     chunks: list[Chunk] = []
     for event_type, data in events:
-        chunks += conv.feed(event_type, data)
+        chunks += conv.feed(decode(event_type, data))
     for chunk in chunks:
         ChatCompletionChunk.model_validate(chunk, strict=True)
     return chunks
@@ -343,8 +344,8 @@ def test_state_after_completion_and_later_events_are_ignored() -> None:
     assert conv.finish_reason == "stop"
     assert conv.final_response is not None
     assert conv.final_response["status"] == "completed"
-    assert conv.feed(*text_delta("more")) == []
-    assert conv.feed(*completed(message("y"))) == []
+    assert conv.feed(decode(*text_delta("more"))) == []
+    assert conv.feed(decode(*completed(message("y")))) == []
     assert conv.finish_reason == "stop"
 
 
@@ -382,7 +383,7 @@ def test_unknown_and_uninteresting_events_produce_nothing() -> None:
         ev("response.output_item.added", output_index=0,
            item={"id": "rs", "type": "reasoning", "summary": []}),
     ]:  # fmt: skip
-        assert conv.feed(*event) == []
+        assert conv.feed(decode(*event)) == []
 
 
 @pytest.mark.parametrize(
@@ -411,12 +412,12 @@ def test_unknown_and_uninteresting_events_produce_nothing() -> None:
 )  # fmt: skip
 def test_malformed_known_events(event: tuple[str, dict[str, Any]]) -> None:
     with pytest.raises(UpstreamProtocolError):
-        converter().feed(*event)
+        converter().feed(decode(*event))
 
 
 def test_argument_delta_without_its_call_is_a_protocol_error() -> None:
     conv = converter()
-    conv.feed(*ev("response.output_item.added", output_index=0, item=fcall("c", "f")))
-    conv.feed(*args_delta("{", 0))
+    conv.feed(decode(*ev("response.output_item.added", output_index=0, item=fcall("c", "f"))))
+    conv.feed(decode(*args_delta("{", 0)))
     with pytest.raises(UpstreamProtocolError, match="output 1"):
-        conv.feed(*args_delta("{", 1))
+        conv.feed(decode(*args_delta("{", 1)))

@@ -17,6 +17,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from relay.core.responses_events import decode
 from relay.settings.model_alias import ModelAlias
 from relay.translate.request import translate_request
 from relay.translate.sampling import is_reasoning_model
@@ -226,7 +227,7 @@ def client_output(chunks: list[bytes]) -> list[Chunk]:
     for event in events:
         if conv.finished:
             break  # what the server does: stop at the first terminal event
-        out += conv.feed(*decode_event(event))
+        out += conv.feed(decode(*decode_event(event)))
     assert conv.finished
     return out
 

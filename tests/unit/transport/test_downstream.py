@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from tornado.iostream import StreamClosedError
 
 from relay.clock import ManualClock
 from relay.transport.downstream import Downstream
@@ -23,7 +24,8 @@ class StubStream:
 class StubHandler:
     """A RequestHandler stand-in whose flushes finish only when the test says so."""
 
-    def __init__(self) -> None:
+    def __init__(self, at_once: BaseException | bool = False) -> None:
+        self.at_once = at_once  # each flush done when made: True, or failed with this
         self.written: list[bytes] = []
         self.flushes: list[asyncio.Future[None]] = []
         self.stream = StubStream()
@@ -34,6 +36,10 @@ class StubHandler:
 
     def flush(self) -> asyncio.Future[None]:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if isinstance(self.at_once, BaseException):
+            future.set_exception(self.at_once)
+        elif self.at_once:
+            future.set_result(None)
         self.flushes.append(future)
         return future
 
@@ -62,6 +68,28 @@ async def _test_a_drained_write_counts_its_frames() -> None:
     handler.flushes[0].set_result(None)
     await task
     assert (down.frames_sent, handler.written) == (2, [b"a", b"b"])
+
+
+@pytest.mark.parametrize(
+    ("at_once", "gone"), [(True, False), (StreamClosedError(), True)], ids=["taken", "closed"]
+)
+def test_a_flush_done_at_once_needs_no_wait(at_once: BaseException | bool, gone: bool) -> None:
+    asyncio.run(_test_a_flush_done_at_once_needs_no_wait(at_once, gone))
+
+
+async def _test_a_flush_done_at_once_needs_no_wait(
+    at_once: BaseException | bool, gone: bool
+) -> None:
+    handler, clock = StubHandler(at_once), ManualClock()
+    down = downstream(handler, clock, 30)
+    down.queue(b"a")
+    if gone:
+        with pytest.raises(ClientGone):
+            await down.drain()
+    else:
+        await down.drain()
+    assert (down.closed, down.frames_sent) == (gone, 0 if gone else 1)
+    assert not handler.stream.closed  # no deadline fired
 
 
 def test_an_exhausted_delivery_window_cuts_the_next_write_at_once() -> None:

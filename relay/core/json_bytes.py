@@ -12,9 +12,12 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
+import orjson
+
 _JSON_SPACE: Final = b" \t\n\r"  # the only whitespace JSON allows
 _OPEN: Final = ord("[")
 _CLOSE: Final = ord("]")
+_COMPACT: Final = (",", ":")
 
 
 class RawItems:
@@ -52,38 +55,46 @@ class RawItems:
 
 
 def encode_body(body: Mapping[str, Any], *, piecewise: bool = False) -> bytes:
-    """``body`` as UTF-8 JSON; :class:`RawItems` in its ``input`` list become their
-    elements, verbatim. Without any, exactly ``json.dumps(body, ensure_ascii=False)``
-    (a lone surrogate escaped, see :func:`_utf8`); with some, the same text as if their
-    elements had been spliced into that text's ``input`` array first.
+    """``body`` as compact UTF-8 JSON (no whitespace between tokens); :class:`RawItems`
+    in its ``input`` list become their elements, verbatim, and ``input`` then comes first.
+    Everything else is spelled by orjson, or, when orjson refuses any of it (an integer
+    beyond 64 bits, a lone surrogate, a key that is not a string), by
+    ``json.dumps(..., ensure_ascii=False, separators=(",", ":"))`` (a lone surrogate
+    escaped, see :func:`_utf8`). Either way the text parses to exactly the value
+    ``json.dumps(body)`` spells (design §21): JSON ignores whitespace between
+    tokens, and both write a float as the shortest text that reads back as the same
+    double. The one difference: a non-finite float (not JSON: no parsed client body holds
+    one) goes out as ``null`` where the stdlib writes ``NaN``/``Infinity``.
 
     Built as bytes and joined once: the replayed blocks (most of a long conversation's
     body) are copied once, never decoded, and never widened into a ``str`` of the widest
     character any block holds.
 
-    ``piecewise``: the same bytes, from one ``json.dumps`` call per top-level value and
-    per ``input`` item instead of one for all (each holds the GIL throughout), for a
-    large body encoded on a worker thread."""
+    ``piecewise``: the same bytes, from one encoder call per top-level value and per
+    ``input`` item instead of one for all (each holds the GIL throughout), for a large
+    body encoded on a worker thread."""
     if piecewise:
         return _piecewise(body)
     items = body.get("input")
     if not isinstance(items, list) or not any(type(item) is RawItems for item in items):
-        return _utf8(json.dumps(body, ensure_ascii=False))
-    pieces: list[bytes | memoryview] = []
-    run: list[Any] = []  # ordinary items since the last raw block: encoded in one call
+        return _encoded([body])[0]
+    runs: list[list[Any] | RawItems] = []  # ordinary items between raw blocks: one call each
     for item in items:
         if type(item) is RawItems:
-            if run:
-                pieces.append(_inner(run))
-                run = []
-            pieces.append(item.elements)
+            runs.append(item)
+        elif runs and type(runs[-1]) is list:
+            runs[-1].append(item)
         else:
-            run.append(item)
-    if run:
-        pieces.append(_inner(run))
-    rest = _utf8(json.dumps({k: v for k, v in body.items() if k != "input"}, ensure_ascii=False))
-    tail = b", " + rest[1:] if rest != b"{}" else b"}"
-    return b"".join((b'{"input": [', b", ".join(pieces), b"]", tail))
+            runs.append([item])
+    plain = [run for run in runs if type(run) is list]
+    rest = {k: v for k, v in body.items() if k != "input"}
+    *encoded_runs, encoded_rest = _encoded([*plain, rest])
+    inner = iter(encoded_runs)
+    pieces = [
+        run.elements if type(run) is RawItems else memoryview(next(inner))[1:-1] for run in runs
+    ]
+    tail = b"," + encoded_rest[1:] if encoded_rest != b"{}" else b"}"
+    return b"".join((b'{"input":[', b",".join(pieces), b"]", tail))
 
 
 def _piecewise(body: Mapping[str, Any]) -> bytes:
@@ -92,26 +103,38 @@ def _piecewise(body: Mapping[str, Any]) -> bytes:
     if isinstance(items, list) and any(type(item) is RawItems for item in items):
         keys.remove("input")  # the splice puts it first (encode_body)
         keys.insert(0, "input")
-    members: list[bytes] = []
+    values: list[Any] = []  # the names and values to encode, in order
     for key in keys:
         value = body[key]
-        name = json.dumps(key, ensure_ascii=False)
+        values.append(key)
         if key == "input" and isinstance(value, list):
-            encoded = [
-                item.elements
-                if type(item) is RawItems
-                else _utf8(json.dumps(item, ensure_ascii=False))
-                for item in value
-            ]
-            members.append(_utf8(name) + b": [" + b", ".join(encoded) + b"]")
+            values.extend(item for item in value if type(item) is not RawItems)
         else:
-            members.append(_utf8(f"{name}: {json.dumps(value, ensure_ascii=False)}"))
-    return b"{" + b", ".join(members) + b"}"
+            values.append(value)
+    encoded = iter(_encoded(values))
+    members: list[bytes] = []
+    for key in keys:
+        name = next(encoded)
+        value = body[key]
+        if key == "input" and isinstance(value, list):
+            elements = [
+                item.elements if type(item) is RawItems else next(encoded) for item in value
+            ]
+            members.append(name + b":[" + b",".join(elements) + b"]")
+        else:
+            members.append(name + b":" + next(encoded))
+    return b"{" + b",".join(members) + b"}"
 
 
-def _inner(run: list[Any]) -> memoryview:
-    """The encoded elements of a list of items, without its brackets (a view, no copy)."""
-    return memoryview(_utf8(json.dumps(run, ensure_ascii=False)))[1:-1]
+def _encoded(values: list[Any]) -> list[bytes]:
+    """Each value as compact JSON: all by orjson, or all by the stdlib when orjson refuses
+    one (so that a body's spelling never depends on how it was cut into calls)."""
+    try:
+        return [orjson.dumps(value) for value in values]
+    except orjson.JSONEncodeError:
+        return [
+            _utf8(json.dumps(value, ensure_ascii=False, separators=_COMPACT)) for value in values
+        ]
 
 
 def _utf8(text: str) -> bytes:

@@ -1,18 +1,24 @@
-"""The upstream body's encoding: replayed blocks go out as their stored text, verbatim."""
+"""The upstream body's encoding: replayed blocks go out as their stored text, verbatim;
+the rest as compact JSON of the same value as ``json.dumps`` spells."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from relay.translate.body_encoding import RawItems, encode_body
+from relay.core.json_bytes import RawItems, encode_body
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
     max_leaves=12,
 )
@@ -47,8 +53,41 @@ def expanded(body: dict[str, Any]) -> dict[str, Any]:
         {},
     ],
 )
-def test_without_raw_items_it_is_json_dumps(body: dict[str, Any]) -> None:
-    assert encode_body(body) == json.dumps(body, ensure_ascii=False).encode("utf-8")
+def test_without_raw_items_it_is_compact_json_dumps(body: dict[str, Any]) -> None:
+    compact = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    assert encode_body(body) == compact.encode("utf-8")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"model": "m", "input": [{"n": 2**64}], "temperature": 0.1},  # beyond 64 bits
+        {"model": "m", "input": [{"t": "a\ud800"}], "top_p": 1e-07},  # a lone surrogate
+        {"model": "m", "metadata": {1: "x"}, "input": [RawItems(b'[{"a":1}]')]},  # an int key
+    ],
+)
+@pytest.mark.parametrize("piecewise", [False, True])
+def test_what_orjson_refuses_is_spelled_by_the_stdlib(
+    body: dict[str, Any], piecewise: bool
+) -> None:
+    encoded = encode_body(body, piecewise=piecewise)
+    stdlib = json.loads(json.dumps(expanded(body) if "input" in body else body))
+    assert json.loads(encoded) == stdlib
+    assert b", " not in encoded and b": " not in encoded
+
+
+@given(json_values)
+def test_the_value_is_what_json_dumps_spells(value: Any) -> None:
+    """orjson's spelling (floats included) reads back as the value the stdlib's does."""
+    body = {"model": "m", "input": [value], "k": value}
+    assert json.loads(encode_body(body)) == json.loads(json.dumps(body))
+
+
+def test_a_non_finite_float_goes_out_as_null() -> None:
+    # Not JSON (the stdlib writes NaN/Infinity, which the upstream refuses); no parsed
+    # client body holds one (relay.http.request_body refuses them).
+    body = {"model": "m", "input": [], "temperature": float("inf")}
+    assert json.loads(encode_body(body)) == {"model": "m", "input": [], "temperature": None}
 
 
 def test_the_stored_text_is_sent_verbatim() -> None:
@@ -121,16 +160,16 @@ def test_a_lone_surrogate_goes_out_as_its_escape(
     input_parts,
     st.dictionaries(st.text().filter(lambda key: key != "input"), json_values, max_size=3),
 )
-def test_blocks_in_json_dumps_spelling_give_exactly_json_dumps_of_the_expanded_body(
+def test_blocks_in_the_encoders_spelling_give_exactly_the_expanded_body(
     parts: list[tuple[str, Any]], rest: dict[str, Any]
 ) -> None:
-    """Byte for byte: splicing raw elements (here spelled as json.dumps spells them) into
-    the body's text is the text of the body with those items in place."""
-    items = [
-        RawItems(json.dumps(value, ensure_ascii=False).encode("utf-8", "backslashreplace"))
-        if kind == "raw" else value
-        for kind, value in parts
-    ]  # fmt: skip
+    """Byte for byte: splicing raw elements (here spelled as orjson spells them) into the
+    body's text is the text of the body with those items in place."""
+    try:
+        orjson.dumps([parts, rest])
+    except orjson.JSONEncodeError:  # then the stdlib spells the rest: not orjson's bytes
+        return
+    items = [RawItems(orjson.dumps(value)) if kind == "raw" else value for kind, value in parts]
     body = {"input": items, **rest}
     assert encode_body(body) == encode_body(expanded(body))
 

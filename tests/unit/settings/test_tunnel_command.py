@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from relay.errors import ConfigError
 from relay.settings.config import load_config
-from relay.tunnel.command import TunnelCommand, parse_tunnel_command
+from relay.settings.tunnel_command import TunnelCommand, parse_tunnel_command
 
 
 @pytest.fixture

@@ -14,9 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from relay.clock import ManualClock, SystemClock
-from relay.transport import deadline as deadline_module
-from relay.transport.deadline import Deadline
+from relay import clock as deadline_module
+from relay.clock import Deadline, ManualClock, SystemClock
 
 
 class FakeTimers:

@@ -1,18 +1,14 @@
-"""The visible-history identity (relay.core.identity): scope, prefix digests, envelopes.
-
-One file for what was four (issue 17): equivalent and different envelopes, the null and
-empty assistant fields that carry nothing (issue 16), prefix digests and their
-properties, the one-pass renderers against the reference encoding, limits and refusals
-decided before anything is hashed, the scope, extending a saved state with a prediction,
-and real Cursor histories. Whichever renderer a message takes (flat, one-pass assistant,
-measured, streamed), its bytes must be the reference encoding of its normalized form
+"""Prefix digests of the visible history (relay.core.history_digest): equivalent and
+different envelopes, the null and empty assistant fields that carry nothing (issue 16),
+prefix digests and their properties, refusals decided before anything is hashed,
+extending a saved state with a prediction, and real Cursor histories. Whichever renderer a
+message takes, its bytes must be the reference encoding of its normalized form
 (``tests.support.canonical_reference``), framed as documented.
 """
 
 from __future__ import annotations
 
 import copy
-import enum
 import json
 from typing import Any
 
@@ -20,121 +16,37 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relay.core import identity
 from relay.core.canonical import (
-    Budget,
     CanonicalLimitExceeded,
-    CanonicalRefused,
-    EncodeError,
     NotCanonicalizable,
     canonical_bytes,
-    render_sorted,
 )
 from relay.core.envelope import NULLISH, normalize_assistant, normalize_message
-from relay.core.identity import (
-    ENCRYPTED_REASONING_INCLUDE,
-    HistoryDigests,
-    Scope,
-    build_scope,
-    fingerprint,
-    history_digests,
-    merged_include,
-    scope_config,
-)
+from relay.core.history_digest import history_digests
 from relay.core.limits import CanonicalLimits
 from relay.core.predict import SentToolCall, predict_envelope, predict_envelopes
 from relay.core.responses_history import visible_messages_from_responses_input
 from relay.settings.model_alias import ModelAlias
 from relay.translate.request import translate_request
 from tests.support import recordings
-from tests.support.canonical_reference import reference_digests
-from tests.support.json_values import json_values, text
-
-SECRET = b"s" * 32
-BODY: dict[str, Any] = {
-    "model": "gpt-5",
-    "tools": [{"type": "function", "name": "read", "parameters": {}, "strict": False}],
-    "tool_choice": "auto",
-    "reasoning": {"effort": "high", "summary": "auto"},
-    "max_output_tokens": 1000,
-}
-
-
-def make_scope(body: dict[str, Any] | None = None, **overrides: Any) -> Scope:
-    arguments: dict[str, Any] = {
-        "secret": SECRET,
-        "upstream_origin": "https://api.openai.com",
-        "endpoint": "/v1/responses",
-        "credential": "sk-one",
-        "relay_token": "rr-token",
-        "caller": "cursor-user",
-        "upstream_body": BODY if body is None else body,
-        "openai_beta": None,
-    }
-    arguments.update(overrides)
-    return build_scope(**arguments)
-
-
-SCOPE = make_scope()
-
-
-def small_scope(**limits: int) -> Scope:
-    return make_scope(limits=CanonicalLimits(**limits))
-
-
-def call(call_id: str, arguments: str = '{"path":"a.py"}', name: str = "read") -> dict[str, Any]:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-
-
-def indexed(call_id: str, index: Any, arguments: str = '{"path":"a.py"}') -> dict[str, Any]:
-    return {**call(call_id, arguments), "index": index}
-
-
-USER = {"role": "user", "content": "read a.py and b.py"}
-SYSTEM = {"role": "system", "content": "be brief"}
-PREFIX = [SYSTEM, USER]
-CALL = call("call_1", "{}")
-
-
-def end_digest(message: Any, scope: Scope = SCOPE) -> str:
-    return history_digests(scope, [*PREFIX, message]).boundaries[-1]
-
-
-def envelope_fingerprint(message: Any) -> str:
-    return history_digests(SCOPE, [message]).assistant_blocks[0].envelope_fingerprint
-
-
-def assert_reference_digests(history: list[Any], exclude: bool = False) -> HistoryDigests:
-    """Every boundary, size and envelope fingerprint is the documented framing of the
-    reference encoding of the normalized message; returns the digests."""
-    digests = history_digests(SCOPE, history, exclude_reasoning_content=exclude)
-    boundaries, sizes, fingerprints = reference_digests(SCOPE, history, exclude)
-    assert list(digests.boundaries) == boundaries
-    assert list(digests.message_sizes) == sizes
-    assert [block.envelope_fingerprint for block in digests.assistant_blocks] == fingerprints
-    return digests
-
-
-def assert_prefix_property(scope: Scope, history: list[Any], digests: HistoryDigests) -> None:
-    assert len(digests.boundaries) == len(history) + 1
-    for k in range(len(history) + 1):
-        assert history_digests(scope, history[:k]).boundaries == digests.boundaries[: k + 1]
-
-
-def left_the_one_pass_path(*args: Any, **kwargs: Any) -> Any:
-    raise AssertionError("left the one-pass path")
-
-
-HISTORY: list[dict[str, Any]] = [
-    SYSTEM,
+from tests.support.identity_cases import (
+    BODY,
+    CALL,
+    HISTORY,
+    PREFIX,
+    SCOPE,
     USER,
-    {"role": "assistant", "content": "reading", "tool_calls": [indexed("c1", 0), indexed("c2", 1)]},
-    {"role": "tool", "tool_call_id": "c1", "name": "read", "content": "print(1)\n"},
-    {"role": "tool", "tool_call_id": "c2", "name": "read", "content": "print(2)\n"},
-    {"role": "assistant", "content": [{"type": "text", "text": "both print"}]},
-    {"role": "user", "content": [{"type": "text", "text": "thanks"}]},
-]
-
+    assert_prefix_property,
+    assert_reference_digests,
+    call,
+    end_digest,
+    envelope_fingerprint,
+    indexed,
+    make_scope,
+    sdk_dump,
+    small_scope,
+)
+from tests.support.json_values import json_values, text
 
 # --- equivalent and different envelopes -------------------------------------------------
 
@@ -372,12 +284,6 @@ def test_reasoning_content_excluded_on_request_with_its_own_digests() -> None:
 # as on the general one; a non-empty value stays in the identity.
 
 GPT5 = ModelAlias("gpt-5", "gpt-5")
-SDK_NULLS = {"refusal": None, "annotations": None, "audio": None, "function_call": None}
-
-
-def sdk_dump(content: str | None, calls: list[dict[str, Any]] | None) -> dict[str, Any]:
-    """``ChatCompletionMessage.model_dump()``: every field, unset ones null."""
-    return {"content": content, "role": "assistant", **SDK_NULLS, "tool_calls": calls}
 
 
 def predicted_end(text: str, calls: tuple[SentToolCall, ...] = ()) -> str:
@@ -608,147 +514,6 @@ def test_digests_are_the_documented_framing_of_the_reference_encoding(
     assert_reference_digests(history, exclude)
 
 
-# --- the one-pass renderers ----------------------------------------------------------------
-# Cursor's commonest messages (flat user/tool/system messages; assistant text; assistant
-# text and one call, with or without ``index``) and the SDK's model_dump() echoes are
-# rendered as sent and edited in place (an appended ``tool_calls`` member, a cut
-# ``index``, dropped null fields). Pinned: the bytes are the reference encoding of the
-# normalized message, the shapes do take those paths, and limits and refusals are exactly
-# the ones :meth:`Budget.measure` decides, before anything is hashed.
-
-
-def text_message(content: str = "done") -> dict[str, Any]:
-    return {"role": "assistant", "content": content}
-
-
-def call_message(
-    content: str = "",
-    *,
-    arguments: str = '{"path":"a.py"}',
-    name: str = "read",
-    call_id: str = "call_1",
-    kind: str = "function",
-    index: Any = 0,
-) -> dict[str, Any]:
-    call: dict[str, Any] = {"type": kind, "id": call_id}
-    if index is not None:
-        call["index"] = index
-    call["function"] = {"name": name, "arguments": arguments}
-    return {"role": "assistant", "content": content, "tool_calls": [call]}
-
-
-def tool_message(content: str = "result") -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": "call_1", "name": "read", "content": content}
-
-
-# Strings built from what could confuse an in-place edit: the cut member's own text, its
-# neighbours' keys, quotes, backslashes, braces, escapes and non-ASCII code points.
-tricky = st.lists(
-    st.sampled_from(['"', "\\", ",", ":", "{", "}", "[", "]", "0", "index", "type", "id",
-                     ',"index":0,', '"tool_calls":[]', "\n", "\x01", "\u00e9", "\U0001f600"]),
-    max_size=12,
-).map("".join)  # fmt: skip
-
-
-@given(
-    st.lists(
-        st.builds(text_message, tricky)
-        | st.builds(
-            call_message,
-            tricky,
-            arguments=tricky,
-            name=tricky,
-            call_id=tricky,
-            kind=tricky,
-            index=st.sampled_from([0, None]),
-        )
-        | st.builds(tool_message, tricky),
-        max_size=5,
-    ),
-    st.booleans(),
-)
-@settings(max_examples=200)
-def test_edited_renderings_are_the_reference_encoding(history: list[Any], exclude: bool) -> None:
-    assert_reference_digests(history, exclude)
-
-
-ONE_PASS = [
-    (
-        "cursor's commonest shapes",
-        [
-            {"role": "system", "content": "rules"},
-            {"role": "user", "content": "read a.py"},
-            call_message("reading", index=0),
-            tool_message('{"ok":true}'),
-            call_message(index=None),
-            tool_message(),
-            text_message('the file says ",\\"index\\":0," and }'),
-        ],
-        True,
-    ),
-    (
-        "the sdk's model_dump() echoes",
-        [
-            USER,
-            sdk_dump("done", None),
-            sdk_dump(None, [CALL]),
-            sdk_dump("", [CALL, CALL]),
-            {"role": "assistant", "content": "x", "refusal": None, "annotations": []},
-        ],
-        False,
-    ),
-]
-
-
-@pytest.mark.parametrize(("name", "history", "edited"), ONE_PASS, ids=[n for n, *_ in ONE_PASS])
-def test_the_commonest_shapes_take_the_one_pass_paths(
-    monkeypatch: pytest.MonkeyPatch, name: str, history: list[Any], edited: bool
-) -> None:
-    """Nothing is measured for them and, for Cursor's shapes, no normalized envelope is
-    built either (so the tests above exercise the in-place edits)."""
-    if edited:
-        monkeypatch.setattr(identity, "_render_envelope", left_the_one_pass_path)
-    monkeypatch.setattr(Budget, "measure", left_the_one_pass_path)
-    digests = history_digests(SCOPE, history)
-    monkeypatch.undo()
-    assert_reference_digests(history)
-    assert digests.boundaries == history_digests(SCOPE, history).boundaries
-
-
-def test_a_kept_field_leaves_the_one_pass_paths_for_measuring(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    calls: list[str] = []
-    general = identity._render_assistant_general
-
-    def spy(*args: Any) -> Any:
-        calls.append("general")
-        return general(*args)
-
-    monkeypatch.setattr(identity, "_render_assistant_general", spy)
-    message = {**sdk_dump("done", None), "refusal": "no"}
-    assert_reference_digests([USER, message])
-    assert calls == []  # not even the general one-pass renderer: measured
-
-
-@pytest.mark.parametrize(
-    "message",
-    [
-        call_message(index=1),  # not its position: kept, hashed
-        call_message(index=False),  # equal to 0, but not an int: kept, hashed
-        call_message(index=0.0),
-        {**call_message(), "tool_calls": []},
-        {"role": "assistant", "content": None, "tool_calls": call_message()["tool_calls"]},
-        {"role": "assistant", "content": [{"type": "text", "text": "hi"}]},
-        {**text_message(), "refusal": None},
-        {**text_message(), "reasoning_content": "thought"},
-    ],
-)
-def test_neighbouring_shapes_hash_their_normalized_form(message: dict[str, Any]) -> None:
-    assert_reference_digests([message, message])
-    assert_reference_digests([message], exclude=True)
-
-
 # --- refusals and limits: decided before anything is hashed --------------------------------
 
 
@@ -824,215 +589,6 @@ def test_scope_and_history_share_the_byte_budget() -> None:
     big_scope = make_scope(big_body, limits=CanonicalLimits(max_bytes=1800))
     with pytest.raises(CanonicalLimitExceeded):
         history_digests(big_scope, history)
-
-
-def test_a_scope_over_the_limits_is_refused() -> None:
-    with pytest.raises(CanonicalLimitExceeded):
-        small_scope(max_bytes=100)
-
-
-class Text(str):
-    pass
-
-
-class Role(enum.StrEnum):  # orjson renders enum members by value: must still be refused
-    ASSISTANT = "assistant"
-    TOOL = "tool"
-
-
-class Index(enum.IntEnum):
-    ZERO = 0
-
-
-def inexact_key(message: dict[str, Any]) -> dict[str, Any]:
-    return {Text(key) if key == "content" else key: value for key, value in message.items()}
-
-
-INEXACT: list[tuple[str, dict[str, Any], str]] = [
-    ("text: key subclass", inexact_key(text_message()), "key"),
-    ("text: enum role", {"role": Role.ASSISTANT, "content": "x"}, "type"),
-    ("text: content subclass", text_message(Text("x")), "type"),
-    ("call: key subclass", inexact_key(call_message()), "key"),
-    ("call: enum role", {**call_message(), "role": Role.ASSISTANT}, "type"),
-    ("call: arguments subclass", call_message(arguments=Text("{}")), "type"),
-    ("call: enum type", call_message(kind=Role.TOOL), "type"),
-    ("call: enum index", call_message(index=Index.ZERO), "type"),
-    ("call: lone surrogate", call_message(call_id="\ud800"), "string"),
-    ("unindexed call: key subclass", inexact_key(call_message(index=None)), "key"),
-    ("flat: key subclass", inexact_key(tool_message()), "key"),
-    ("flat: enum value", {**tool_message(), "role": Role.TOOL}, "type"),
-    ("flat: value subclass", tool_message(Text("x")), "type"),
-    ("nullish: key subclass", {**text_message("x"), Text("refusal"): None}, "key"),
-]
-
-
-@pytest.mark.parametrize(("name", "message", "reason"), INEXACT, ids=[n for n, _, _ in INEXACT])
-def test_inexact_values_are_refused_as_measure_refuses_them(
-    hashed: list[bool], name: str, message: dict[str, Any], reason: str
-) -> None:
-    with pytest.raises(NotCanonicalizable) as measured:
-        Budget().measure(normalize_message(message))
-    assert measured.value.reason == reason
-    with pytest.raises(NotCanonicalizable) as refused:
-        history_digests(SCOPE, [tool_message(), message, text_message()])
-    assert refused.value.reason == reason
-    assert hashed == []
-
-
-def test_render_sorted_refuses_inexact_keys_only() -> None:
-    for key in (Text("a"), Role.TOOL):
-        with pytest.raises(EncodeError):
-            render_sorted({key: "x"})
-    # values are the caller's to check: an enum member renders as its value
-    assert render_sorted({"b": Role.TOOL, "a": 1}) == b'{"a":1,"b":"tool"}'
-
-
-def charges(message: dict[str, Any]) -> tuple[int, int]:
-    """Bytes and nodes measure() charges for a message (its normalized form)."""
-    budget = Budget()
-    size = budget.measure(normalize_message(message))
-    return size, budget.nodes
-
-
-LIMITED = [
-    ("flat", tool_message("x" * 50)),
-    ("text", text_message("y" * 50)),
-    ("indexed call", call_message("z" * 50)),
-    ("unindexed call", call_message("z" * 50, index=None)),
-]
-
-
-@pytest.mark.parametrize(("name", "message"), LIMITED, ids=[n for n, _ in LIMITED])
-@pytest.mark.parametrize(("limit", "placeholder"), [("max_bytes", 999), ("max_nodes", 99)])
-def test_limits_are_exact_on_the_one_pass_paths(
-    hashed: list[bool], name: str, message: dict[str, Any], limit: str, placeholder: int
-) -> None:
-    history = [tool_message(), message]
-    size, nodes = charges(message)
-    # The limits are framed into the scope: equal-width values keep its size.
-    scope = small_scope(**{limit: placeholder})
-    used = history_digests(scope, history)
-    assert used.message_sizes[-1] == size
-    assert used.bytes_used == scope.canonical_size + sum(used.message_sizes)
-    assert used.nodes_used == history_digests(SCOPE, history[:1]).nodes_used + nodes
-    exact = used.bytes_used if limit == "max_bytes" else used.nodes_used
-    assert len(str(exact - 1)) == len(str(placeholder))
-    history_digests(small_scope(**{limit: exact}), history)  # exactly at the limit: fits
-    hashed.clear()
-    with pytest.raises(CanonicalLimitExceeded) as refused:
-        history_digests(small_scope(**{limit: exact - 1}), history)
-    assert refused.value.reason == limit.removeprefix("max_")
-    assert hashed == []
-
-
-def test_a_flat_message_is_charged_its_depth() -> None:
-    budget = Budget(CanonicalLimits(max_depth=0))
-    assert budget.render_flat(tool_message()) is None
-    assert (budget.bytes, budget.nodes) == (0, 0)
-    with pytest.raises(CanonicalRefused) as refused:
-        budget.measure(tool_message())
-    assert refused.value.reason == "depth"
-
-
-# --- scope ----------------------------------------------------------------------------------
-
-SCOPE_CHANGES: list[tuple[str, dict[str, Any]]] = [
-    ("model", {"upstream_body": {**BODY, "model": "gpt-5-mini"}}),
-    ("tools", {"upstream_body": {**BODY, "tools": []}}),
-    ("tool schema", {"upstream_body": {**BODY, "tools": [{**BODY["tools"][0], "strict": True}]}}),
-    ("reasoning", {"upstream_body": {**BODY, "reasoning": {"effort": "low"}}}),
-    ("output limit", {"upstream_body": {**BODY, "max_output_tokens": 10}}),
-    ("temperature", {"upstream_body": {**BODY, "temperature": 0}}),
-    ("include", {"upstream_body": {**BODY, "include": ["message.output_text.logprobs"]}}),
-    # Cursor's fields that change what the model reads or writes (design §2, scope)
-    (
-        "reasoning context",
-        {"upstream_body": {**BODY, "reasoning": {**BODY["reasoning"], "context": "all_turns"}}},
-    ),
-    ("truncation", {"upstream_body": {**BODY, "truncation": "auto"}}),
-    ("verbosity", {"upstream_body": {**BODY, "text": {"verbosity": "low"}}}),
-    ("credential", {"credential": "sk-two"}),
-    ("relay token", {"relay_token": "rr-other"}),
-    ("caller", {"caller": "someone-else"}),
-    ("no caller", {"caller": None}),
-    ("empty caller", {"caller": ""}),
-    ("beta header", {"openai_beta": "responses=v1"}),
-    ("origin", {"upstream_origin": "https://example.test"}),
-    ("endpoint", {"endpoint": "/openai/v1/responses"}),
-    ("body shape", {"body_shape": "responses"}),
-    ("limits", {"limits": CanonicalLimits(max_messages=100)}),
-    ("secret", {"secret": b"t" * 32}),
-]
-
-
-@pytest.mark.parametrize(("name", "change"), SCOPE_CHANGES, ids=[n for n, _ in SCOPE_CHANGES])
-def test_scope_changes_change_every_digest(name: str, change: dict[str, Any]) -> None:
-    scope = make_scope(**change)
-    assert scope.digest != SCOPE.digest
-    base = history_digests(SCOPE, HISTORY)
-    changed = history_digests(scope, HISTORY)
-    assert not set(base.boundaries) & set(changed.boundaries)
-
-
-SCOPE_KEEPS: list[tuple[str, dict[str, Any]]] = [
-    ("stream", {**BODY, "stream": True}),
-    ("stream options", {**BODY, "stream": False, "stream_options": {"include_obfuscation": False}}),
-    ("store true", {**BODY, "store": True}),
-    ("store false", {**BODY, "store": False}),
-    ("include the merge adds", {**BODY, "include": [ENCRYPTED_REASONING_INCLUDE]}),
-    ("null values", {**BODY, "metadata": None, "temperature": None}),
-    ("instructions", {**BODY, "instructions": "be brief"}),
-    ("input", {**BODY, "input": [{"role": "user", "content": "x"}]}),
-    ("raw user value", {**BODY, "user": "cursor-user"}),
-    ("key order", dict(reversed(list(BODY.items())))),
-    # the upstream's prompt cache: where and how long, never what the model reads
-    ("prompt cache key", {**BODY, "prompt_cache_key": "cursor-conversation-7"}),
-    ("prompt cache retention", {**BODY, "prompt_cache_retention": "24h"}),
-]
-
-
-@pytest.mark.parametrize(("name", "body"), SCOPE_KEEPS, ids=[n for n, _ in SCOPE_KEEPS])
-def test_transport_and_history_fields_do_not_split_scopes(name: str, body: dict[str, Any]) -> None:
-    assert make_scope(body).digest == SCOPE.digest
-
-
-def test_include_is_merged_deduplicated_and_order_free() -> None:
-    assert merged_include(None) == [ENCRYPTED_REASONING_INCLUDE]
-    merged = merged_include(["b", ENCRYPTED_REASONING_INCLUDE, "a", "b"])
-    assert merged == ["a", "b", ENCRYPTED_REASONING_INCLUDE]
-    one = make_scope({**BODY, "include": ["x", "y"]})
-    assert make_scope({**BODY, "include": ["y", "x", "y"]}).digest == one.digest
-
-
-def test_scope_config_is_the_translated_body_minus_transport_and_history() -> None:
-    body = {**BODY, "stream": True, "input": [], "instructions": "i", "user": "u", "store": True}
-    assert scope_config(body) == {
-        "tools": BODY["tools"],
-        "tool_choice": "auto",
-        "reasoning": {"effort": "high", "summary": "auto"},
-        "max_output_tokens": 1000,
-        "store": False,
-        "include": [ENCRYPTED_REASONING_INCLUDE],
-    }
-
-
-def test_scope_holds_fingerprints_never_raw_secrets() -> None:
-    text = json.dumps(SCOPE.value)
-    for raw in ("sk-one", "rr-token", "cursor-user"):
-        assert raw not in text
-    assert SCOPE.targeting.credential == fingerprint(SECRET, "openai-credential", "sk-one")
-    assert SCOPE.targeting.caller == fingerprint(SECRET, "caller", "cursor-user")
-    assert SCOPE.targeting.model == "gpt-5"
-    assert make_scope(caller=None).targeting.caller is None
-    # labels separate the fingerprints of equal values
-    assert fingerprint(SECRET, "caller", "x") != fingerprint(SECRET, "relay-token", "x")
-
-
-def test_scope_rejects_a_short_secret_and_a_missing_model() -> None:
-    with pytest.raises(ValueError, match="16 bytes"):
-        make_scope(secret=b"short")
-    with pytest.raises(TypeError):
-        make_scope({"tools": []})
 
 
 # --- extending a saved state with a prediction ---------------------------------------------
