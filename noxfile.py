@@ -30,6 +30,7 @@ TOOL_DIRS = ("/usr/lib/postgresql/*/bin", "/usr/sbin", "/sbin")
 COVERAGE_FAIL_UNDER = "85"
 # Run a second time by `tests` with RELAY_TEST_FORCE_PORTABLE_FALLBACKS=1 (relay.storage.portable).
 PORTABLE_TESTS = ("tests/unit/storage", "tests/unit/cache/test_disk_safety.py")
+SYSTEM_PACKAGES["chromium"] = "chromium"  # the dashboard's browser test (tests/support/browser.py)
 
 
 def ensure_system_packages(session: nox.Session) -> None:

@@ -30,6 +30,30 @@ Message = dict[str, Any]
 ScriptHook = Callable[[Mapping[str, Any]], None]
 
 
+@dataclass(frozen=True)
+class TokenCounts:
+    """An answer's Chat ``usage``, in detail (what the A/B check compares)."""
+
+    prompt: int
+    cached: int
+    output: int
+    reasoning: int
+
+
+def token_counts(usage: Any) -> TokenCounts | None:
+    """The detail of an SDK ``usage`` object (``None``: the answer had none)."""
+    if usage is None:
+        return None
+    prompt_details = getattr(usage, "prompt_tokens_details", None)
+    output_details = getattr(usage, "completion_tokens_details", None)
+    return TokenCounts(
+        prompt=usage.prompt_tokens or 0,
+        cached=(getattr(prompt_details, "cached_tokens", None) or 0),
+        output=usage.completion_tokens or 0,
+        reasoning=(getattr(output_details, "reasoning_tokens", None) or 0),
+    )
+
+
 @dataclass
 class Turn:
     """One answer as the client got it."""
@@ -42,6 +66,7 @@ class Turn:
     finish_reason: str | None = None
     error: Any = None  # the error envelope's ``error`` (HTTP error or mid-stream frame)
     tokens: int | None = None  # usage.total_tokens, when the answer reported it
+    usage: TokenCounts | None = None  # the same usage, in detail
     chunks: int = 0
     # Tool calls of a stream being read, by index (deltas append to them).
     partial_calls: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)
@@ -319,6 +344,7 @@ def _read_completion(turn: Turn, completion: ChatCompletion) -> None:
             }
         )
     turn.tokens = _usage_tokens(completion.usage)
+    turn.usage = token_counts(completion.usage)
 
 
 def _collect(
@@ -330,6 +356,7 @@ def _collect(
         turn.chunks += 1
         if chunk.usage is not None:
             turn.tokens = _usage_tokens(chunk.usage)
+            turn.usage = token_counts(chunk.usage)
         output = False
         for choice in chunk.choices:
             delta = choice.delta

@@ -37,6 +37,7 @@ MODULES = (
     "live.checks.images",
     "live.checks.cursor",
     "live.checks.cursor_agent",
+    "live.checks.cache_ab",
     "live.checks.recovery",
     "live.checks.strict",
 )

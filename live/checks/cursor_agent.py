@@ -51,14 +51,16 @@ class CursorChat:
     tools: list[dict[str, Any]] = field(default_factory=list)
     items: list[dict[str, Any]] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
+    instructions: str = INSTRUCTIONS
+    overrides: dict[str, Any] = field(default_factory=dict)  # fields set last
 
     @property
     def client(self) -> ChatClient:
         return self.ctx.client(self.relay)
 
     def body(self) -> dict[str, Any]:
-        body = {"model": self.ctx.model, "instructions": INSTRUCTIONS,
-                "input": list(self.items), **cursor_fields(self.ctx)}  # fmt: skip
+        body = {"model": self.ctx.model, "instructions": self.instructions,
+                "input": list(self.items), **cursor_fields(self.ctx), **self.overrides}  # fmt: skip
         if self.tools:
             body["tools"] = self.tools
         return body
@@ -136,7 +138,7 @@ READ_FILE = {
 PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hello\n*** End Patch\n"
 
 
-def _echo_call(call: dict[str, Any], echo: str) -> dict[str, Any]:
+def echo_call(call: dict[str, Any], echo: str) -> dict[str, Any]:
     """The call as Cursor hands it back (undocumented, so both ways are checked)."""
     function = call["function"]
     if echo == "custom_tool_call":
@@ -163,7 +165,7 @@ def cursor_apply_patch_loop(ctx: CheckContext) -> Verdict:
         patch = calls[0]["function"]["arguments"]
         expect(patch.startswith("*** Begin Patch"), f"{echo}: the patch was respelled: {patch!r}")
         output = "custom_tool_call_output" if echo == "custom_tool_call" else "function_call_output"
-        results = [_echo_call(call, echo) for call in first.tool_calls]
+        results = [echo_call(call, echo) for call in first.tool_calls]
         results += [{"type": output if call in calls else "function_call_output",
                      "call_id": call["id"], "output": "Done."} for call in first.tool_calls]  # fmt: skip
         second = chat.send(

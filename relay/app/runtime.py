@@ -22,6 +22,7 @@ from relay.transport.upstream import UpstreamExchange, UpstreamLimits
 from relay.upstream.health import UpstreamHealth
 
 if TYPE_CHECKING:
+    from relay.ops.token_stats import TokenAccounting
     from relay.tunnel.supervisor import Tunnel
 
 
@@ -57,6 +58,7 @@ class Runtime:
     tunnel: Tunnel | None = None  # RELAY_TUNNEL_CMD's program, once started
     upstream_health: UpstreamHealth = field(default_factory=UpstreamHealth)  # for /readyz
     dropped_params: set[str] = field(default_factory=set)  # logged once each per process
+    tokens: TokenAccounting | None = None  # usage by replay outcome (relay.ops, at start)
 
     @property
     def upstream_limits(self) -> UpstreamLimits:

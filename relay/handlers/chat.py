@@ -45,6 +45,7 @@ class ChatCompletionsHandler(RelayingHandler):
             reasoning_summaries=config.reasoning_summaries_as_content,
             custom_tool_calls=config.custom_tool_calls,
         )
+        self.body_shape = request.shape  # token accounting: a chat or Responses-shaped body
         pipeline = ChatPipeline(
             request,
             request_id=self.request_id,

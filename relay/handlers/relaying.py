@@ -16,10 +16,13 @@ from tornado.iostream import IOStream
 from tornado.web import stream_request_body
 
 from relay.core.json_bytes import encode_body
+from relay.core.replay_header import HEADER as REPLAY_HEADER
+from relay.core.token_usage import Usage
 from relay.errors import PayloadTooLarge
 from relay.handlers.base import BaseHandler
 from relay.http.request_body import check_content_encoding, parse_json_object
 from relay.observability.body_log import RequestBodies
+from relay.ops.hooks import answer_finished
 from relay.ops.metrics import CLIENT_GONE
 from relay.settings.crashpoints import crash_point
 from relay.settings.providers import Provider
@@ -40,6 +43,18 @@ class RelayingHandler(BaseHandler):
     _bodies: RequestBodies | None = None  # LOG_BODIES=1: this request's artifacts
     _large = False  # the body is over PARSE_OFF_LOOP_BYTES (see off_loop)
     _large_done_once = False  # _COLLECTION was told that this large request ended
+    # Token accounting (relay.ops.token_stats), read once the request ends: the body's
+    # shape (set by a handler that relays a generation), X-Relay-Replay as last set, the
+    # upstream model and the final event's usage (set by the shell).
+    body_shape: str | None = None
+    replay_outcome: str | None = None
+    upstream_model: Any = None
+    answer_usage: Usage | None = None
+
+    def set_header(self, name: str, value: Any) -> None:
+        if name == REPLAY_HEADER:
+            self.replay_outcome = str(value)
+        super().set_header(name, value)
 
     def prepare(self) -> None:
         self._body = bytearray()
@@ -69,6 +84,11 @@ class RelayingHandler(BaseHandler):
 
     def on_finish(self) -> None:
         self._large_done()
+        if self.body_shape is not None and self.upstream_model is not None:
+            answer_finished(
+                self.runtime, self.body_shape, self.upstream_model, self.replay_outcome,
+                self.answer_usage,
+            )  # fmt: skip
         super().on_finish()
 
     def _large_done(self) -> None:

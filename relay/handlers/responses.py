@@ -41,6 +41,7 @@ class ResponsesHandler(RelayingHandler):
         caller = body.get("user")
         if caller is not None and not isinstance(caller, str):
             raise InvalidRequest("'user' must be a string", param="user")
+        self.body_shape = "responses"  # token accounting
         pipeline = ResponsesPassthrough(
             {**body, "model": target.model}, request_id=self.request_id, stream=bool(stream)
         )

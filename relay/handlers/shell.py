@@ -15,9 +15,11 @@ from relay.cache.replay_cache import Began
 from relay.cache.session import CacheSession
 from relay.core import replay_header as replay
 from relay.core.replay_header import HEADER
+from relay.core.token_usage import USAGE_EVENTS, usage_of_event
 from relay.errors import RelayError
 from relay.handlers.relaying import RelayingHandler
 from relay.observability import log
+from relay.ops.hooks import first_byte
 from relay.ops.metrics import CLIENT_GONE
 from relay.pipeline.actions import (
     Abort,
@@ -73,6 +75,7 @@ class PipelineShell:
         self.record = record
         self.down = handler.downstream(keepalive_frame=keepalive)
         self._first_byte_seen = False  # for relay_time_to_first_byte_seconds
+        self._upstream_wait: float | None = None  # sends' waits for a first event, summed
 
     async def run(self) -> None:
         try:
@@ -217,6 +220,7 @@ class PipelineShell:
         clock, metrics = self.handler.runtime.clock, self.handler.runtime.metrics
         sent_at, answered = clock.monotonic(), False
         handler, pipeline = self.handler, self.pipeline
+        handler.upstream_model = action.body.get("model")  # token accounting
         if self.dialect is Dialect.RESPONSES:
             exchange = await handler.exchange_for(
                 action.body, buffered=action.buffered, provider=self.provider
@@ -236,7 +240,10 @@ class PipelineShell:
                             if not answered:
                                 answered = True
                                 elapsed = clock.monotonic() - sent_at
+                                self._waited(elapsed)
                                 metrics.observe_upstream(self.provider.name, elapsed)
+                            if item[0] in USAGE_EVENTS:  # the answer's usage, for accounting
+                                handler.answer_usage = usage_of_event(*item)
                             await self._streamed(pipeline.upstream_event(*item))
                         elif not action.buffered:  # the end of one read: a stream flushes
                             await self._streamed(pipeline.batch_done())
@@ -247,7 +254,11 @@ class PipelineShell:
             self._evidence(None)
         finally:
             if not answered:  # an error answer, a timeout: its latency still counts
+                self._waited(clock.monotonic() - sent_at)
                 metrics.observe_upstream(self.provider.name, clock.monotonic() - sent_at)
+
+    def _waited(self, seconds: float) -> None:
+        self._upstream_wait = (self._upstream_wait or 0.0) + seconds
 
     def _evidence(self, error: RelayError | None) -> None:
         """The built-in upstream's reachability, for /readyz (relay.upstream.health)."""
@@ -262,6 +273,7 @@ class PipelineShell:
             self._first_byte_seen = True
             seconds = handler.runtime.clock.monotonic() - handler.arrived_at
             handler.runtime.metrics.observe_first_byte(handler.request.path, seconds)
+            first_byte(handler.runtime, seconds, self._upstream_wait)
 
     def _cache(self) -> CacheSession:
         assert self.session is not None, "a cache action without a cache session"

@@ -13,11 +13,17 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from relay.core.receipts import Reason
 from relay.core.replay_stats import ReplayStats
+from relay.core.token_usage import LATENCY_BOUNDS_MS, OVERFLOW_MS, TALLY_FIELDS
 from relay.errors import StoreError
 from relay.ops.metrics import relay_metrics
 from relay.ops.store_sample import StoreSampler
@@ -56,6 +62,7 @@ class RuntimeCollector(Collector):
         yield from self._strict()
         yield from self._store()
         yield from self._shared()
+        yield from self._tokens()
 
     def _replay(self) -> Iterator[Metric]:
         stats = self.runtime.cache.metrics.replay
@@ -145,6 +152,53 @@ class RuntimeCollector(Collector):
         budget.add_metric(["in_use"], capacity.in_use)
         budget.add_metric(["limit"], capacity.budget.session_bytes)
         yield budget
+
+    def _tokens(self) -> Iterator[Metric]:
+        """Token accounting since start (relay.ops.token_stats), by body shape, model (a
+        bounded label: the first 32 names seen, then "other") and replay outcome."""
+        tokens = self.runtime.tokens
+        if tokens is None:
+            return
+        requests = CounterMetricFamily(
+            "relay_replay_outcome_requests",
+            "Relayed requests by replay outcome (replayed, nothing_to_replay, bypass_*, "
+            "cache_off, ...)",
+            labels=["kind", "model", "outcome"],
+        )
+        blocks = CounterMetricFamily(
+            "relay_replay_outcome_blocks",
+            "Replayed blocks of the requests counted in relay_replay_outcome_requests",
+            labels=["kind", "model", "outcome"],
+        )
+        used = CounterMetricFamily(
+            "relay_upstream_tokens",
+            "The upstream's usage, by replay outcome and type: input, cached (input served "
+            "from the prompt cache), cache_write, output, reasoning",
+            labels=["kind", "model", "outcome", "type"],
+        )
+        names = {name: name.removesuffix("_tokens") for name in TALLY_FIELDS
+                 if name.endswith("_tokens")}  # fmt: skip
+        for key, tally in sorted(tokens.since_start.by_key.items()):
+            labels = [key.shape, key.model, key.outcome]
+            requests.add_metric(labels, tally.requests)
+            blocks.add_metric(labels, tally.blocks)
+            for field, label in names.items():
+                used.add_metric([*labels, label], getattr(tally, field))
+        yield requests
+        yield blocks
+        yield used
+        added = HistogramMetricFamily(
+            "relay_added_time_to_first_byte_seconds",
+            "The relay's own share of a request's time to first byte: arrival to first "
+            "byte, less the wait for the upstream's first event",
+        )
+        cumulative, buckets = 0, []
+        for bound in (*LATENCY_BOUNDS_MS, OVERFLOW_MS):
+            cumulative += tokens.latency_since_start.get(bound, 0)
+            edge = "+Inf" if bound == OVERFLOW_MS else str(bound / 1000)
+            buckets.append((edge, cumulative))
+        added.add_metric([], buckets, tokens.latency_sum_s)
+        yield added
 
     def _strict(self) -> Iterator[Metric]:
         m = self.runtime.strict.metrics

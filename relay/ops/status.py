@@ -131,6 +131,8 @@ def status_document(
             "latest": metrics.errors.latest(),
         },
         "store": store,
+        # Token accounting by replay outcome (relay.ops.token_stats): None before startup.
+        "replayBuys": None if runtime.tokens is None else runtime.tokens.report(),
         "snapshot": {
             "running": snapshots.running,
             "progress": None if snapshots.progress is None else snapshots.progress.to_json(),

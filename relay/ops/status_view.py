@@ -116,7 +116,81 @@ def render(doc: dict[str, Any], *, colour: bool) -> str:
     if relay.get("metricsUrl"):
         rows.append(("metrics", relay["metricsUrl"]))
     width = max(len(label) for label, _ in rows)
-    return "\n".join(f"{paint(DIM, label.ljust(width))}  {value}" for label, value in rows)
+    table = "\n".join(f"{paint(DIM, label.ljust(width))}  {value}" for label, value in rows)
+    buys = doc.get("replayBuys")
+    if buys is None:
+        return table
+    # No blank line between: every line stays "<label>  <value>" for scripts that split it.
+    return table + "\n" + replay_buys(buys, paint=lambda text: paint(DIM, text))
+
+
+WINDOW_TITLES = (("lastHour", "last hour"), ("lastDay", "last day"), ("last30Days", "last 30 days"))
+
+
+def tokens(n: int) -> str:
+    """``950``, ``12.3k``, ``4.6M``."""
+    if n < 1000:
+        return str(n)
+    if n < 1_000_000:
+        return f"{n / 1000:.1f}k"
+    return f"{n / 1_000_000:.1f}M"
+
+
+def share(entry: dict[str, Any]) -> str:
+    if entry["share"] is None:
+        return "-"
+    return f"{100 * entry['share']:.1f}% of {tokens(entry['input'])}"
+
+
+def _reasons(counts: dict[str, int]) -> str:
+    return ", ".join(f"{reason} {n}" for reason, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def replay_buys(buys: dict[str, Any], *, paint: Any = str) -> str:
+    """``what replay buys``: one column per window, one row per figure."""
+    windows = [buys[key] for key, _ in WINDOW_TITLES]
+    if all(w["requests"] == 0 and not w["events"] for w in windows):
+        return f"{paint('what replay buys')}  no traffic yet"
+
+    def latency(w: dict[str, Any]) -> str:
+        added = w["addedLatency"]
+        return "-" if added["count"] == 0 else f"{added['p50Ms']} / {added['p95Ms']} ms"
+
+    def replayed(w: dict[str, Any]) -> str:
+        n = w["byOutcome"].get("replayed", {}).get("requests", 0)
+        return f"{n} of {w['requests']}"
+
+    def saving(w: dict[str, Any]) -> str:
+        est = w["estimate"]
+        return "-" if est is None else f"{est['saving']:.2f} of {est['cost']:.2f} spent"
+
+    figures: list[tuple[str, Any]] = [
+        ("requests replayed", replayed),
+        ("cached input, replay", lambda w: share(w["withReplay"])),
+        ("cached input, none", lambda w: share(w["withoutReplay"])),
+        ("reasoning tokens", lambda w: tokens(w["reasoningTokens"])),
+        ("output tokens", lambda w: tokens(w["outputTokens"])),
+        ("added TTFB p50 / p95", latency),
+    ]
+    if buys.get("pricesConfigured"):
+        figures.append(("est. saving", saving))
+    header = ["what replay buys", *(title for _, title in WINDOW_TITLES)]
+    cells = [header] + [[label, *(str(f(w)) for w in windows)] for label, f in figures]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = [
+        "  ".join(
+            (paint(cell.ljust(widths[i])) if i == 0 or row is header else cell.ljust(widths[i]))
+            for i, cell in enumerate(row)
+        ).rstrip()
+        for row in cells
+    ]
+    # Reasons over the longest window (a column each would not fit a terminal), only when
+    # there are some, as the rows above leave out a rejected or fenced row with nothing.
+    month = windows[-1]["events"]
+    for kind in ("rejected", "fenced"):
+        if month.get(kind):
+            lines.append(f"{paint(f'{kind} (30 days)')}  {_reasons(month[kind])}")
+    return "\n".join(lines)
 
 
 def _shared(shared: dict[str, Any]) -> str:

@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from relay.core.disk_policy import DEFAULT_DISK_BYTES, DEFAULT_RESERVE_BYTES, MIN_RESERVE_BYTES
 from relay.core.resources import BudgetTooSmall, CacheBudget
+from relay.core.token_usage import Price, PriceError, parse_prices
 from relay.errors import ConfigError
 from relay.settings.custom_calls import CUSTOM_CALL_FORMS, CustomCallForm
 from relay.settings.database_url import DatabaseUrl, parse_database_url
@@ -95,6 +96,10 @@ class Config:
     log_bodies: bool = False
     log_bodies_dir: Path | None = None  # None: <data_dir>/bodies
     drop_unsupported_params: bool = False  # RELAY_DROP_UNSUPPORTED_PARAMS (relay.translate)
+    # Token accounting (relay.ops.token_stats): hourly tallies kept this long (0: none on
+    # disk), and RELAY_TOKEN_PRICES per model for an estimated saving.
+    stats_retention_days: int = 90
+    token_prices: Mapping[str, Price] = field(default_factory=dict)
     event_loop: str = "auto"  # RELAY_EVENT_LOOP: auto, asyncio or uvloop (relay.app.event_loop)
 
     @property
@@ -308,6 +313,19 @@ def parse_model_aliases(
     return aliases
 
 
+def parse_token_prices(raw: str | None) -> dict[str, Price]:
+    """``RELAY_TOKEN_PRICES``: inline JSON or a JSON file, ``{"model": {"input": ..,
+    "cached_input": .., "output": ..}}`` per million tokens (relay.core.token_usage)."""
+    name = "RELAY_TOKEN_PRICES"
+    if raw is None or raw.strip() == "":
+        return {}
+    data = load_json_or_path(name, raw)
+    try:
+        return parse_prices(data)
+    except PriceError as err:  # its message continues the variable's name
+        raise ConfigError(f"{name}{err}") from None
+
+
 def parse_provider_config(env: Mapping[str, str]) -> dict[str, Provider]:
     """``RELAY_PROVIDERS``: inline JSON or a path to a JSON file (see relay.settings.providers)."""
     raw = env.get("RELAY_PROVIDERS")
@@ -423,6 +441,8 @@ def load_config(env: Mapping[str, str] | None = None, *, fd_limit: int | None = 
         log_bodies=_bool(env, "LOG_BODIES", False),
         log_bodies_dir=_path(env, "RELAY_LOG_BODIES_DIR"),
         drop_unsupported_params=_bool(env, "RELAY_DROP_UNSUPPORTED_PARAMS", False),
+        stats_retention_days=_int(env, "RELAY_STATS_RETENTION_DAYS", 90, minimum=0),
+        token_prices=parse_token_prices(env.get("RELAY_TOKEN_PRICES")),
         event_loop=event_loop,
     )
     if config.reasoning_cache_enabled:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import struct
 import zlib
 from collections.abc import Iterator
@@ -232,3 +233,17 @@ def _decode_flat_jpeg(data: bytes) -> list[list[tuple[int, int, int]]]:
         blocks.append((red, green, blue))
     per_row = width // 8
     return [[blocks[(y // 8) * per_row + x // 8] for x in range(width)] for y in range(height)]
+
+
+def test_the_cache_ab_reports_both_arms(offline_run: RunReport) -> None:
+    result = offline_run.result("cache_ab")
+    assert result.status == "passed", result.reason
+    shares = {
+        arm: float(share)
+        for arm, share in re.findall(
+            r"cache (on|off): cached ([0-9.]+)% of \d+ input", result.reason
+        )
+    }
+    assert set(shares) == {"on", "off"}
+    assert shares["on"] > shares["off"] > 0  # the off arm still hits its instructions
+    assert len(re.findall(r"reasoning [1-9]\d*, output [1-9]\d*, [0-9.]+ s", result.reason)) == 2

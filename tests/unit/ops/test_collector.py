@@ -14,8 +14,10 @@ from prometheus_client.registry import CollectorRegistry
 
 from relay.core.rejection import RejectionKind
 from relay.core.replay_stats import ReplayStats
+from relay.core.token_usage import Usage
 from relay.errors import StoreError
 from relay.ops.collector import BODY_SHAPES, RuntimeCollector, replay_totals
+from relay.ops.token_stats import TokenAccounting
 from tests.support.ops_runtime import OpsRuntime, ops_runtime
 from tests.support.store_builder import build_store
 
@@ -177,3 +179,31 @@ def test_payloads_and_the_oldest_payload_s_idle_age(tmp_path: Path) -> None:
         assert payload_bytes is not None and payload_bytes > 0
         age = value(registry, "relay_store_oldest_payload_age_seconds")
         assert age is not None and age >= 100.0
+
+
+def test_token_accounting_is_exported_by_outcome_and_type(tmp_path: Path) -> None:
+    with ops_runtime(tmp_path) as ops:
+        assert value(scrape(ops), "relay_replay_outcome_requests_total",
+                     kind="chat", model="gpt-5", outcome="replayed") is None  # fmt: skip
+        tokens = ops.runtime.tokens = TokenAccounting(ops.clock, None, retention_days=0)
+        tokens.answered("chat", "gpt-5", "replayed=3", Usage(1000, 800, 0, 50, 30))
+        tokens.answered("chat", "gpt-5", "replayed=1", Usage(1000, 900, 0, 50, 20))
+        tokens.answered("responses", "gpt-5", "none; reason=responses_passthrough", None)
+        tokens.added_latency(0.0015)
+        tokens.added_latency(0.2)
+        registry = scrape(ops)
+        chat = {"kind": "chat", "model": "gpt-5", "outcome": "replayed"}
+        assert value(registry, "relay_replay_outcome_requests_total", **chat) == 2
+        assert value(registry, "relay_replay_outcome_blocks_total", **chat) == 4
+        for kind, n in (("input", 2000), ("cached", 1700), ("cache_write", 0),
+                        ("output", 100), ("reasoning", 50)):  # fmt: skip
+            assert value(registry, "relay_upstream_tokens_total", **chat, type=kind) == n
+        fenced = {"kind": "responses", "model": "gpt-5", "outcome": "bypass_fenced"}
+        assert value(registry, "relay_replay_outcome_requests_total", **fenced) == 1
+        assert value(registry, "relay_upstream_tokens_total", **fenced, type="input") == 0
+        name = "relay_added_time_to_first_byte_seconds"
+        assert value(registry, f"{name}_bucket", le="0.002") == 1
+        assert value(registry, f"{name}_bucket", le="0.25") == 2
+        assert value(registry, f"{name}_bucket", le="+Inf") == 2
+        assert value(registry, f"{name}_count") == 2
+        assert value(registry, f"{name}_sum") == pytest.approx(0.2015)

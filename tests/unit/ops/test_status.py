@@ -12,10 +12,12 @@ import pytest
 
 from relay import __version__
 from relay.core.rejection import RejectionKind
+from relay.core.token_usage import Usage
 from relay.errors import StoreError
 from relay.ops.metrics import relay_metrics
 from relay.ops.status import cache_state, status_document, tunnel_status
 from relay.ops.store_sample import TTL_S
+from relay.ops.token_stats import TokenAccounting
 from relay.tunnel.supervisor import Tunnel
 from tests.support.ops_runtime import OpsRuntime, ops_runtime
 
@@ -172,3 +174,13 @@ def test_the_tunnel_s_state_program_and_url(tmp_path: Path) -> None:
         assert document(ops)["relay"]["tunnel"] == {
             "state": "up", "url": "https://relay-test.trycloudflare.com", "program": program,
         }  # fmt: skip
+
+
+def test_what_replay_buys_is_the_token_accounting_report(tmp_path: Path) -> None:
+    with ops_runtime(tmp_path) as ops:
+        assert document(ops)["replayBuys"] is None  # before relay.ops opened it
+        tokens = ops.runtime.tokens = TokenAccounting(ops.clock, None, retention_days=0)
+        tokens.answered("chat", "gpt-5", "replayed=1", Usage(100, 80))
+        buys = document(ops)["replayBuys"]
+        assert buys == tokens.report()
+        assert buys["lastHour"]["withReplay"] == {"cached": 80, "input": 100, "share": 0.8}

@@ -6,7 +6,10 @@ from typing import Any
 
 import pytest
 
+from relay.clock import ManualClock
+from relay.core.token_usage import Price, Usage
 from relay.ops.status_view import duration, render, size
+from relay.ops.token_stats import TokenAccounting
 
 NOW = 1_767_225_600.0
 
@@ -155,3 +158,61 @@ def test_fences_of_the_last_hour_say_why(fenced: dict[str, Any], line: str) -> N
     quiet = {"count": 0, "windowSeconds": 3600.0, "reasons": []}
     assert "fenced" not in render(doc(cache={**doc()["cache"], "fencedLastHour": quiet}),
                                   colour=False)  # fmt: skip
+
+
+def accounting(prices: dict[str, Price] | None = None) -> TokenAccounting:
+    clock = ManualClock(wall=NOW)
+    events = {("fenced", "direct_responses"): 2, ("rejected", "encrypted_content_invalid"): 1}
+    stats = TokenAccounting(clock, None, retention_days=0, counters=lambda: events,
+                            prices=prices)  # fmt: skip
+    stats.answered("chat", "gpt-5", "replayed=2", Usage(4000, 3000, 0, 500, 1200))
+    stats.answered("chat", "gpt-5", "none; reason=nothing_to_replay", Usage(4000, 1000, 0, 10, 5))
+    stats.added_latency(0.0015)
+    stats.flush_now()  # the counters' growth lands in this hour
+    clock.advance(2 * 3600)
+    stats.answered("chat", "gpt-5", "off", Usage(2000, 0, 0, 20, 10))
+    return stats
+
+
+def test_what_replay_buys_has_a_column_per_window() -> None:
+    text = render(doc(replayBuys=accounting().report()), colour=False)
+    section = text[text.index("what replay buys") :]
+    rows = {line[:22].strip(): line[22:].split("  ") for line in section.splitlines()}
+    header = [c.strip() for c in rows["what replay buys"] if c.strip()]
+    assert header == ["last hour", "last day", "last 30 days"]
+    cells = {k: [c.strip() for c in v if c.strip()] for k, v in rows.items()}
+    assert cells["requests replayed"] == ["0 of 1", "1 of 3", "1 of 3"]
+    assert cells["cached input, replay"] == ["-", "75.0% of 4.0k", "75.0% of 4.0k"]
+    assert cells["cached input, none"] == ["0.0% of 2.0k", "16.7% of 6.0k", "16.7% of 6.0k"]
+    assert cells["reasoning tokens"] == ["10", "1.2k", "1.2k"]
+    assert cells["added TTFB p50 / p95"] == ["-", "2 / 2 ms", "2 / 2 ms"]
+    assert "est. saving" not in cells
+    assert "declined" not in section  # the plan's own reasons stay in the dashboard
+    assert "fenced (30 days)  direct_responses 2" in section
+    assert "rejected (30 days)  encrypted_content_invalid 1" in section
+
+
+def test_prices_add_an_estimated_saving() -> None:
+    # per million: absurd prices, so that the figures show at two decimals
+    prices = {"gpt-5": Price(input=2000.0, cached_input=500.0, output=0.0)}
+    text = render(doc(replayBuys=accounting(prices).report()), colour=False)
+    [line] = [line for line in text.splitlines() if line.startswith("est. saving")]
+    # hour: the cache-off answer only, 2000 uncached = 4.00. Day: that, plus 1000
+    # uncached + 3000 cached (replay) and 3000 uncached + 1000 cached: 14.00 in all; replay's
+    # extra cached tokens over the 1/6 share without it, 2333.3, at 1500 per million: 3.50.
+    cells = [c.strip() for c in line[len("est. saving") :].split("  ") if c.strip()]
+    assert cells == ["0.00 of 4.00 spent", "3.50 of 14.00 spent", "3.50 of 14.00 spent"]
+
+
+def test_no_traffic_yet() -> None:
+    empty = TokenAccounting(ManualClock(wall=NOW), None, retention_days=0).report()
+    assert render(doc(replayBuys=empty), colour=False).endswith("what replay buys  no traffic yet")
+    assert "what replay buys" not in render(doc(), colour=False)
+
+
+def test_no_reason_rows_without_rejections_or_fences() -> None:
+    stats = TokenAccounting(ManualClock(wall=NOW), None, retention_days=0)
+    stats.answered("chat", "gpt-5", "replayed=1", Usage(100, 50))
+    text = render(doc(replayBuys=stats.report()), colour=False)
+    assert "requests replayed" in text
+    assert "rejected (30 days)" not in text and "fenced (30 days)" not in text

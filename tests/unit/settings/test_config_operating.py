@@ -1,4 +1,4 @@
-"""The operating variables of relay.settings.config (the admin socket, snapshots, /metrics)."""
+"""The operating variables of relay.settings.config (the admin socket, snapshots, /metrics, token accounting)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from relay.core.token_usage import Price
 from relay.errors import ConfigError
 from relay.settings.config import load_config
 
@@ -72,3 +73,35 @@ def test_the_metrics_port_cannot_be_the_relay_port() -> None:
 def test_a_bad_drop_setting_is_one_line_naming_it() -> None:
     with pytest.raises(ConfigError, match=r"^RELAY_DROP_UNSUPPORTED_PARAMS='maybe': expected 1"):
         load_config({"RELAY_DROP_UNSUPPORTED_PARAMS": "maybe"})
+
+
+def test_token_accounting_defaults() -> None:
+    config = load_config({})
+    assert config.stats_retention_days == 90
+    assert config.token_prices == {}
+
+
+def test_token_prices_inline_or_from_a_file(tmp_path: Path) -> None:
+    inline = '{"gpt-5": {"input": 1.25, "cached_input": 0.125, "output": 10}}'
+    config = load_config({"RELAY_TOKEN_PRICES": inline, "RELAY_STATS_RETENTION_DAYS": "0"})
+    assert config.token_prices["gpt-5"] == Price(1.25, 0.125, 10.0)
+    assert config.stats_retention_days == 0
+    path = tmp_path / "prices.json"
+    path.write_text(inline, encoding="utf-8")
+    assert load_config({"RELAY_TOKEN_PRICES": str(path)}).token_prices == config.token_prices
+
+
+@pytest.mark.parametrize(("env", "line"), [
+    ({"RELAY_STATS_RETENTION_DAYS": "-1"},
+     "RELAY_STATS_RETENTION_DAYS='-1': expected a whole number >= 0"),
+    ({"RELAY_TOKEN_PRICES": "[1]"},
+     "RELAY_TOKEN_PRICES: expected a JSON object mapping model names to prices"),
+    ({"RELAY_TOKEN_PRICES": '{"gpt-5": {"input": 1}}'},
+     "RELAY_TOKEN_PRICES['gpt-5'].cached_input: expected a price per million tokens (a number >= 0)"),
+    ({"RELAY_TOKEN_PRICES": "{oops"}, "RELAY_TOKEN_PRICES: invalid JSON"),
+])  # fmt: skip
+def test_token_accounting_errors_are_one_line(env: dict[str, str], line: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(env)
+    assert str(info.value).startswith(line)
+    assert "\n" not in str(info.value)
