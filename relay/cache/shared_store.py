@@ -151,13 +151,16 @@ class LeaseKeeper(Periodic):
         self.beat()
 
     def beat(self) -> None:
-        """One renewal and one recovery pass now (failures are logged, never raised)."""
+        """One renewal and one recovery pass now (failures are logged, never raised): the
+        lapsed instances' intents, then this instance's own whose resolution failed while
+        the database was down (``PostgresStore.abandoned``)."""
         try:
             self.store.barrier_cutoff = self.barrier_cutoff()
             if not self.store.heartbeat():
                 log.event("cache_lease_lapsed", logging.WARNING, instance=self.store.instance_id)
             self.renewals += 1
             recovered = self.store.recover_lapsed(self.clock.wall())
+            own = self.store.recover_abandoned(self.clock.wall())
         except StoreError as err:
             self.failures += 1
             log.event("cache_lease_failed", logging.WARNING, code=err.code)
@@ -165,6 +168,8 @@ class LeaseKeeper(Periodic):
         if recovered:
             self.recovered += recovered
             log.event("cache_lapsed_intents_recovered", logging.WARNING, intents=recovered)
+        if own:
+            log.event("cache_abandoned_intents_recovered", logging.WARNING, intents=own)
 
     def to_json(self) -> dict[str, object]:
         """For ``relay status`` and the cache API: this instance, the live ones and their
@@ -173,6 +178,7 @@ class LeaseKeeper(Periodic):
             live = [lease.to_json() for lease in self.store.live_instances()]
         except StoreError:
             live = None
+        connections = self.store.connections
         return {
             "kind": "postgresql",
             "database": str(self.store.url),
@@ -181,6 +187,9 @@ class LeaseKeeper(Periodic):
             "renewals": self.renewals,
             "leaseLapses": self.store.lease_lapses,
             "recoveredIntents": self.recovered,
+            "abandonedIntents": len(self.store.abandoned),
+            "abandonedRecovered": self.store.abandoned_recovered,
+            "databaseKnownDown": connections is not None and connections.known_down,
             "failures": self.failures,
             "liveInstances": live,
         }

@@ -103,6 +103,27 @@ def recover_lapsed(conn: Conn, now: float) -> int:
         "SELECT scope_id, start_digest, position FROM intents WHERE instance_id = ANY(%s)",
         (lapsed,),
     ).fetchall()
+    _poison(conn, intents, now)
+    conn.execute("DELETE FROM intents WHERE instance_id = ANY(%s)", (lapsed,))
+    conn.execute("DELETE FROM instances WHERE id = ANY(%s)", (lapsed,))
+    return len(intents)
+
+
+def poison_intents(conn: Conn, intent_ids: list[str], now: float) -> int:
+    """Inside the store's transaction: poison the start of each of these intents still
+    open and remove them (this instance's own, whose resolution failed while the database
+    was down); how many were still open."""
+    intents = conn.execute(
+        "SELECT scope_id, start_digest, position FROM intents WHERE id = ANY(%s)",
+        (intent_ids,),
+    ).fetchall()
+    _poison(conn, intents, now)
+    conn.execute("DELETE FROM intents WHERE id = ANY(%s)", (intent_ids,))
+    return len(intents)
+
+
+def _poison(conn: Conn, intents: list[tuple[Any, ...]], now: float) -> None:
+    """Scopes are locked in id order, like fencing, then each start is poisoned."""
     scopes = sorted({scope_id for scope_id, _, _ in intents})
     if scopes:
         conn.execute("SELECT id FROM scopes WHERE id = ANY(%s) ORDER BY id FOR UPDATE", (scopes,))
@@ -113,9 +134,6 @@ def recover_lapsed(conn: Conn, now: float) -> int:
             [(scope, MarkerKind.START_POISON.value, start, position, now)
              for scope, start, position in intents],
         )  # fmt: skip
-    conn.execute("DELETE FROM intents WHERE instance_id = ANY(%s)", (lapsed,))
-    conn.execute("DELETE FROM instances WHERE id = ANY(%s)", (lapsed,))
-    return len(intents)
 
 
 def live(conn: Conn) -> list[InstanceLease]:
