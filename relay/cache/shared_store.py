@@ -91,6 +91,11 @@ class SharedSafety:
                 log.event("cache_write_retried", request_id=request_id, what=what,
                           code=err.code, attempt=attempt)  # fmt: skip
 
+    def unresolved(self, intent_id: str) -> None:
+        """A session could not resolve its intent (the database is down): the lease
+        heartbeat poisons and removes it once the database answers again."""
+        self._store.abandon(intent_id)
+
     def refuse_payload(self, payload_bytes: int) -> Admission | None:
         """Disk pressure: admission stops (never deletes) when the database, with this
         payload, would exceed REASONING_CACHE_DISK_BYTES."""

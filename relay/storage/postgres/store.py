@@ -133,7 +133,6 @@ class PostgresStore:
         self._clock = clock
         self._tx: Conn | None = None
         self._locked: set[int] = set()
-        self._deleting: set[str] = set()  # intents the open transaction deletes
         # Intents whose resolution did not commit (the database went away): poisoned and
         # removed by recover_abandoned once it is back, not when this instance dies.
         self.abandoned: set[str] = set()
@@ -216,6 +215,12 @@ class PostgresStore:
         with self.transaction():
             assert self._tx is not None
             return leases.recover_lapsed(self._tx, now)
+
+    def abandon(self, intent_id: str) -> None:
+        """This instance could not resolve ``intent_id`` (the database went away): it is
+        poisoned and removed by :meth:`recover_abandoned` once the database answers, not
+        only when this instance's lease lapses."""
+        self.abandoned.add(intent_id)
 
     def recover_abandoned(self, now: float) -> int:
         """Poison the start of each intent of :attr:`abandoned` still open and remove it
@@ -320,18 +325,8 @@ class PostgresStore:
                 finally:
                     self._tx = None
                     self._locked.clear()
-            self._deleting.clear()
         except psycopg.Error as exc:
-            self._forget_deletes()
             raise store_error(exc, str(self.url), "a transaction") from None
-        except BaseException:
-            self._forget_deletes()
-            raise
-
-    def _forget_deletes(self) -> None:
-        """A transaction that would have resolved intents did not commit: remember them."""
-        self.abandoned |= self._deleting
-        self._deleting.clear()
 
     def _lock_scope(self, conn: Conn, scope_id: int) -> None:
         """Inside a transaction, the first touch of a scope locks its row: whoever reads
@@ -689,7 +684,6 @@ class PostgresStore:
             return bool(cursor.rowcount)
 
     def delete_intent(self, intent_id: str) -> bool:
-        self._deleting.add(intent_id)
         with self._writer("delete an intent") as conn:
             return bool(conn.execute("DELETE FROM intents WHERE id = %s", (intent_id,)).rowcount)
 
