@@ -7,6 +7,8 @@ a background probe, when it is back."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import subprocess
 import sys
@@ -29,6 +31,7 @@ from tests.support.log_leaks import observe_process
 from tests.support.pg_cluster import PgCluster, PgDatabase
 from tests.support.relay_cli import relay_env
 from tests.support.stack import Stack, running_stack
+from tests.support.team import content_deltas, data_frames
 
 PASSWORD = "pw-never-printed-4431"
 
@@ -207,3 +210,63 @@ def test_a_relay_with_caching_off_on_the_shared_store_says_what_it_costs(
         warning = [line for line in stack.relay.banner() if line.startswith("WARNING")]
         assert len(warning) == 1 and "over the shared store postgresql://relay@" in warning[0]
         assert "for all relays" in warning[0]
+
+
+def test_an_intent_left_open_by_an_outage_is_poisoned_when_the_database_returns(
+    tmp_path: Path, own_pg_cluster: PgCluster
+) -> None:
+    """A generation in flight when PostgreSQL goes away cannot resolve its intent; the
+    instance remembers it and its own heartbeat poisons and removes it once the database
+    answers again, without waiting for the instance to die."""
+    clock = ManualClock()
+    database = PgDatabase(own_pg_cluster, own_pg_cluster.create_database())
+    env = {**CACHE_ON, "REASONING_CACHE_URL": database.url, "RELAY_ADMIN_SOCKET": "off"}
+    with running_stack(tmp_path, env, clock=clock) as stack:
+        runtime = stack.relay.runtime
+        assert runtime is not None and runtime.leases is not None
+        keeper, store = runtime.leases, runtime.leases.store
+        stack.script(
+            {
+                "output": [{"type": "message", "text": "half said"}],
+                "deltas": 2,
+                "toxics": {"hang_after_events": 5},
+            }
+        )
+        body = {"model": "gpt-5", "stream": True, "messages": [{"role": "user", "content": "x"}]}
+        with requests.post(
+            f"{stack.base_url}/chat/completions", json=body, headers=stack.headers(),
+            stream=True, timeout=30,
+        ) as answer:  # fmt: skip
+            frames = data_frames(answer)  # kept: a collected iterator closes the stream
+            deltas = content_deltas(frames)
+            assert "half said".startswith(next(deltas))
+            with database.connect() as conn:
+                (position,) = conn.execute("SELECT position FROM intents").fetchone() or ()
+            own_pg_cluster.stop()
+            stack.loop.run(stack.fake.drop_connections())  # the generation fails mid-way
+            with contextlib.suppress(requests.RequestException):
+                for _rest in frames:
+                    pass
+
+        async def abandoned() -> int:
+            return len(store.abandoned)
+
+        for _turn in range(200):  # the relay closes the session after the client's end
+            if stack.loop.run(abandoned()):
+                break
+            stack.loop.run(asyncio.sleep(0.01))
+        assert stack.loop.run(abandoned()) == 1
+        own_pg_cluster.start()
+
+        async def beat() -> None:
+            keeper.beat()
+
+        clock.advance(PROBE_CAP_S)
+        stack.loop.run(beat())  # refused: it starts the probe
+        assert connections_of(stack).wait_probe(30)
+        stack.loop.run(beat())
+        assert keeper.to_json()["abandonedRecovered"] == 1
+        with database.connect() as conn:
+            assert conn.execute("SELECT count(*) FROM intents").fetchone() == (0,)
+            poisoned = conn.execute("SELECT kind, position FROM markers").fetchall()
+        assert poisoned == [("start_poison", position)]
