@@ -5,8 +5,11 @@ local transaction, admission against the database's size, and the lease heartbea
 :class:`SharedSafety` stands where :class:`~relay.cache.disk_safety.DiskSafety` stands for
 the SQLite file (``ReplayCache.safety``). There is no reserve file and no latch: a
 database that cannot be reached fails each safety write with 503 ``cache_unavailable``
-(:class:`~relay.errors.StoreUnreachable`) and the next request after it is back connects
-again, so the relay recovers without an operator. A lost race (deadlock, serialization
+(:class:`~relay.errors.StoreUnreachable`), at once while it is known down, and a
+background probe (:mod:`relay.storage.postgres.connections`) finds it back, so the relay
+recovers without an operator. An intent a session could not resolve meanwhile is
+remembered (:meth:`SharedSafety.unresolved`) and poisoned by the next heartbeat that
+reaches the database. A lost race (deadlock, serialization
 failure) reruns the same local transaction, at most :data:`MAX_ATTEMPTS` times: each
 caller's transaction comes before its send or after its answer, so no model request is
 sent again. A lapsed lease (:class:`~relay.errors.LeaseLapsed`) makes this process

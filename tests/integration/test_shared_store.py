@@ -232,7 +232,11 @@ def test_an_intent_left_open_by_an_outage_is_poisoned_when_the_database_returns(
                 "toxics": {"hang_after_events": 5},
             }
         )
-        body = {"model": "gpt-5", "stream": True, "messages": [{"role": "user", "content": "x"}]}
+        body: dict[str, Any] = {
+            "model": "gpt-5",
+            "stream": True,
+            "messages": [{"role": "user", "content": "x"}],
+        }
         with requests.post(
             f"{stack.base_url}/chat/completions", json=body, headers=stack.headers(),
             stream=True, timeout=30,
