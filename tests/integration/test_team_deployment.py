@@ -56,6 +56,7 @@ def served_by_every_instance(deployment: Team, messages: list[dict[str, Any]]) -
     def ask() -> bool:
         turn = deployment.chat(messages)
         if turn.status == 200:
+            assert turn.instance is not None
             served.setdefault(turn.instance, turn)
         else:
             assert (turn.status, turn.error_code) == (503, "cache_unavailable"), turn

@@ -17,7 +17,7 @@ import os
 import secrets
 import socket
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 
@@ -99,31 +99,27 @@ def recover_lapsed(conn: Conn, now: float) -> int:
     ]
     if not lapsed:
         return 0
-    intents = conn.execute(
-        "SELECT scope_id, start_digest, position FROM intents WHERE instance_id = ANY(%s)",
-        (lapsed,),
-    ).fetchall()
-    _poison(conn, intents, now)
-    conn.execute("DELETE FROM intents WHERE instance_id = ANY(%s)", (lapsed,))
+    recovered = _poison_and_remove(conn, "instance_id", lapsed, now)
     conn.execute("DELETE FROM instances WHERE id = ANY(%s)", (lapsed,))
-    return len(intents)
+    return recovered
 
 
 def poison_intents(conn: Conn, intent_ids: list[str], now: float) -> int:
     """Inside the store's transaction: poison the start of each of these intents still
     open and remove them (this instance's own, whose resolution failed while the database
     was down); how many were still open."""
+    return _poison_and_remove(conn, "id", intent_ids, now)
+
+
+def _poison_and_remove(
+    conn: Conn, column: Literal["id", "instance_id"], values: list[str], now: float
+) -> int:
+    """Poison the start of each intent whose ``column`` is one of ``values`` and delete
+    them; scopes are locked in id order, like fencing. How many intents."""
     intents = conn.execute(
-        "SELECT scope_id, start_digest, position FROM intents WHERE id = ANY(%s)",
-        (intent_ids,),
+        f"SELECT scope_id, start_digest, position FROM intents WHERE {column} = ANY(%s)".encode(),  # noqa: S608
+        (values,),
     ).fetchall()
-    _poison(conn, intents, now)
-    conn.execute("DELETE FROM intents WHERE id = ANY(%s)", (intent_ids,))
-    return len(intents)
-
-
-def _poison(conn: Conn, intents: list[tuple[Any, ...]], now: float) -> None:
-    """Scopes are locked in id order, like fencing, then each start is poisoned."""
     scopes = sorted({scope_id for scope_id, _, _ in intents})
     if scopes:
         conn.execute("SELECT id FROM scopes WHERE id = ANY(%s) ORDER BY id FOR UPDATE", (scopes,))
@@ -134,6 +130,8 @@ def _poison(conn: Conn, intents: list[tuple[Any, ...]], now: float) -> None:
             [(scope, MarkerKind.START_POISON.value, start, position, now)
              for scope, start, position in intents],
         )  # fmt: skip
+    conn.execute(f"DELETE FROM intents WHERE {column} = ANY(%s)".encode(), (values,))  # noqa: S608
+    return len(intents)
 
 
 def live(conn: Conn) -> list[InstanceLease]:
