@@ -110,7 +110,7 @@ class Connections:
                     self.refused += 1
             if down:
                 if probe:
-                    self._spawn(self._probe)
+                    self._start_probe()
                 raise StoreDown("the database was unreachable at the last attempt")
             if conn is None:
                 return self._connect_or_mark_down()
@@ -126,6 +126,15 @@ class Connections:
         self._probing = True
         self._settled.clear()
         return True
+
+    def _start_probe(self) -> None:
+        try:
+            self._spawn(self._probe)
+        except BaseException:
+            with self._lock:  # no thread started: let the next caller try again
+                self._probing = False
+                self._settled.set()
+            raise
 
     def _connect_or_mark_down(self) -> Conn:
         try:
