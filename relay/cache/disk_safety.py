@@ -114,6 +114,11 @@ class DiskSafety:
                   guard=str(self.guard.guard) if written else None)  # fmt: skip
         self.check()
 
+    def unresolved(self, intent_id: str) -> None:
+        """Nothing to remember: the file's open intents are poisoned by startup recovery
+        (a write the file refused has latched it, so none follows before a restart)."""
+        del intent_id
+
     def refuse_payload(self, payload_bytes: int) -> Admission | None:
         """Whether a payload of this size may be stored now (``None``: yes). A released
         reserve is allocated again first when the volume has room for it."""

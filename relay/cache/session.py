@@ -386,11 +386,15 @@ class CacheSession:
         if self._row is None or self._intent is None:
             return  # never dispatched (nothing was generated), or resolved already
         now = self._ctx.clock.wall()
+        intent = self._intent
         try:
             self._safely("close intent", lambda: self._resolve(poison=poison, now=now))
         except StoreError as err:
-            # The intent row stays: startup recovery poisons it (issue 5 lifecycle).
+            # The intent row stays: startup recovery poisons it (issue 5 lifecycle); a
+            # shared store's, once the database answers again (design §22).
             log.event("cache_close_failed", request_id=self.request_id, code=err.code)
+            if self._ctx.safety is not None:
+                self._ctx.safety.unresolved(intent)
             return
         finally:
             self._intent = None  # one close per intent: what failed is recovery's

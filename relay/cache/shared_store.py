@@ -5,8 +5,11 @@ local transaction, admission against the database's size, and the lease heartbea
 :class:`SharedSafety` stands where :class:`~relay.cache.disk_safety.DiskSafety` stands for
 the SQLite file (``ReplayCache.safety``). There is no reserve file and no latch: a
 database that cannot be reached fails each safety write with 503 ``cache_unavailable``
-(:class:`~relay.errors.StoreUnreachable`) and the next request after it is back connects
-again, so the relay recovers without an operator. A lost race (deadlock, serialization
+(:class:`~relay.errors.StoreUnreachable`), at once while it is known down, and a
+background probe (:mod:`relay.storage.postgres.connections`) finds it back, so the relay
+recovers without an operator. An intent a session could not resolve meanwhile is
+remembered (:meth:`SharedSafety.unresolved`) and poisoned by the next heartbeat that
+reaches the database. A lost race (deadlock, serialization
 failure) reruns the same local transaction, at most :data:`MAX_ATTEMPTS` times: each
 caller's transaction comes before its send or after its answer, so no model request is
 sent again. A lapsed lease (:class:`~relay.errors.LeaseLapsed`) makes this process
@@ -91,6 +94,11 @@ class SharedSafety:
                 log.event("cache_write_retried", request_id=request_id, what=what,
                           code=err.code, attempt=attempt)  # fmt: skip
 
+    def unresolved(self, intent_id: str) -> None:
+        """A session could not resolve its intent (the database is down): the lease
+        heartbeat poisons and removes it once the database answers again."""
+        self._store.abandon(intent_id)
+
     def refuse_payload(self, payload_bytes: int) -> Admission | None:
         """Disk pressure: admission stops (never deletes) when the database, with this
         payload, would exceed REASONING_CACHE_DISK_BYTES."""
@@ -151,13 +159,16 @@ class LeaseKeeper(Periodic):
         self.beat()
 
     def beat(self) -> None:
-        """One renewal and one recovery pass now (failures are logged, never raised)."""
+        """One renewal and one recovery pass now (failures are logged, never raised): the
+        lapsed instances' intents, then this instance's own whose resolution failed while
+        the database was down (``PostgresStore.abandoned``)."""
         try:
             self.store.barrier_cutoff = self.barrier_cutoff()
             if not self.store.heartbeat():
                 log.event("cache_lease_lapsed", logging.WARNING, instance=self.store.instance_id)
             self.renewals += 1
             recovered = self.store.recover_lapsed(self.clock.wall())
+            own = self.store.recover_abandoned(self.clock.wall())
         except StoreError as err:
             self.failures += 1
             log.event("cache_lease_failed", logging.WARNING, code=err.code)
@@ -165,6 +176,8 @@ class LeaseKeeper(Periodic):
         if recovered:
             self.recovered += recovered
             log.event("cache_lapsed_intents_recovered", logging.WARNING, intents=recovered)
+        if own:
+            log.event("cache_abandoned_intents_recovered", logging.WARNING, intents=own)
 
     def to_json(self) -> dict[str, object]:
         """For ``relay status`` and the cache API: this instance, the live ones and their
@@ -173,6 +186,7 @@ class LeaseKeeper(Periodic):
             live = [lease.to_json() for lease in self.store.live_instances()]
         except StoreError:
             live = None
+        connections = self.store.connections
         return {
             "kind": "postgresql",
             "database": str(self.store.url),
@@ -181,6 +195,9 @@ class LeaseKeeper(Periodic):
             "renewals": self.renewals,
             "leaseLapses": self.store.lease_lapses,
             "recoveredIntents": self.recovered,
+            "abandonedIntents": len(self.store.abandoned),
+            "abandonedRecovered": self.store.abandoned_recovered,
+            "databaseKnownDown": connections is not None and connections.known_down,
             "failures": self.failures,
             "liveInstances": live,
         }

@@ -1,11 +1,15 @@
 """The shared PostgreSQL store for tests: open one on a test database (``pg_database``),
-and make a lease lapse without waiting for it (tests/unit/storage/postgres)."""
+make a lease lapse without waiting for it, and reconnect after an outage (tests/unit/storage/postgres)."""
 
 from __future__ import annotations
 
+import contextlib
+
 from relay.clock import ManualClock
 from relay.core.scope import ScopeTargeting
+from relay.errors import StoreUnreachable
 from relay.settings.database_url import parse_database_url
+from relay.storage.postgres.connections import PROBE_CAP_S
 from relay.storage.postgres.store import PostgresStore
 from tests.support.pg_cluster import PgDatabase
 
@@ -29,3 +33,14 @@ def lapse(database: PgDatabase, instance_id: str) -> None:
             "WHERE id = %s",
             (instance_id,),
         )
+
+
+def probe_now(store: PostgresStore, clock: ManualClock) -> None:
+    """A store known to be down: let a probe fall due, start it with a caller (refused
+    meanwhile, as every caller is while it runs) and wait for it to finish."""
+    connections = store.connections
+    assert connections is not None and connections.known_down
+    clock.advance(PROBE_CAP_S)
+    with contextlib.suppress(StoreUnreachable), store.transaction():
+        pass
+    assert connections.wait_probe(30)

@@ -17,7 +17,7 @@ import os
 import secrets
 import socket
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 
@@ -99,9 +99,26 @@ def recover_lapsed(conn: Conn, now: float) -> int:
     ]
     if not lapsed:
         return 0
+    recovered = _poison_and_remove(conn, "instance_id", lapsed, now)
+    conn.execute("DELETE FROM instances WHERE id = ANY(%s)", (lapsed,))
+    return recovered
+
+
+def poison_intents(conn: Conn, intent_ids: list[str], now: float) -> int:
+    """Inside the store's transaction: poison the start of each of these intents still
+    open and remove them (this instance's own, whose resolution failed while the database
+    was down); how many were still open."""
+    return _poison_and_remove(conn, "id", intent_ids, now)
+
+
+def _poison_and_remove(
+    conn: Conn, column: Literal["id", "instance_id"], values: list[str], now: float
+) -> int:
+    """Poison the start of each intent whose ``column`` is one of ``values`` and delete
+    them; scopes are locked in id order, like fencing. How many intents."""
     intents = conn.execute(
-        "SELECT scope_id, start_digest, position FROM intents WHERE instance_id = ANY(%s)",
-        (lapsed,),
+        f"SELECT scope_id, start_digest, position FROM intents WHERE {column} = ANY(%s)".encode(),  # noqa: S608
+        (values,),
     ).fetchall()
     scopes = sorted({scope_id for scope_id, _, _ in intents})
     if scopes:
@@ -113,8 +130,7 @@ def recover_lapsed(conn: Conn, now: float) -> int:
             [(scope, MarkerKind.START_POISON.value, start, position, now)
              for scope, start, position in intents],
         )  # fmt: skip
-    conn.execute("DELETE FROM intents WHERE instance_id = ANY(%s)", (lapsed,))
-    conn.execute("DELETE FROM instances WHERE id = ANY(%s)", (lapsed,))
+    conn.execute(f"DELETE FROM intents WHERE {column} = ANY(%s)".encode(), (values,))  # noqa: S608
     return len(intents)
 
 

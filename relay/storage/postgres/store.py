@@ -59,7 +59,7 @@ from relay.storage.aggregates import PAYLOAD_BYTES_SCAN_ROWS, Bounded, StoreAggr
 from relay.storage.interface import IntentPhase, IntentRow, RecordSummary
 from relay.storage.postgres import leases
 from relay.storage.postgres.cleanup import PgPayloadCleanup
-from relay.storage.postgres.connections import Conn, Connections
+from relay.storage.postgres.connections import Conn, Connections, StoreDown
 from relay.storage.postgres.schema import SCHEMA_VERSION, TABLES, migrate
 from relay.storage.postgres.strict import PgStrictEntries
 from relay.storage.schema import SchemaRefused
@@ -91,6 +91,12 @@ _LINEAGE: Final = f"""WITH RECURSIVE walk (wid, depth) AS (
 def store_error(exc: BaseException, where: str, action: str) -> StoreError:
     """Translate a psycopg error using its class and SQLSTATE only: its text
     may quote stored values."""
+    if isinstance(exc, StoreDown):
+        return StoreUnreachable(
+            f"reasoning cache {where}: {action} refused: the database was unreachable at "
+            "the last attempt; the relay probes it in the background and serves again "
+            "when it answers"
+        )
     if isinstance(exc, psycopg.OperationalError) and not isinstance(
         exc, pg_errors.DeadlockDetected | pg_errors.QueryCanceled
     ):
@@ -127,6 +133,10 @@ class PostgresStore:
         self._clock = clock
         self._tx: Conn | None = None
         self._locked: set[int] = set()
+        # Intents whose resolution did not commit (the database went away): poisoned and
+        # removed by recover_abandoned once it is back, not when this instance dies.
+        self.abandoned: set[str] = set()
+        self.abandoned_recovered = 0
         self._malformed_plans = 0
         self.lease_ms = lease_ms
         self.instance_id = ""  # set by register(); a new one after a lapse
@@ -142,7 +152,9 @@ class PostgresStore:
         """Connect, migrate (refusing a newer schema), create the secret once, and register
         this process's lease. Raises :class:`StoreUnreachable` when the database cannot be
         reached, :class:`StoreCorrupt` for one that is not a usable reasoning cache."""
-        pool = Connections(url.conninfo, connect_timeout=CONNECT_TIMEOUT_S)
+        pool = Connections(
+            url.conninfo, connect_timeout=CONNECT_TIMEOUT_S, monotonic=clock.monotonic
+        )
         try:
             with pool.connection():
                 pass  # reachable, and the credentials work
@@ -203,6 +215,31 @@ class PostgresStore:
         with self.transaction():
             assert self._tx is not None
             return leases.recover_lapsed(self._tx, now)
+
+    def abandon(self, intent_id: str) -> None:
+        """This instance could not resolve ``intent_id`` (the database went away): it is
+        poisoned and removed by :meth:`recover_abandoned` once the database answers, not
+        only when this instance's lease lapses."""
+        self.abandoned.add(intent_id)
+
+    def recover_abandoned(self, now: float) -> int:
+        """Poison the start of each intent of :attr:`abandoned` still open and remove it
+        (what lease recovery does for a dead instance's), once the database answers; how
+        many were still open. An intent resolved meanwhile is only forgotten."""
+        wanted = sorted(self.abandoned)
+        if not wanted:
+            return 0
+        with self.transaction():
+            assert self._tx is not None
+            found = leases.poison_intents(self._tx, wanted, now)
+        self.abandoned.difference_update(wanted)
+        self.abandoned_recovered += found
+        return found
+
+    @property
+    def connections(self) -> Connections | None:
+        """The connections (``None`` once closed): their probe state, for diagnostics."""
+        return self._pool
 
     def live_instances(self) -> list[leases.InstanceLease]:
         with self._read("read leases") as conn:

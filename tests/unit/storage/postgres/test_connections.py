@@ -1,20 +1,49 @@
 """The store's connections (relay.storage.postgres.connections): reused while they work,
-a connection the server closed while idle found before use, and no waiting for a
-background reconnection once the server is back."""
+a connection the server closed while idle found before use, a database known to be down
+refused without a connect attempt, probed at most once per (capped, doubling) interval off
+the caller's thread, and served again as soon as a probe reaches it."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import psycopg
 import pytest
 
-from relay.storage.postgres.connections import Connections, usable
+from relay.clock import ManualClock
+from relay.storage.postgres.connections import (
+    PROBE_CAP_S,
+    PROBE_FIRST_S,
+    Connections,
+    StoreDown,
+    usable,
+)
 from tests.support.pg_cluster import PgCluster, PgDatabase
+
+# No server behind this socket directory: every connect fails at once.
+NOWHERE = "host=/nonexistent-relay-test-socket-dir port=5 dbname=x user=x"
+
+
+def held(conninfo: str, clock: ManualClock) -> tuple[Connections, list[Callable[[], None]]]:
+    """Connections whose probes are queued for the test to run (synchronously)."""
+    probes: list[Callable[[], None]] = []
+    return Connections(
+        conninfo, connect_timeout=2, monotonic=clock.monotonic, spawn=probes.append
+    ), probes
+
+
+def refused(connections: Connections) -> bool:
+    try:
+        with connections.connection():
+            return False
+    except StoreDown:
+        return True
 
 
 def test_an_idle_connection_is_reused_and_a_terminated_one_replaced(
     pg_database: PgDatabase,
 ) -> None:
-    connections = Connections(pg_database.url, connect_timeout=2)
+    connections = Connections(pg_database.url, connect_timeout=2, monotonic=ManualClock().monotonic)
     try:
         with connections.connection() as first:
             pid = first.info.backend_pid
@@ -32,7 +61,7 @@ def test_an_idle_connection_is_reused_and_a_terminated_one_replaced(
 
 
 def test_a_connection_left_in_a_transaction_is_not_reused(pg_database: PgDatabase) -> None:
-    connections = Connections(pg_database.url, connect_timeout=2)
+    connections = Connections(pg_database.url, connect_timeout=2, monotonic=ManualClock().monotonic)
     try:
         with connections.connection() as conn:
             conn.execute("BEGIN")
@@ -43,9 +72,35 @@ def test_a_connection_left_in_a_transaction_is_not_reused(pg_database: PgDatabas
         connections.close()
 
 
-def test_the_first_request_after_a_restart_connects(own_pg_cluster: PgCluster) -> None:
+def test_a_burst_while_down_costs_no_connect_and_probes_are_spaced_and_capped() -> None:
+    clock = ManualClock()
+    connections, probes = held(NOWHERE, clock)
+    with pytest.raises(psycopg.OperationalError) as first, connections.connection():
+        pass
+    assert not isinstance(first.value, StoreDown)  # the one real attempt found it down
+    assert connections.known_down and connections.connect_attempts == 1
+    assert all(refused(connections) for _ in range(100))
+    assert connections.connect_attempts == 1 and probes == []
+    step, gaps = 0.01, []
+    for _probe in range(7):
+        failed_at = clock.monotonic()
+        while not probes:  # callers keep coming every 10 ms; one of them starts a probe
+            clock.advance(step)
+            assert refused(connections)
+        assert refused(connections) and len(probes) == 1  # one probe at a time
+        gaps.append(clock.monotonic() - failed_at)
+        probes.pop()()  # the probe fails: the next one waits longer
+    expected = [PROBE_FIRST_S, 0.2, 0.4, 0.8, PROBE_CAP_S, PROBE_CAP_S, PROBE_CAP_S]
+    assert all(want <= gap < want + step + 1e-6 for gap, want in zip(gaps, expected, strict=True))
+    assert connections.connect_attempts == 1 + 7  # the first, then one per probe
+
+
+def test_a_probe_reconnects_after_a_restart_and_its_connection_serves(
+    own_pg_cluster: PgCluster,
+) -> None:
     database = PgDatabase(own_pg_cluster, own_pg_cluster.create_database())
-    connections = Connections(database.url, connect_timeout=2)
+    clock = ManualClock()
+    connections, probes = held(database.url, clock)
     try:
         with connections.connection() as conn:
             conn.execute("SELECT 1")
@@ -53,6 +108,33 @@ def test_the_first_request_after_a_restart_connects(own_pg_cluster: PgCluster) -
         with pytest.raises(psycopg.OperationalError), connections.connection():
             pass
         own_pg_cluster.start()
+        assert refused(connections)  # back, but not probed yet: no attempt on the caller
+        clock.advance(PROBE_FIRST_S)
+        assert refused(connections) and len(probes) == 1
+        attempts = connections.connect_attempts
+        probes.pop()()
+        assert not connections.known_down and connections.connect_attempts == attempts + 1
+        with connections.connection() as conn:  # the probe's connection, no new connect
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        assert connections.connect_attempts == attempts + 1
+    finally:
+        connections.close()
+
+
+def test_a_probe_runs_off_the_callers_thread(own_pg_cluster: PgCluster) -> None:
+    """The default ``spawn``: the caller is refused at once and the probe, in a thread,
+    brings the connections back up."""
+    database = PgDatabase(own_pg_cluster, own_pg_cluster.create_database())
+    clock = ManualClock()
+    own_pg_cluster.stop()
+    connections = Connections(database.url, connect_timeout=2, monotonic=clock.monotonic)
+    try:
+        with pytest.raises(psycopg.OperationalError), connections.connection():
+            pass
+        own_pg_cluster.start()
+        clock.advance(PROBE_CAP_S)
+        assert refused(connections)
+        assert connections.wait_probe(30) and not connections.known_down
         with connections.connection() as conn:
             assert conn.execute("SELECT 1").fetchone() == (1,)
     finally:
