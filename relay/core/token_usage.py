@@ -20,6 +20,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from relay.core.receipts import Reason
+from relay.errors import OperatorError
 
 HOUR_S: Final = 3600
 MAX_MODELS: Final = 32  # distinct model labels kept; later new ones count as "other"
@@ -277,8 +278,9 @@ class Price:
     output: float
 
 
-class PriceError(ValueError):
-    """RELAY_TOKEN_PRICES is not what it should be (the message is one line)."""
+class PriceError(OperatorError):
+    """RELAY_TOKEN_PRICES is not what it should be (the message is one line; the
+    configuration turns it into a ConfigError naming the variable)."""
 
 
 def parse_prices(data: Any) -> dict[str, Price]:

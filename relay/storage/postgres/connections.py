@@ -30,13 +30,15 @@ from typing import Any, Final
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from relay.errors import InternalSignal
+
 Conn = psycopg.Connection[tuple[Any, ...]]
 MAX_IDLE: Final = 4  # connections kept for reuse (the IOLoop uses one at a time)
 PROBE_FIRST_S: Final = 0.1  # the first probe after a failure, then doubling …
 PROBE_CAP_S: Final = 1.0  # … to at most this: recovery stays prompt
 
 
-class StoreDown(psycopg.OperationalError):
+class StoreDown(psycopg.OperationalError, InternalSignal):
     """The database is known to be down: refused without a connect attempt."""
 
 
