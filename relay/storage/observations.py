@@ -58,16 +58,10 @@ class Observations:
         return [self._observation(row) for row in rows]
 
     def _observation(self, row: Sequence[Any]) -> Observation:
-        # Columns in Observation's field order (_OBSERVATION_COLUMNS); built positionally,
-        # since a long plan reads hundreds of rows.
-        plan = PriorPlan(row[9], row[10], row[11])
-        well_formed = plan.well_formed
-        if not well_formed:
+        observation = observation_from_row(row)
+        if not observation.prior_plan.well_formed:
             self._malformed_plans += 1
-        return Observation(
-            row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], plan,
-            row[12], row[13], bool(row[14]) and well_formed, row[15],
-        )  # fmt: skip
+        return observation
 
     def observation(self, observation_id: int) -> Observation | None:
         found = self._observations("id = ?", (observation_id,), limit=1)
@@ -200,3 +194,14 @@ class Observations:
         payload (retention reclaims descendants before ancestors)."""
         with self._db.read("read observations") as conn:
             return has_retained_descendant(conn, observation_id)
+
+
+def observation_from_row(row: Sequence[Any]) -> Observation:
+    """An observation from its row, columns in Observation's field order (both stores read
+    them so); built positionally, since a long plan reads hundreds of rows. A malformed
+    prior plan is never replayable."""
+    plan = PriorPlan(row[9], row[10], row[11])
+    return Observation(
+        row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], plan,
+        row[12], row[13], bool(row[14]) and plan.well_formed, row[15],
+    )  # fmt: skip

@@ -57,6 +57,7 @@ from relay.errors import (
 from relay.settings.database_url import DatabaseUrl
 from relay.storage.aggregates import PAYLOAD_BYTES_SCAN_ROWS, Bounded, StoreAggregates
 from relay.storage.interface import IntentPhase, IntentRow, RecordSummary
+from relay.storage.observations import observation_from_row
 from relay.storage.postgres import leases
 from relay.storage.postgres.cleanup import PgPayloadCleanup
 from relay.storage.postgres.connections import Conn, Connections, StoreDown
@@ -421,14 +422,10 @@ class PostgresStore:
         return [self._observation(row) for row in rows]
 
     def _observation(self, row: Sequence[Any]) -> Observation:
-        plan = PriorPlan(row[9], row[10], row[11])
-        well_formed = plan.well_formed
-        if not well_formed:
+        observation = observation_from_row(row)
+        if not observation.prior_plan.well_formed:
             self._malformed_plans += 1
-        return Observation(
-            row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], plan,
-            row[12], row[13], bool(row[14]) and well_formed, row[15],
-        )  # fmt: skip
+        return observation
 
     def observation(self, observation_id: int) -> Observation | None:
         found = self._observations(None, "id = %s", (observation_id,), limit=1)
