@@ -156,8 +156,7 @@ class Observations:
     ) -> Observation:  # fmt: skip
         """Record one observed generation; a snapshot also becomes the scope's latest.
         ``ValueError`` for a prior plan that could not read back as one."""
-        if not prior_plan.well_formed or (prior_plan.count and prior_plan.parent_id is None):
-            raise ValueError("a prior plan needs a link, a length and a chain digest that agree")
+        require_recordable(prior_plan)
         with self._db.write("record an observation") as conn:
             cursor = conn.execute(
                 "INSERT INTO observations (scope_id, generation, position, start_digest, "
@@ -205,3 +204,10 @@ def observation_from_row(row: Sequence[Any]) -> Observation:
         row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], plan,
         row[12], row[13], bool(row[14]) and plan.well_formed, row[15],
     )  # fmt: skip
+
+
+def require_recordable(prior_plan: PriorPlan) -> None:
+    """``ValueError`` for a prior plan that could not read back as one (both stores check
+    it before recording an observation)."""
+    if not prior_plan.well_formed or (prior_plan.count and prior_plan.parent_id is None):
+        raise ValueError("a prior plan needs a link, a length and a chain digest that agree")

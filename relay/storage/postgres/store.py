@@ -57,7 +57,7 @@ from relay.errors import (
 from relay.settings.database_url import DatabaseUrl
 from relay.storage.aggregates import PAYLOAD_BYTES_SCAN_ROWS, Bounded, StoreAggregates
 from relay.storage.interface import IntentPhase, IntentRow, RecordSummary
-from relay.storage.observations import observation_from_row
+from relay.storage.observations import observation_from_row, require_recordable
 from relay.storage.postgres import leases
 from relay.storage.postgres.cleanup import PgPayloadCleanup
 from relay.storage.postgres.connections import Conn, Connections, StoreDown
@@ -512,8 +512,7 @@ class PostgresStore:
         output_hash: str, prior_plan: PriorPlan, intent_id: str | None,
         snapshot: str | None, replayable: bool, now: float,
     ) -> Observation:  # fmt: skip
-        if not prior_plan.well_formed or (prior_plan.count and prior_plan.parent_id is None):
-            raise ValueError("a prior plan needs a link, a length and a chain digest that agree")
+        require_recordable(prior_plan)
         with self._writer("record an observation") as conn:
             self._lock_scope(conn, scope_id)
             row = conn.execute(
