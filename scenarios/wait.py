@@ -3,6 +3,11 @@
 Every wait in the harness goes through :func:`wait_until`, so a scenario never sleeps
 "long enough": it polls the thing it needs (a log line, a process exit, a socket state)
 and fails with a message naming that thing when the deadline passes.
+
+The contract: a probe answers *not yet* with exactly ``None`` or ``False`` (so a boolean
+condition and an optional lookup both work); anything else is the awaited value and is
+returned as it is, falsy ones included (``0``, ``0.0``, ``""``, ``[]``: a count that
+reached zero or an empty list that was read is a real answer, not "keep waiting").
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ def wait_until(
     interval: float = 0.005,
     max_interval: float = 0.05,
 ) -> T:
-    """Call ``probe`` until it returns something other than None/False; return that.
+    """Call ``probe`` until it returns anything but ``None`` or ``False`` (identity, not
+    truthiness: ``0`` or ``[]`` is an answer); return that.
 
     The poll interval starts small (most events are milliseconds away on loopback) and
     backs off to ``max_interval`` so a long wait does not burn a core.
@@ -35,7 +41,7 @@ def wait_until(
     delay = interval
     while True:
         value = probe()
-        if value is not None and value is not False:
+        if value is not None and value is not False:  # not truthiness: 0 is an answer
             return value
         now = time.monotonic()
         if now >= deadline:

@@ -195,6 +195,22 @@ def test_wait_until_returns_the_value_or_names_what_it_waited_for() -> None:
         wait_until(lambda: None, timeout=0.02, what="the impossible")
 
 
+@pytest.mark.parametrize("answer", [0, 0.0, "", [], {}, True, 7])
+def test_wait_until_returns_a_falsy_answer_at_once(answer: object) -> None:
+    """Only None and False mean "not yet": a count of 0 or an empty list is the value,
+    returned at the first call (a second call would fail the test)."""
+    answers = iter([answer])
+    assert wait_until(lambda: next(answers), timeout=1, what="an answer") == answer
+
+
+@pytest.mark.parametrize("not_yet", [None, False])
+def test_wait_until_keeps_waiting_on_none_and_false_only(not_yet: object) -> None:
+    answers = iter([not_yet, not_yet, 0])
+    assert wait_until(lambda: next(answers), timeout=1, what="zero") == 0
+    with pytest.raises(WaitTimeout, match="waiting for nothing"):
+        wait_until(lambda: not_yet, timeout=0.02, what="nothing")
+
+
 def test_history_rejects_unknown_kinds() -> None:
     with pytest.raises(ValueError, match="unknown history event kind"):
         History().record("client_reqest")
