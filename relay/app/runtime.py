@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
 
@@ -14,6 +14,7 @@ from relay.cache.retention import RetentionCleanup
 from relay.cache.session import CacheSession
 from relay.cache.shared_store import LeaseKeeper
 from relay.clock import Clock
+from relay.core.token_usage import Usage
 from relay.observability.body_log import BodyLog
 from relay.settings.config import Config
 from relay.settings.providers import BUILTIN, Provider
@@ -22,7 +23,6 @@ from relay.transport.upstream import UpstreamExchange, UpstreamLimits
 from relay.upstream.health import UpstreamHealth
 
 if TYPE_CHECKING:
-    from relay.ops.token_stats import TokenAccounting
     from relay.tunnel.supervisor import Tunnel
 
 
@@ -35,6 +35,18 @@ class RequestMetrics(Protocol):
     def observe_first_byte(self, path: str, seconds: float) -> None: ...
 
     def observe_upstream(self, provider: str, seconds: float) -> None: ...
+
+
+class TokenRecorder(Protocol):
+    """What the request shell records of token usage. Operations inject
+    ``relay.ops.token_stats.TokenAccounting`` at start and read the rest of it through
+    ``relay.ops.token_stats.token_accounting``; the runtime imports nothing of them."""
+
+    def answered(self, shape: str, model: Any, header: str | None, usage: Usage | None) -> None:
+        """One relayed generation finished: its usage against its replay outcome."""
+
+    def added_latency(self, seconds: float) -> None:
+        """The relay's own share of one request's time to first byte."""
 
 
 @dataclass
@@ -58,7 +70,7 @@ class Runtime:
     tunnel: Tunnel | None = None  # RELAY_TUNNEL_CMD's program, once started
     upstream_health: UpstreamHealth = field(default_factory=UpstreamHealth)  # for /readyz
     dropped_params: set[str] = field(default_factory=set)  # logged once each per process
-    tokens: TokenAccounting | None = None  # usage by replay outcome (relay.ops, at start)
+    tokens: TokenRecorder | None = None  # usage by replay outcome (relay.ops, at start)
 
     @property
     def upstream_limits(self) -> UpstreamLimits:

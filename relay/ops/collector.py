@@ -27,6 +27,7 @@ from relay.core.token_usage import LATENCY_BOUNDS_MS, OVERFLOW_MS, TALLY_FIELDS
 from relay.errors import StoreError
 from relay.ops.metrics import relay_metrics
 from relay.ops.store_sample import StoreSampler
+from relay.ops.token_stats import token_accounting
 
 if TYPE_CHECKING:
     from relay.app.runtime import Runtime
@@ -156,7 +157,7 @@ class RuntimeCollector(Collector):
     def _tokens(self) -> Iterator[Metric]:
         """Token accounting since start (relay.ops.token_stats), by body shape, model (a
         bounded label: the first 32 names seen, then "other") and replay outcome."""
-        tokens = self.runtime.tokens
+        tokens = token_accounting(self.runtime)
         if tokens is None:
             return
         requests = CounterMetricFamily(

@@ -16,7 +16,7 @@ from relay.ops.metrics_http import MetricsListener
 from relay.ops.snapshot import Snapshotter
 from relay.ops.status import status_document
 from relay.ops.store_sample import StoreSampler
-from relay.ops.token_stats import TokenAccounting
+from relay.ops.token_stats import TokenAccounting, token_accounting
 
 if TYPE_CHECKING:
     from relay.app.listeners import Listeners
@@ -69,8 +69,9 @@ class Operations:
             self.metrics_http.adopt(listeners.metrics)
             self.service.metrics_url = self.metrics_url
         self._note = listeners.admin_note
-        if self._runtime.tokens is not None:
-            self._runtime.tokens.start()
+        tokens = token_accounting(self._runtime)
+        if tokens is not None:
+            tokens.start()
 
     def dashboard(self) -> str:
         """The dashboard page, rendered from the status document and the last day's hours."""
@@ -79,7 +80,7 @@ class Operations:
             runtime, self.sampler, self.snapshots,
             offline_fake=self.service.offline_fake, metrics_url=self.metrics_url,
         )  # fmt: skip
-        tokens = runtime.tokens
+        tokens = token_accounting(runtime)
         now_hour = hour_of(runtime.clock.wall())
         hours = hours_of(tokens.recent(24) if tokens is not None else HourDelta(), now_hour)
         stats_bytes = None
@@ -114,5 +115,6 @@ class Operations:
         if self.metrics_http is not None:
             await self.metrics_http.close()
         await self.snapshots.wait_idle()
-        if self._runtime.tokens is not None:
-            await self._runtime.tokens.stop()  # the last hour's tallies, written
+        tokens = token_accounting(self._runtime)
+        if tokens is not None:
+            await tokens.stop()  # the last hour's tallies, written

@@ -18,6 +18,7 @@ from relay.ops.collector import replay_totals
 from relay.ops.metrics import relay_metrics
 from relay.ops.snapshot import Snapshotter
 from relay.ops.store_sample import TTL_S, StoreSampler
+from relay.ops.token_stats import token_accounting
 from relay.transport.upstream import origin_of
 
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ def status_document(
         },
         "store": store,
         # Token accounting by replay outcome (relay.ops.token_stats): None before startup.
-        "replayBuys": None if runtime.tokens is None else runtime.tokens.report(),
+        "replayBuys": None if (tokens := token_accounting(runtime)) is None else tokens.report(),
         "snapshot": {
             "running": snapshots.running,
             "progress": None if snapshots.progress is None else snapshots.progress.to_json(),

@@ -20,12 +20,15 @@ import sqlite3
 from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from relay.clock import Clock
 from relay.core import token_usage as tu
 from relay.observability import log
 from relay.storage.stats_db import StatsDB
+
+if TYPE_CHECKING:
+    from relay.app.runtime import Runtime
 
 DAY_HOURS: Final = 24
 WINDOWS: Final = (("lastHour", 1), ("lastDay", 24), ("last30Days", 30 * 24))
@@ -236,6 +239,14 @@ class TokenAccounting:
             window["estimate"] = tu.estimate(rows, self.prices) if self.prices else None
             out[name] = window
         return out
+
+
+def token_accounting(runtime: Runtime) -> TokenAccounting | None:
+    """The runtime's token accounting as operations made it (``None`` before start): the
+    runtime knows it only as what the request shell records (``TokenRecorder``)."""
+    tokens = runtime.tokens
+    assert tokens is None or isinstance(tokens, TokenAccounting)
+    return tokens
 
 
 def _since(delta: tu.HourDelta, hour: int) -> tu.HourDelta:

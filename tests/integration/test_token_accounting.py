@@ -12,6 +12,7 @@ from typing import Any
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from relay.ops.token_stats import token_accounting
 from relay.storage.stats_db import FILE_NAME
 from tests.support.accounting import counting, direct_responses_call
 from tests.support.agent_session import MODEL, SYSTEM_PROMPT, TurnUsage, run_session
@@ -42,8 +43,9 @@ def tokens(kind: str, outcome: str, what: str) -> tuple[str, tuple[tuple[str, st
 
 def report(stack: Stack) -> dict[str, Any]:
     runtime = stack.relay.runtime
-    assert runtime is not None and runtime.tokens is not None
-    tokens = runtime.tokens
+    assert runtime is not None
+    tokens = token_accounting(runtime)
+    assert tokens is not None
 
     async def read() -> dict[str, Any]:  # on the relay's loop, as relay status reads it
         return tokens.report()

@@ -10,6 +10,7 @@ from typing import Any
 import requests
 
 from relay.core.token_usage import Usage
+from relay.ops.token_stats import token_accounting
 from tests.support.agent_session import MODEL
 from tests.support.stack import Stack
 
@@ -20,8 +21,9 @@ def counting(stack: Stack, expected: int) -> Iterator[None]:
     in all (each is counted as its handler finishes, just after the client has its last
     byte, so a client's answer alone does not mean it is counted)."""
     runtime = stack.relay.runtime
-    assert runtime is not None and runtime.tokens is not None
-    tokens = runtime.tokens
+    assert runtime is not None
+    tokens = token_accounting(runtime)
+    assert tokens is not None
     answered = tokens.answered
     done = threading.Event()
 

@@ -12,7 +12,7 @@ from typing import Any
 from relay.core.token_usage import HOUR_S, HourDelta, Key, Tally, Usage, hour_of
 from relay.ops.dashboard import Snapshot, hours_of, render
 from relay.ops.status import status_document
-from relay.ops.token_stats import TokenAccounting
+from relay.ops.token_stats import TokenAccounting, token_accounting
 from tests.support.ops_runtime import OpsRuntime, ops_runtime
 
 
@@ -34,7 +34,7 @@ class Elements(HTMLParser):
 def page(ops: OpsRuntime, **status: Any) -> str:
     doc = status_document(ops.runtime, ops.sampler, ops.snapshots, offline_fake=False)
     doc["relay"].update(status)
-    tokens = ops.runtime.tokens
+    tokens = token_accounting(ops.runtime)
     delta = tokens.recent(24) if tokens is not None else HourDelta()
     return render(Snapshot(doc, hours_of(delta, hour_of(ops.clock.wall()))))
 
