@@ -2,17 +2,21 @@
 
 Per request: :meth:`StrictCache.prepare` (strip, or restore and start a capture) before
 dispatch, then :meth:`StrictCache.commit` once the answer is complete and before the
-client gets its terminal frame. It shares the replay cache's identity (scope and history
-digests, reasoning_content excluded), its SQLite store (``store.strict``) and its switch:
-with ``REASONING_CACHE_ENABLED`` off nothing is restored or captured (stripping for
-non-strict upstreams still happens: it is not caching).
+client gets its terminal frame. Preparing only reads the store; every write of a request
+(the restored records' slide, the answer's records) is in :meth:`~StrictCache.commit`, so
+a request refused or failed before its answer completes writes nothing. It shares the
+replay cache's identity (scope and history digests, reasoning_content excluded), its
+store (``store.strict``) and its switch: with ``REASONING_CACHE_ENABLED`` off nothing is
+restored or captured (stripping for non-strict upstreams still happens: it is not
+caching).
 
 Lookups go memory (a bounded LRU) → disk; a disk hit is verified (text digest, expiry)
-and promoted. Entries slide: every hit pushes expiry to ``now + ttl`` in memory and on
-disk. Expired rows are removed by :meth:`cleanup`, run on the IOLoop every
-``cleanup_every_s`` by :meth:`start_cleanup`. Store failures never fail a request here:
-the worst outcome of a lost record is a miss (the provider's own 400), so they are
-logged, counted, and the memory layer carries on. Time is the injected clock's wall time.
+and promoted. Entries slide: each one restored pushes its expiry to ``now + ttl`` in
+memory and on disk once the answer that used it completes. Expired rows are removed by
+:meth:`cleanup`, run on the IOLoop every ``cleanup_every_s`` by :meth:`start_cleanup`.
+Store failures never fail a request here: the worst outcome of a lost record is a miss
+(the provider's own 400), so they are logged, counted, and the memory layer carries on.
+Time is the injected clock's wall time.
 """
 
 from __future__ import annotations
@@ -88,6 +92,7 @@ class PreparedRequest:
     capture: ChatCapture | None = None  # None: nothing is recorded for this request
     scope_digest: str | None = None
     history: HistoryState | None = None  # None: the history had no identity
+    used: tuple[CachedReasoning, ...] = ()  # restored records: they slide at commit
 
 
 @dataclass(frozen=True)
@@ -167,7 +172,6 @@ class StrictCache:
             return found.reasoning
 
         restored = restore(messages, rule, ends, lookup, tools_present=tools_present)
-        self._touch(used, now)
         self._count(target, restored)
         return PreparedRequest(
             target,
@@ -176,11 +180,13 @@ class StrictCache:
             capture=ChatCapture(max_bytes=self.max_entry_bytes),
             scope_digest=scope.digest,
             history=history,
+            used=tuple(used),
         )
 
     def commit(self, prepared: PreparedRequest, request_id: str) -> int:
-        """Record the completed answer's reasoning (call before the terminal frame);
-        how many records were written."""
+        """Slide the records the request restored, then record the completed answer's
+        reasoning (call before the terminal frame); how many records were written."""
+        self._touch(prepared.used, self.clock.wall())
         capture, scope_digest = prepared.capture, prepared.scope_digest
         if capture is None or scope_digest is None:
             return 0

@@ -158,7 +158,9 @@ def test_ttl_slides_on_use_and_expires_after_a_clock_jump(
     cache.commit(first, "req")
     history = [USER, echo, {"role": "tool", "tool_call_id": "call_1", "content": "o"}]
     clock.advance(TTL * 0.75)
-    assert turn(cache, history).messages[1]["reasoning_content"] == "thought"  # slides to now+TTL
+    used = turn(cache, history)
+    assert used.messages[1]["reasoning_content"] == "thought"
+    cache.commit(used, "req")  # its answer completed: slides to now+TTL
     clock.advance(TTL * 0.75)  # 1.5 TTL after capture, 0.75 after the last use
     assert turn(cache, history).messages[1]["reasoning_content"] == "thought"
     clock.jump_wall(TTL + 1)
@@ -166,6 +168,37 @@ def test_ttl_slides_on_use_and_expires_after_a_clock_jump(
     assert cache.metrics.rejected == {"record_expired": 2}  # by identity, then by call id
     assert cache.cleanup() == 1
     assert cache.store is not None and cache.store.strict.stats(0).entries == 0
+
+
+def test_preparing_writes_nothing_a_refused_request_slides_nothing(
+    path: Path, clock: ManualClock
+) -> None:
+    """A request refused before it is forwarded (prepared, never committed) leaves the
+    store as it was: no touch, no record; the slide comes with the answer's commit."""
+    cache = open_cache(path, clock, memory_entries=0)  # every lookup reads the disk
+    first = turn(cache, [USER])
+    echo = answer(first, reasoning="thought", calls=[("call_1", "{}")])
+    cache.commit(first, "req")
+    store = sqlite_store(cache.store)
+    conn = store._conn
+    assert conn is not None
+    writes: list[str] = []
+    conn.set_trace_callback(writes.append)
+    history = [USER, echo, {"role": "tool", "tool_call_id": "call_1", "content": "o"}]
+    captured_at = clock.wall()
+    clock.advance(60)
+    refused = turn(cache, history)
+    assert refused.messages[1]["reasoning_content"] == "thought" and refused.used
+    assert writes and not [sql for sql in writes if not sql.lstrip().startswith("SELECT")]
+    row = store.strict.get(refused.used[0].entry_id or 0)
+    assert row is not None and row.expires_at == captured_at + TTL  # not slid
+    writes.clear()
+    cache.commit(refused, "req")  # the answer completed: now it slides
+    assert [sql for sql in writes if sql.lstrip().startswith("UPDATE strict_entries")]
+    row = store.strict.get(row.id)
+    assert row is not None and row.expires_at == captured_at + 60 + TTL
+    conn.set_trace_callback(None)
+    store.close()
 
 
 def test_cleanup_drops_expired_memory_and_rows(cache: StrictCache, clock: ManualClock) -> None:
