@@ -20,7 +20,9 @@ from relay.storage.database import Database
 from relay.storage.schema import in_batches, placeholders
 
 # SQL built with f-strings interpolates only these constants and "?" placeholder lists.
-_OBSERVATION_COLUMNS: Final = """id, scope_id, generation, position, start_digest,
+# The columns :func:`observation_from_row` reads, in Observation's field order (both
+# stores select them so).
+OBSERVATION_COLUMNS: Final = """id, scope_id, generation, position, start_digest,
     end_digest, envelope_fp, payload_fp, output_hash, parent_id, prior_plan_count,
     prior_chain, intent_id, snapshot, replayable, observed_at"""
 # A record and its ancestors up the parent links, nearest first (depth 0: the record).
@@ -31,13 +33,15 @@ _LINEAGE: Final = f"""WITH RECURSIVE walk (wid, depth) AS (
         SELECT o.parent_id, walk.depth + 1 FROM walk JOIN observations o ON o.id = walk.wid
         WHERE o.parent_id < o.id AND walk.depth + 1 < ?
     )
-    SELECT {_OBSERVATION_COLUMNS} FROM walk JOIN observations ON id = wid
+    SELECT {OBSERVATION_COLUMNS} FROM walk JOIN observations ON id = wid
     WHERE scope_id = ? ORDER BY depth"""  # noqa: S608
 
 
-class Observations:
-    def __init__(self, db: Database) -> None:
-        self._db = db
+class MalformedPlans:
+    """Both stores' observation gateways: rows become observations through
+    :meth:`_observation`, which counts those whose stored plan was malformed."""
+
+    def __init__(self) -> None:
         self._malformed_plans = 0
 
     @property
@@ -45,23 +49,29 @@ class Observations:
         """Rows read since open whose stored plan was malformed (returned non-replayable)."""
         return self._malformed_plans
 
+    def _observation(self, row: Sequence[Any]) -> Observation:
+        observation = observation_from_row(row)
+        if not observation.prior_plan.well_formed:
+            self._malformed_plans += 1
+        return observation
+
+
+class Observations(MalformedPlans):
+    def __init__(self, db: Database) -> None:
+        MalformedPlans.__init__(self)
+        self._db = db
+
     def _observations(
         self, where: str, params: Sequence[object], *, limit: int = -1, newest_first: bool = True
     ) -> list[Observation]:
         order = "ORDER BY id DESC " if newest_first else ""
         with self._db.read("read observations") as conn:
             rows = conn.execute(
-                f"SELECT {_OBSERVATION_COLUMNS} FROM observations WHERE {where} "  # noqa: S608
+                f"SELECT {OBSERVATION_COLUMNS} FROM observations WHERE {where} "  # noqa: S608
                 f"{order}LIMIT ?",
                 (*params, limit),
             ).fetchall()
         return [self._observation(row) for row in rows]
-
-    def _observation(self, row: Sequence[Any]) -> Observation:
-        observation = observation_from_row(row)
-        if not observation.prior_plan.well_formed:
-            self._malformed_plans += 1
-        return observation
 
     def observation(self, observation_id: int) -> Observation | None:
         found = self._observations("id = ?", (observation_id,), limit=1)

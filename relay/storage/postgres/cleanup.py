@@ -6,33 +6,39 @@ several relays:
   does not get it skips the run (another one is reclaiming);
 - the most conservative live barrier: the run publishes its own cutoff in its lease row
   and deletes only below the oldest cutoff of every live instance, and nothing while any
-  live instance's deletion barrier is shut (each barrier counts from its own start).
+  live instance's deletion barrier is shut (each barrier counts from its own start);
+- the lock order: the candidates' scopes are locked all at once, in id order, before any
+  candidate is re-checked (:meth:`Database.lock_scopes`), the order fencing, generation
+  advances and lease recovery take them in. Locked one by one in candidate order (by
+  position), a run could hold a scope a fence waited for while waiting for one the
+  fence held: PostgreSQL then aborted one of them (``deadlock_detected``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from relay.storage.cleanup import MAX_RECLAIMED_PER_RUN, MAX_SCANNED_PER_RUN, CleanupResult
 from relay.storage.postgres import leases
+from relay.storage.postgres.database import Database
+from relay.storage.postgres.payloads import has_retained_descendant
 from relay.storage.postgres.schema import CLEANUP_LOCK
-
-if TYPE_CHECKING:
-    from relay.storage.postgres.store import PostgresStore
 
 
 class PgPayloadCleanup:
     """``PostgresStore.cleanup``: reclaim idle payloads, one transaction per run."""
 
-    def __init__(self, store: PostgresStore, wall: Callable[[], float]) -> None:
-        self._store = store
+    def __init__(
+        self, db: Database, instance: Callable[[], str], wall: Callable[[], float]
+    ) -> None:
+        self._db = db
+        self._instance = instance  # this process's lease: where its cutoff is published
         self._wall = wall
         self.skipped_locked = 0  # runs another instance was doing (diagnostics)
         self.skipped_barrier = 0  # runs a live instance's shut barrier stopped
 
     def eligible(self, cutoff: float) -> int:
-        with self._store._read("count payloads") as conn:
+        with self._db.read("count payloads") as conn:
             row = conn.execute(
                 "SELECT count(*) FROM payloads WHERE touched_at < %s", (cutoff,)
             ).fetchone()
@@ -49,14 +55,14 @@ class PgPayloadCleanup:
         reclaimed_at = self._wall() if now is None else now
         reclaimed = reclaimed_bytes = examined = pinned = competitor = descendant = 0
         capped = False
-        store = self._store
-        with store.transaction(), store._writer("reclaim payloads") as conn:
+        db = self._db
+        with db.transaction(), db.write("reclaim payloads") as conn:
             locked = conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (CLEANUP_LOCK,))
             row = locked.fetchone()
             if row is None or not row[0]:
                 self.skipped_locked += 1
                 return CleanupResult()
-            shared = leases.shared_cutoff(conn, store.instance_id, cutoff)
+            shared = leases.shared_cutoff(conn, self._instance(), cutoff)
             if shared is None:
                 self.skipped_barrier += 1
                 return CleanupResult()
@@ -66,14 +72,15 @@ class PgPayloadCleanup:
                 "WHERE p.touched_at < %s ORDER BY o.position DESC, o.id DESC LIMIT %s",
                 (shared, scan),
             ).fetchall()
+            # Every scope a candidate may need, locked now in id order: a dispatch
+            # selecting one of these blocks waits, or went first and pinned or touched
+            # it (then it is kept below).
+            db.lock_scopes(conn, [row[2] for row in candidates])
             for observation_id, size, scope_id, start, producer in candidates:
                 if reclaimed == limit:
                     capped = True
                     break
                 examined += 1
-                # The scope's lock: a dispatch selecting this block waits, or went first
-                # and pinned it (then it is kept below).
-                store._lock_scope(conn, scope_id)
                 flags = conn.execute(
                     "SELECT EXISTS (SELECT 1 FROM dependencies WHERE ancestor_id = %s) "
                     "OR EXISTS (SELECT 1 FROM intents WHERE id = %s), "
@@ -92,7 +99,7 @@ class PgPayloadCleanup:
                     competitor += 1
                 elif not flags[2]:
                     continue  # touched by a dispatch since the scan: in use again
-                elif store.has_retained_descendant(observation_id):
+                elif has_retained_descendant(conn, observation_id):
                     descendant += 1
                 else:
                     conn.execute(

@@ -8,7 +8,9 @@ as a new instance. Intents name their instance; when a lease lapses, any live in
 poisons and removes that instance's unresolved intents (:func:`recover_lapsed`) — what
 startup recovery does for the single-process store.
 
-The functions take a connection: the store owns transactions and error translation.
+The functions take a connection; :class:`Leases`, the store's lease gateway, runs them
+through :class:`~relay.storage.postgres.database.Database` (its transactions and error
+translation) and keeps this process's lease state.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any, Literal
 import psycopg
 
 from relay.core.records import MarkerKind
+from relay.storage.postgres.database import Database
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -157,3 +160,67 @@ def shared_cutoff(conn: Conn, instance_id: str, own: float) -> float | None:
     if row is None or row[0]:
         return None
     return min(own, float(row[1])) if row[1] is not None else own
+
+
+class Leases:
+    """This process's lease on the shared store (``PostgresStore``'s lease methods) and
+    the intents it could not resolve while the database was away."""
+
+    def __init__(self, db: Database, *, lease_ms: int) -> None:
+        self._db = db
+        self.lease_ms = lease_ms
+        self.instance_id = ""  # set by register(); a new one after a lapse
+        self.lease_lapses = 0  # times this process found its lease gone and came back new
+        self.barrier_cutoff: float | None = None  # published with each heartbeat
+        # Intents whose resolution did not commit (the database went away): poisoned and
+        # removed by recover_abandoned once it is back, not when this instance dies.
+        self.abandoned: set[str] = set()
+        self.abandoned_recovered = 0
+
+    def register(self) -> None:
+        """Take a new lease (a new instance id): at startup and after a lapse."""
+        with self._db.read("register a lease") as conn:
+            self.instance_id = register(conn, self.lease_ms)
+
+    def heartbeat(self) -> bool:
+        """Renew this instance's lease and publish its barrier; ``False`` when it had
+        lapsed (the instance registered again as new)."""
+        with self._db.read("renew the lease") as conn:
+            alive = renew(conn, self.instance_id, self.lease_ms, self.barrier_cutoff)
+        if not alive:
+            self.lease_lapses += 1
+            self.register()
+        return alive
+
+    def recover_lapsed(self, now: float) -> int:
+        """Poison and remove the unresolved intents of every instance whose lease lapsed,
+        and their lease rows (the shared-store analogue of startup recovery)."""
+        with self._db.transaction(), self._db.write("recover lapsed leases") as conn:
+            return recover_lapsed(conn, now)
+
+    def abandon(self, intent_id: str) -> None:
+        """This instance could not resolve ``intent_id`` (the database went away): it is
+        poisoned and removed by :meth:`recover_abandoned` once the database answers, not
+        only when this instance's lease lapses."""
+        self.abandoned.add(intent_id)
+
+    def recover_abandoned(self, now: float) -> int:
+        """Poison the start of each intent of :attr:`abandoned` still open and remove it
+        (what lease recovery does for a dead instance's), once the database answers; how
+        many were still open. An intent resolved meanwhile is only forgotten."""
+        wanted = sorted(self.abandoned)
+        if not wanted:
+            return 0
+        with self._db.transaction(), self._db.write("recover abandoned intents") as conn:
+            found = poison_intents(conn, wanted, now)
+        self.abandoned.difference_update(wanted)
+        self.abandoned_recovered += found
+        return found
+
+    def live_instances(self) -> list[InstanceLease]:
+        with self._db.read("read leases") as conn:
+            return live(conn)
+
+    def release(self, conn: Conn) -> None:
+        """At shutdown (best effort: :meth:`Database.close`)."""
+        release(conn, self.instance_id)

@@ -15,8 +15,8 @@ import psycopg
 from relay.core.store_audit import AuditTally, Note, StoredRecord, audit_record
 from relay.errors import NotACache, StoreCorrupt, StoreError
 from relay.settings.database_url import DatabaseUrl
+from relay.storage.postgres.database import store_error
 from relay.storage.postgres.schema import check_version
-from relay.storage.postgres.store import store_error
 from relay.storage.schema import RECLAIMED_BEFORE_V6, SchemaRefused, SchemaTooNew
 from relay.storage.verify import (
     AUDIT_COLUMNS,
