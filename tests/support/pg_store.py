@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 
 from relay.clock import ManualClock
+from relay.core.records import EMPTY_PLAN
 from relay.core.scope import ScopeTargeting
 from relay.errors import StoreUnreachable
 from relay.settings.database_url import parse_database_url
@@ -14,6 +15,11 @@ from relay.storage.postgres.store import PostgresStore
 from tests.support.pg_cluster import PgDatabase
 
 TARGET = ScopeTargeting(credential="cred-fp", model="gpt-5", caller=None)
+
+
+def h(n: int) -> str:
+    """A digest-shaped value (64 hex digits) made from ``n``."""
+    return f"{n:064x}"
 
 
 def open_pg(
@@ -44,3 +50,19 @@ def probe_now(store: PostgresStore, clock: ManualClock) -> None:
     with contextlib.suppress(StoreUnreachable), store.transaction():
         pass
     assert connections.wait_probe(30)
+
+
+def idle_payload(store: PostgresStore, n: int, *, scope_digest: str = h(1)) -> int:
+    """Record an observation at position ``2n + 1`` with a payload last touched at 10.0 (idle
+    for any cleanup cutoff above it) in the scope ``scope_digest``; its id."""
+    scope = store.scope_for(scope_digest, TARGET).id
+    with store.transaction():
+        row = store.add_observation(
+            scope_id=scope, generation=1, position=2 * n + 1, start_digest=h(n),
+            end_digest=h(1000 + n), envelope_fingerprint=h(2000 + n),
+            payload_fingerprint=h(3000 + n), output_hash=h(4000 + n),
+            prior_plan=EMPTY_PLAN,
+            intent_id=None, snapshot=None, replayable=True, now=10.0,
+        )  # fmt: skip
+        store.put_payload(row.id, "[]", 10.0)
+    return row.id

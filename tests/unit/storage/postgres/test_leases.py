@@ -9,18 +9,13 @@ import pytest
 
 from relay.cache.shared_store import LeaseKeeper, SharedSafety
 from relay.clock import ManualClock
-from relay.core.records import EMPTY_PLAN
 from relay.errors import LeaseLapsed
 from relay.storage.postgres.schema import CLEANUP_LOCK
 from relay.storage.postgres.store import PostgresStore
 from tests.support.pg_cluster import PgDatabase
-from tests.support.pg_store import TARGET, lapse, open_pg
+from tests.support.pg_store import TARGET, h, idle_payload, lapse, open_pg
 
 DAY = 86_400.0
-
-
-def h(n: int) -> str:
-    return f"{n:064x}"
 
 
 def dispatch(store: PostgresStore, intent: str, start: int) -> int:
@@ -102,20 +97,6 @@ def test_the_keeper_renews_publishes_the_barrier_and_recovers(pg_database: PgDat
         status = keeper.to_json()
         assert status["instance"] == store.instance_id and status["kind"] == "postgresql"
         assert "password" not in str(status)
-
-
-def idle_payload(store: PostgresStore, n: int) -> int:
-    scope = store.scope_for(h(1), TARGET).id
-    with store.transaction():
-        row = store.add_observation(
-            scope_id=scope, generation=1, position=2 * n + 1, start_digest=h(n),
-            end_digest=h(1000 + n), envelope_fingerprint=h(2000 + n),
-            payload_fingerprint=h(3000 + n), output_hash=h(4000 + n),
-            prior_plan=EMPTY_PLAN,
-            intent_id=None, snapshot=None, replayable=True, now=10.0,
-        )  # fmt: skip
-        store.put_payload(row.id, "[]", 10.0)
-    return row.id
 
 
 @pytest.mark.parametrize(
