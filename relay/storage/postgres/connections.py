@@ -9,14 +9,19 @@ a connection is checked before use without a round trip (an idle connection has 
 to read, so a readable socket means the server closed it, or sent something unsolicited,
 and it is asked once), a dead one is dropped, and when none is left the caller connects.
 
-A connect that fails marks the database *known down*: from then on every caller is
-refused at once (:class:`StoreDown`, no socket), because a connect attempt on the IOLoop
-would stall every other request for up to ``connect_timeout``. Reaching it again is a
-probe's job: a caller that finds a probe due (at most one every :data:`PROBE_FIRST_S`,
-doubling to :data:`PROBE_CAP_S`, on the injected monotonic clock) starts one in a
-thread, off the loop, and is refused like the others; the probe's connection, when it
-gets one, is kept for the next caller, so the relay serves again within about a second of
-the database's return, without an operator.
+A caller that needs a new connection never connects on its own thread: the connect runs
+in a thread of its own and the caller waits for it at most :data:`CONNECT_BUDGET_S`. A
+server that answers (or refuses) answers well within it; a host that drops packets
+silently, or a server that accepts and never speaks, would otherwise hold the caller,
+the IOLoop, for the whole ``connect_timeout`` (2 s) and every other request with it. A
+connect that fails, or is still running when the budget is spent, marks the database
+*known down* (the one still running becomes the probe, below): from then on every caller
+is refused at once (:class:`StoreDown`, no socket). Reaching it again is a probe's job:
+a caller that finds a probe due (at most one every :data:`PROBE_FIRST_S`, doubling to
+:data:`PROBE_CAP_S`, on the injected monotonic clock) starts one in a thread, off the
+loop, and is refused like the others; the probe's connection, when it gets one, is kept
+for the next caller, so the relay serves again within about a second of the database's
+return, without an operator.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import select
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import psycopg
@@ -36,6 +42,9 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 MAX_IDLE: Final = 4  # connections kept for reuse (the IOLoop uses one at a time)
 PROBE_FIRST_S: Final = 0.1  # the first probe after a failure, then doubling …
 PROBE_CAP_S: Final = 1.0  # … to at most this: recovery stays prompt
+# How long a caller (the IOLoop) waits for a new connection: many round trips on any
+# network a relay should share a database over, and a quarter of libpq's timeout.
+CONNECT_BUDGET_S: Final = 0.5
 
 
 class StoreDown(psycopg.OperationalError, InternalSignal):
@@ -47,16 +56,30 @@ def in_thread(job: Callable[[], None]) -> None:
     threading.Thread(target=job, name="relay-pg-probe", daemon=True).start()
 
 
+@dataclass
+class _Attempt:
+    """One caller's connect, in its own thread; read and written under the lock."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    conn: Conn | None = None
+    error: psycopg.Error | None = None
+    abandoned: bool = False  # the caller stopped waiting: the result is the probe's
+    probe: bool = False  # … and this attempt is the running probe
+
+
 class Connections:
     """Thread-safe: the IOLoop, the probe and, in tests, other threads take connections.
-    ``monotonic`` times the probes; ``spawn`` runs one (tests pass a synchronous one)."""
+    ``monotonic`` times the probes; ``spawn`` runs one (tests pass a synchronous one).
+    ``budget_s``: how long a caller waits for a new connection."""
 
     def __init__(
         self, conninfo: str, *, connect_timeout: int, monotonic: Callable[[], float],
         spawn: Callable[[Callable[[], None]], None] = in_thread,
+        budget_s: float = CONNECT_BUDGET_S,
     ) -> None:  # fmt: skip
         self._conninfo = conninfo
         self._connect_timeout = connect_timeout
+        self._budget_s = budget_s
         self._monotonic = monotonic
         self._spawn = spawn
         self._idle: list[Conn] = []
@@ -82,6 +105,12 @@ class Connections:
         return psycopg.connect(
             self._conninfo, autocommit=True, connect_timeout=self._connect_timeout
         )
+
+    def warm(self) -> None:
+        """At startup, before serving: connect on the caller's thread, with the whole
+        ``connect_timeout``, and keep the connection (``psycopg.OperationalError`` when it
+        cannot)."""
+        self._give_back(self.connect())
 
     @contextmanager
     def connection(self) -> Iterator[Conn]:
@@ -139,14 +168,43 @@ class Connections:
             raise
 
     def _connect_or_mark_down(self) -> Conn:
+        """A new connection, made in a thread and waited for at most the budget. Failed:
+        its error, the database marked down. Still connecting: :class:`StoreDown`, the
+        database marked down and the attempt left to finish as the probe."""
+        attempt = _Attempt()
+        in_thread(lambda: self._attempt(attempt))
+        attempt.done.wait(self._budget_s)
+        with self._lock:
+            if attempt.conn is not None:
+                return attempt.conn
+            self._mark_down()
+            if attempt.error is not None:
+                raise attempt.error
+            attempt.abandoned = True
+            if not self._probing:
+                attempt.probe = self._probing = True
+                self._settled.clear()
+        raise StoreDown(f"the database did not answer within {self._budget_s:g} s")
+
+    def _attempt(self, attempt: _Attempt) -> None:
+        conn: Conn | None = None
+        error: psycopg.Error | None = None
         try:
-            return self.connect()
-        except psycopg.OperationalError:
-            with self._lock:
-                if self._probe_at is None:
-                    self._backoff_s = PROBE_FIRST_S
-                    self._probe_at = self._monotonic() + self._backoff_s
-            raise
+            conn = self.connect()
+        except psycopg.Error as exc:
+            error = exc
+        with self._lock:
+            attempt.conn, attempt.error = conn, error
+            attempt.done.set()
+            abandoned, probe = attempt.abandoned, attempt.probe
+        if abandoned:
+            self._probed(conn, probe=probe)
+
+    def _mark_down(self) -> None:
+        """Under the lock: the database is known down from now (if not already)."""
+        if self._probe_at is None:
+            self._backoff_s = PROBE_FIRST_S
+            self._probe_at = self._monotonic() + self._backoff_s
 
     def _probe(self) -> None:
         """Off the loop: connect once; keep the connection and mark the database up, or
@@ -155,17 +213,24 @@ class Connections:
             conn: Conn | None = self.connect()
         except psycopg.Error:
             conn = None
+        self._probed(conn, probe=True)
+
+    def _probed(self, conn: Conn | None, *, probe: bool) -> None:
+        """A connect off the loop finished: a connection marks the database up and is
+        kept; a failure of the running probe schedules the next one after a longer pause
+        (capped). ``probe``: this connect was the running probe (it ends now)."""
         with self._lock:
-            if conn is None:
-                self._backoff_s = min(self._backoff_s * 2, PROBE_CAP_S)
-                self._probe_at = self._monotonic() + self._backoff_s
-            else:
+            if conn is not None:
                 self._probe_at, self._backoff_s = None, PROBE_FIRST_S
                 if not self._closed and len(self._idle) < MAX_IDLE:
                     self._idle.append(conn)
                     conn = None
-            self._probing = False
-            self._settled.set()
+            elif probe:
+                self._backoff_s = min(self._backoff_s * 2, PROBE_CAP_S)
+                self._probe_at = self._monotonic() + self._backoff_s
+            if probe:
+                self._probing = False
+                self._settled.set()
         if conn is not None:
             conn.close()
 

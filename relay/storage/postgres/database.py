@@ -102,8 +102,7 @@ class Database:
             url.conninfo, connect_timeout=CONNECT_TIMEOUT_S, monotonic=clock.monotonic
         )
         try:
-            with pool.connection():
-                pass  # reachable, and the credentials work
+            pool.warm()  # reachable, and the credentials work (not serving yet: no budget)
         except psycopg.Error:
             raise StoreUnreachable(
                 f"cannot reach the reasoning cache database {url}: check REASONING_CACHE_URL, "

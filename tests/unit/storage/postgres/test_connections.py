@@ -5,7 +5,8 @@ the caller's thread, and served again as soon as a probe reaches it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
@@ -22,6 +23,16 @@ from tests.support.pg_cluster import PgCluster, PgDatabase
 
 # No server behind this socket directory: every connect fails at once.
 NOWHERE = "host=/nonexistent-relay-test-socket-dir port=5 dbname=x user=x"
+
+
+@pytest.fixture
+def silent() -> Iterator[str]:
+    """A server that accepts TCP connections into its backlog and never says a word (a
+    host behind a firewall that drops packets looks the same to libpq: no answer until
+    ``connect_timeout``); its conninfo."""
+    with socket.create_server(("127.0.0.1", 0), backlog=16) as listener:
+        port = listener.getsockname()[1]
+        yield f"host=127.0.0.1 port={port} dbname=x user=x sslmode=disable gssencmode=disable"
 
 
 def held(conninfo: str, clock: ManualClock) -> tuple[Connections, list[Callable[[], None]]]:
@@ -139,3 +150,24 @@ def test_a_probe_runs_off_the_callers_thread(own_pg_cluster: PgCluster) -> None:
             assert conn.execute("SELECT 1").fetchone() == (1,)
     finally:
         connections.close()
+
+
+def test_a_silent_server_costs_a_caller_the_budget_not_the_connect_timeout(silent: str) -> None:
+    """The caller is refused while its connect is still waiting for the server (so it did
+    not wait for the 2 s connect_timeout); that connect becomes the probe, and callers
+    meanwhile are refused without another attempt."""
+    clock = ManualClock()
+    probes: list[Callable[[], None]] = []
+    connections = Connections(
+        silent, connect_timeout=2, monotonic=clock.monotonic, spawn=probes.append, budget_s=0.05
+    )
+    with pytest.raises(StoreDown, match="did not answer within 0.05 s"), connections.connection():
+        pass
+    assert not connections.wait_probe(0)  # the connect still waits for the server
+    assert connections.known_down and connections.connect_attempts == 1
+    clock.advance(PROBE_CAP_S)  # a probe would be due: the running connect is the probe
+    assert refused(connections) and probes == []
+    assert connections.wait_probe(30)  # libpq gave up (connect_timeout)
+    assert connections.known_down and connections.connect_attempts == 1
+    clock.advance(PROBE_CAP_S)
+    assert refused(connections) and len(probes) == 1  # the next probe, as after any failure
