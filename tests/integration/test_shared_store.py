@@ -29,6 +29,7 @@ from relay.storage.postgres.connections import PROBE_CAP_S, Connections
 from tests.support.cache_stack import CACHE_ON, ask, continuity
 from tests.support.log_leaks import observe_process
 from tests.support.pg_cluster import PgCluster, PgDatabase
+from tests.support.pg_store import SilentForwarder
 from tests.support.relay_cli import relay_env
 from tests.support.stack import Stack, running_stack
 from tests.support.team import content_deltas, data_frames
@@ -151,6 +152,29 @@ def test_a_database_restart_fails_safety_writes_only_and_recovers(
             assert failed in ([], [503])  # at most the request that started the probe
             assert continuity(text)[0] == n, f"relay {n} did not recover"
             turn(messages, text, n)
+
+
+def test_a_database_gone_silent_holds_no_other_request(
+    tmp_path: Path, pg_database: PgDatabase
+) -> None:
+    """A database host that stops answering (no refusal, no reply): the request whose
+    safety write needs a new connection is refused once the connect budget is spent, and
+    other requests are served, all while that connect still waits for libpq's
+    connect_timeout, off the loop."""
+    with SilentForwarder(pg_database.cluster) as forwarder:
+        env = {**CACHE_ON, "REASONING_CACHE_URL": forwarder.url(pg_database.name),
+               "RELAY_ADMIN_SOCKET": "off"}  # fmt: skip
+        with running_stack(tmp_path / "relay", env) as stack:
+            messages: list[dict[str, Any]] = [{"role": "user", "content": "hello"}]
+            assert continuity(ask(stack, messages, stream=False))[0] == 0
+            pool = connections_of(stack)
+            forwarder.go_silent()
+            refused_503(stack, messages)  # its pooled connections cut, a new one unanswered
+            assert not pool.wait_probe(0), "the relay waited for the connect"
+            assert requests.get(f"http://127.0.0.1:{stack.port}/healthz", timeout=30).ok
+            refused_503(stack, messages)  # known down: refused at once
+            assert not pool.wait_probe(0), "a request waited for the connect"
+            assert pool.known_down and pool.wait_probe(30)  # libpq gave up, off the loop
 
 
 def test_serve_refuses_an_unreachable_database_in_one_line(

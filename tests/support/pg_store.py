@@ -1,9 +1,13 @@
 """The shared PostgreSQL store for tests: open one on a test database (``pg_database``),
-make a lease lapse without waiting for it, and reconnect after an outage (tests/unit/storage/postgres)."""
+make a lease lapse without waiting for it, reconnect after an outage, and reach a cluster
+over TCP through a forwarder that can go silent (tests/unit/storage/postgres,
+tests/integration/test_shared_store.py)."""
 
 from __future__ import annotations
 
 import contextlib
+import socket
+import threading
 
 from relay.clock import ManualClock
 from relay.core.records import EMPTY_PLAN
@@ -12,7 +16,7 @@ from relay.errors import StoreUnreachable
 from relay.settings.database_url import parse_database_url
 from relay.storage.postgres.connections import PROBE_CAP_S
 from relay.storage.postgres.store import PostgresStore
-from tests.support.pg_cluster import PgDatabase
+from tests.support.pg_cluster import PgCluster, PgDatabase
 
 TARGET = ScopeTargeting(credential="cred-fp", model="gpt-5", caller=None)
 
@@ -66,3 +70,66 @@ def idle_payload(store: PostgresStore, n: int, *, scope_digest: str = h(1)) -> i
         )  # fmt: skip
         store.put_payload(row.id, "[]", 10.0)
     return row.id
+
+
+class SilentForwarder:
+    """127.0.0.1 TCP to a cluster's Unix socket, until :meth:`go_silent`: then the
+    connections it carried are cut and new ones are accepted and never answered (what a
+    relay sees of a database host that starts dropping packets: no refusal, no reply)."""
+
+    def __init__(self, cluster: PgCluster) -> None:
+        self._target = str(cluster.root / f".s.PGSQL.{cluster.port}")
+        self._listener = socket.create_server(("127.0.0.1", 0), backlog=64)
+        self.port: int = self._listener.getsockname()[1]
+        self._open: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self.silent = False
+        threading.Thread(target=self._accept, name="pg-forwarder", daemon=True).start()
+
+    def url(self, dbname: str) -> str:
+        return (f"postgresql://relay@127.0.0.1:{self.port}/{dbname}"
+                "?sslmode=disable&gssencmode=disable")  # fmt: skip
+
+    def go_silent(self) -> None:
+        with self._lock:
+            self.silent = True
+            cut, self._open = self._open, []
+        for sock in cut:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def close(self) -> None:
+        self._listener.close()
+        self.go_silent()
+
+    def __enter__(self) -> SilentForwarder:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            with self._lock:
+                self._open.append(client)  # silent: held open, never answered
+                if self.silent:
+                    continue
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.connect(self._target)
+            with self._lock:
+                self._open.append(server)
+            for source, sink in ((client, server), (server, client)):
+                threading.Thread(target=_pump, args=(source, sink), daemon=True).start()
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while data := source.recv(65536):
+            sink.sendall(data)
+    with contextlib.suppress(OSError):
+        sink.shutdown(socket.SHUT_WR)
