@@ -14,10 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from relay.app.runtime import TokenRecorder
 from relay.clock import ManualClock
 from relay.core.token_usage import HOUR_S, HourDelta, Key, Price, Usage
-from relay.ops.token_stats import TokenAccounting
+from relay.ops import hooks
+from relay.ops.token_stats import TokenAccounting, token_accounting
 from relay.storage.stats_db import FILE_NAME, StatsDB
+from tests.support.ops_runtime import ops_runtime
 
 USAGE = Usage(input_tokens=2000, cached_tokens=1500, output_tokens=100, reasoning_tokens=60)
 COLD = Usage(input_tokens=2000, cached_tokens=0, output_tokens=100, reasoning_tokens=40)
@@ -190,3 +193,39 @@ def test_windows_do_not_depend_on_when_flushes_happen(
     assert month["withReplay"]["input"] == sum(n for h, n in answers if h == "replayed=2")
     assert month["replayedBlocks"] == 2 * sum(1 for h, _ in answers if h == "replayed=2")
     asyncio.run(stats.stop())
+
+
+class Recorder:
+    """A TokenRecorder that keeps what it was told."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[object, ...]] = []
+
+    def answered(self, shape: str, model: object, header: str | None, usage: Usage | None) -> None:
+        self.calls.append(("answered", shape, model, header, usage))
+
+    def added_latency(self, seconds: float) -> None:
+        self.calls.append(("added_latency", seconds))
+
+
+def test_the_request_shell_records_through_the_runtimes_token_recorder(tmp_path: Path) -> None:
+    """The runtime knows token accounting only as a TokenRecorder (relay.app.runtime):
+    the request shell's hooks need nothing more; operations' reads ask for the
+    TokenAccounting they made (``token_accounting``) and refuse anything else."""
+    recorder = Recorder()
+    typed: TokenRecorder = recorder  # mypy checks the structure
+    with ops_runtime(tmp_path) as ops:
+        ops.runtime.tokens = typed
+        hooks.answer_finished(ops.runtime, "chat", "gpt-5", "replayed=1", Usage(100, 80))
+        hooks.first_byte(ops.runtime, 0.75, 0.5)
+        hooks.first_byte(ops.runtime, 0.75, None)  # nothing went upstream: no share
+        assert recorder.calls == [
+            ("answered", "chat", "gpt-5", "replayed=1", Usage(100, 80)),
+            ("added_latency", 0.25),
+        ]
+        with pytest.raises(AssertionError):
+            token_accounting(ops.runtime)
+        ops.runtime.tokens = None
+        assert token_accounting(ops.runtime) is None
+        made = ops.runtime.tokens = TokenAccounting(ops.clock, None, retention_days=0)
+        assert token_accounting(ops.runtime) is made
