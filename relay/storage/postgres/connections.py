@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import TransactionStatus
 
 from relay.errors import InternalSignal
@@ -45,6 +46,25 @@ PROBE_CAP_S: Final = 1.0  # … to at most this: recovery stays prompt
 # How long a caller (the IOLoop) waits for a new connection: many round trips on any
 # network a relay should share a database over, and a quarter of libpq's timeout.
 CONNECT_BUDGET_S: Final = 0.5
+# libpq settings for a connection already open when its host goes silent: the store's
+# queries run on the IOLoop, and without these a query waits for the kernel's own TCP
+# give-up (about 15 minutes of retransmissions) with every other request behind it. With
+# them a silent host is noticed within ~5 s whether the relay is sending (unacknowledged
+# data) or waiting for an answer (keepalive probes). A conninfo that sets any of them wins.
+TCP_DEFAULTS: Final = {
+    "keepalives": "1",
+    "keepalives_idle": "2",  # seconds idle before the first probe
+    "keepalives_interval": "1",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "5000",  # milliseconds sent data may stay unacknowledged
+}
+
+
+def with_tcp_defaults(conninfo: str) -> str:
+    """``conninfo`` with :data:`TCP_DEFAULTS` for every key it does not set itself (a Unix
+    socket ignores them)."""
+    given = conninfo_to_dict(conninfo)
+    return make_conninfo(conninfo, **{k: v for k, v in TCP_DEFAULTS.items() if k not in given})
 
 
 class StoreDown(psycopg.OperationalError, InternalSignal):
@@ -77,7 +97,7 @@ class Connections:
         spawn: Callable[[Callable[[], None]], None] = in_thread,
         budget_s: float = CONNECT_BUDGET_S,
     ) -> None:  # fmt: skip
-        self._conninfo = conninfo
+        self._conninfo = with_tcp_defaults(conninfo)
         self._connect_timeout = connect_timeout
         self._budget_s = budget_s
         self._monotonic = monotonic

@@ -10,14 +10,17 @@ from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from relay.clock import ManualClock
 from relay.storage.postgres.connections import (
     PROBE_CAP_S,
     PROBE_FIRST_S,
+    TCP_DEFAULTS,
     Connections,
     StoreDown,
     usable,
+    with_tcp_defaults,
 )
 from tests.support.pg_cluster import PgCluster, PgDatabase
 
@@ -171,3 +174,32 @@ def test_a_silent_server_costs_a_caller_the_budget_not_the_connect_timeout(silen
     assert connections.known_down and connections.connect_attempts == 1
     clock.advance(PROBE_CAP_S)
     assert refused(connections) and len(probes) == 1  # the next probe, as after any failure
+
+
+@pytest.mark.parametrize(
+    ("conninfo", "kept"),
+    [
+        ("host=db.internal dbname=relay user=relay", {}),
+        (
+            "postgresql://relay:secret@db.internal:5433/relay",
+            {"password": "secret", "port": "5433"},
+        ),
+        ("host=db.internal dbname=relay keepalives_idle=30", {"keepalives_idle": "30"}),
+        ("postgresql://db.internal/relay?tcp_user_timeout=0", {"tcp_user_timeout": "0"}),
+    ],
+)
+def test_tcp_defaults_fill_only_what_the_conninfo_leaves_unset(
+    conninfo: str, kept: dict[str, str]
+) -> None:
+    result = conninfo_to_dict(with_tcp_defaults(conninfo))
+    assert result == {**conninfo_to_dict(conninfo), **TCP_DEFAULTS, **kept}
+
+
+def test_a_connection_is_opened_with_the_tcp_defaults(pg_database: PgDatabase) -> None:
+    connections = Connections(pg_database.url, connect_timeout=2, monotonic=ManualClock().monotonic)
+    try:
+        with connections.connection() as conn:
+            options = {o.keyword.decode(): o.val for o in conn.pgconn.info}
+    finally:
+        connections.close()
+    assert {k: (v or b"").decode() for k, v in options.items() if k in TCP_DEFAULTS} == TCP_DEFAULTS
