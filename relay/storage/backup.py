@@ -57,6 +57,7 @@ from relay.storage.disk_guard import (
     reserve_path,
 )
 from relay.storage.offline import open_stopped
+from relay.storage.portable import full_fsync
 from relay.storage.recovery import COVERAGE_GAP_KEY, recover_intents
 from relay.storage.replay_store import ReasoningStore
 from relay.storage.schema import SchemaRefused, check_version
@@ -359,7 +360,7 @@ def _create_blocked(blocked: Path, note: dict[str, str]) -> None:
     try:
         what = {"what": "a backup or restore is writing this store", "pid": os.getpid()}
         os.write(fd, json.dumps({**what, **note}).encode() + b"\n")
-        os.fsync(fd)
+        full_fsync(fd)
     finally:
         os.close(fd)
 

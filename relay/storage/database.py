@@ -7,7 +7,7 @@ and error translation (design §6). The table gateways (:mod:`relay.storage.scop
 One process owns the database: ``locking_mode=EXCLUSIVE`` plus a startup write means a
 second relay on the same file fails at :meth:`Database.open` with
 :class:`~relay.errors.StoreLocked` instead of silently sharing safety state. WAL,
-``synchronous=FULL`` and foreign keys are always on.
+``synchronous=FULL`` (with ``fullfsync`` for macOS) and foreign keys are always on.
 
 Writes happen only inside :meth:`Database.transaction` (``BEGIN IMMEDIATE``), so a caller
 groups every row of one decision into one all-or-nothing commit; a write called outside
@@ -109,6 +109,10 @@ def _take_ownership(
         if str(mode).lower() != "wal":
             raise StoreIOError(f"reasoning cache {path}: cannot enable WAL (got {mode})")
         conn.execute("PRAGMA synchronous = FULL")
+        # macOS: flush the drive's cache too (F_FULLFSYNC), or a power loss may undo a
+        # commit fsync reported done; no-ops elsewhere (relay.storage.portable).
+        conn.execute("PRAGMA fullfsync = ON")
+        conn.execute("PRAGMA checkpoint_fullfsync = ON")
         conn.execute("PRAGMA foreign_keys = ON")
         # Disk pressure (design §6): a WAL bounded by the reserve, emptied into the
         # database before the startup write needs room for its own frames.

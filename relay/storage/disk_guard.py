@@ -26,7 +26,7 @@ from pathlib import Path
 
 from relay.core.disk_policy import DiskState, may_recreate_reserve
 from relay.errors import StoreBlocked, StoreError, StoreLatched
-from relay.storage.portable import preallocate
+from relay.storage.portable import full_fsync, preallocate
 
 
 def reserve_path(db: Path) -> Path:
@@ -205,7 +205,7 @@ class DiskGuard:
             return False
         try:
             os.write(fd, record.encode("utf-8") + b"\n")
-            os.fsync(fd)
+            full_fsync(fd)
         except OSError:
             pass  # an empty guard still latches: refuse_if_latched only needs it to exist
         finally:
@@ -219,6 +219,6 @@ def fsync_dir(directory: Path) -> None:
     """Make the entries of ``directory`` (a file created, linked or removed) durable."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        os.fsync(fd)
+        full_fsync(fd)
     finally:
         os.close(fd)

@@ -13,6 +13,12 @@ A step that is missing or unsupported by the file system falls through to the ne
 that ran is checked (the file must own ``length`` bytes of blocks, as :class:`DiskGuard`
 checks a held reserve) and falls through too when it left the file sparse.
 
+Durability differs too: on macOS ``fsync`` returns once the data reaches the drive, whose
+write cache can still lose it on power loss; ``fcntl(F_FULLFSYNC)`` flushes that cache.
+:func:`full_fsync` is what every durable write of ours calls (the platform's strongest
+flush, ``fsync`` elsewhere), and the replay store sets SQLite's ``fullfsync`` and
+``checkpoint_fullfsync`` PRAGMAs, which do the same for its commits (no-ops off macOS).
+
 Everything else the serving path calls exists on both (audited; see the report in
 ``docs/design.md`` §6 "Platforms"): ``O_DIRECTORY``/``O_NOFOLLOW``/``O_CLOEXEC``, directory
 ``fsync``, ``statvfs`` (``f_bavail * f_frsize``), ``start_new_session`` and ``killpg``;
@@ -55,6 +61,22 @@ _UNSUPPORTED: Final = frozenset(
 )
 
 
+def full_fsync(fd: int) -> None:
+    """Make ``fd``'s data durable with the platform's strongest flush: ``F_FULLFSYNC``
+    where ``fcntl`` has it (macOS; a file system that refuses it gets ``fsync``), else
+    ``fsync``."""
+    full = getattr(fcntl, "F_FULLFSYNC", None)
+    if full is not None and not FORCE_FALLBACKS:
+        try:
+            fcntl.fcntl(fd, full)
+        except OSError as exc:
+            if exc.errno not in _UNSUPPORTED:
+                raise
+        else:
+            return
+    os.fsync(fd)
+
+
 def has_f_preallocate() -> bool:
     return sys.platform == "darwin" or hasattr(fcntl, "F_PREALLOCATE")
 
@@ -77,7 +99,7 @@ def preallocate(fd: int, length: int) -> str:
                 raise
             continue
         if _allocated(fd) >= length:
-            os.fsync(fd)
+            full_fsync(fd)
             return name
     _write_zeros(fd, length)
     return "zeros"
@@ -110,7 +132,7 @@ def _write_zeros(fd: int, length: int) -> None:
     while left > 0:
         written = os.write(fd, zeros[: min(left, ZERO_CHUNK)])
         left -= written
-    os.fsync(fd)
+    full_fsync(fd)
 
 
 def _allocated(fd: int) -> int:

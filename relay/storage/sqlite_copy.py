@@ -33,6 +33,7 @@ from typing import Final
 
 from relay.errors import OperatorError, SnapshotRefused
 from relay.storage.disk_guard import fsync_dir
+from relay.storage.portable import full_fsync
 
 OFFLINE_PAGES_PER_STEP: Final = 256  # 1 MiB of 4 KiB pages between progress reports
 ONLINE_PAGES_PER_STEP: Final = 32  # the IOLoop waits for one step: a few ms at most
@@ -163,7 +164,7 @@ def fsync_file(path: Path, *, read_only: bool = False) -> None:
     """Make ``path``'s bytes durable; ``read_only``: and make it 0400."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        os.fsync(fd)
+        full_fsync(fd)
         if read_only:
             os.fchmod(fd, 0o400)
     finally:

@@ -48,6 +48,8 @@ def test_pragmas_are_set(store: ReasoningStore) -> None:
     conn = conn_of(store)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+    assert conn.execute("PRAGMA fullfsync").fetchone()[0] == 1  # macOS: F_FULLFSYNC
+    assert conn.execute("PRAGMA checkpoint_fullfsync").fetchone()[0] == 1
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     assert conn.execute("PRAGMA locking_mode").fetchone()[0] == "exclusive"
     assert conn.isolation_level is None
