@@ -36,7 +36,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from tornado import httputil
-from tornado.iostream import StreamClosedError, UnsatisfiableReadError
+from tornado.iostream import IOStream, StreamClosedError, UnsatisfiableReadError
 
 from relay.clock import Clock, Deadline
 from relay.core.responses_events import TERMINAL_EVENTS
@@ -56,7 +56,7 @@ from relay.transport.sse import (
     decode_chat_event,
     decode_event,
 )
-from relay.transport.upstream_client import Response, UpstreamClient
+from relay.transport.upstream_client import Response, Target, UpstreamClient
 
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
 BatchDone = Callable[[], Awaitable[None]]
@@ -163,7 +163,8 @@ class UpstreamExchange:
     bytes_received: int = 0
     _error_body: bytearray = field(default_factory=bytearray)
     _json_body: bytearray = field(default_factory=bytearray)
-    _opening: asyncio.Future[Response] | None = None  # the request, until its head is in
+    _opening: asyncio.Future[IOStream] | None = None  # dialing a new connection
+    _stream: IOStream | None = None  # the request's connection, until the head is in
     _response: Response | None = None
     _idle: Deadline | None = None
     _delivering: bool = False  # a read's items handed over, not all taken
@@ -230,20 +231,28 @@ class UpstreamExchange:
                 self._close()  # the consumer left, or a failure: read no more
 
     async def _open(self) -> Response:
-        """Send the request; the answer's head is in (status and content type set)."""
-        self._opening = asyncio.ensure_future(
-            self.client.request(
-                "POST",
-                self.url,
-                self.headers,
-                self.body,
-                connect_timeout_s=self.limits.connect_timeout_s,
-            )
-        )
+        """Send the request; the answer's head is in (status and content type set). A
+        kept-alive connection needs no await before the write; only dialing runs as a
+        task of its own, which an abort cancels."""
+        client = self.client
         try:
-            response = await self._outcome(self._opening, opening=True)
-        finally:
-            self._opening = None
+            target = Target.of(self.url)
+        except ValueError:
+            raise UpstreamError(
+                f"the upstream URL {origin_of(self.url)} is not http(s); {self.reach_hint}"
+            ) from None
+        stream = client.checkout(target)
+        if stream is None:
+            self._opening = asyncio.ensure_future(
+                client.connect(target, self.limits.connect_timeout_s)
+            )
+            try:
+                stream = await self._outcome(self._opening, opening=True)
+            finally:
+                self._opening = None
+        self._stream = stream  # an abort closes it: the head's read fails
+        response = await self._outcome(client.send(stream, target, "POST", self.headers, self.body))
+        self._stream = None
         self.status = response.code
         crash_point("after_upstream_headers")
         self.content_type = response.headers.get("Content-Type", "").strip().lower()
@@ -276,6 +285,8 @@ class UpstreamExchange:
     def _close(self) -> None:
         if self._opening is not None and not self._opening.done():
             self._opening.cancel()
+        if self._stream is not None:
+            self._stream.close()
         if self._response is not None:
             self._response.close()
 

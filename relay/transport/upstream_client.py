@@ -182,11 +182,12 @@ class Response:
             raise
         if self._decoder is not None:
             body = self._feed_chunked(data)
-        else:
-            assert self._remaining is not None
+        elif self._remaining is not None:
             self._remaining -= len(data)
             self._ended = self._remaining == 0
             body = data
+        else:
+            body = data  # delimited by the close: it ends at StreamClosedError
         body = self._decoded(body, final=self._ended)
         if self._ended:
             self._release()
@@ -257,14 +258,43 @@ class UpstreamClient:
         *,
         connect_timeout_s: float,
     ) -> Response:
-        """Send the request and read the answer's head. Raises ``OSError``,
-        ``StreamClosedError``, ``TimeoutError`` (connecting) or ``HTTPInputError``."""
+        """Send the request and read the answer's head: :meth:`checkout` or
+        :meth:`connect`, then :meth:`send`."""
         target = Target.of(url)
-        head = request_head(method, target, headers, body)
-        stream = self.pool.checkout(target.origin)
-        if stream is None:
-            stream = await self._connect(target, connect_timeout_s)
+        stream = self.checkout(target) or await self.connect(target, connect_timeout_s)
+        return await self.send(stream, target, method, headers, body)
+
+    def checkout(self, target: Target) -> IOStream | None:
+        """A kept-alive connection to ``target``'s origin, if one waits (no await: a
+        request on it starts in the caller's loop iteration)."""
+        return self.pool.checkout(target.origin)
+
+    async def connect(self, target: Target, timeout_s: float) -> IOStream:
+        """A new connection to ``target``'s origin (TLS for https). Raises ``OSError`` or
+        ``TimeoutError`` (past ``timeout_s``)."""
+        stream = await self._tcp.connect(
+            target.host,
+            target.port,
+            ssl_options=_TLS if target.tls else None,
+            timeout=timeout_s,
+        )
+        stream.set_nodelay(True)  # a request is one write: nothing to coalesce
+        self.pool.remember(stream, target.origin)
+        return stream
+
+    async def send(
+        self,
+        stream: IOStream,
+        target: Target,
+        method: str,
+        headers: dict[str, str],
+        body: bytes | None,
+    ) -> Response:
+        """Write the request on ``stream`` and read the answer's head; closing ``stream``
+        meanwhile ends it (``StreamClosedError``). Raises ``StreamClosedError``,
+        ``HTTPInputError`` or ``UnsatisfiableReadError``; the stream is then closed."""
         try:
+            head = request_head(method, target, headers, body)
             if body and len(body) <= ONE_WRITE_BYTES:
                 # One write: head and body leave together (one segment, one wake-up).
                 stream.write(head + body).add_done_callback(_retrieved)

@@ -204,3 +204,25 @@ def test_an_exchange_aborted_before_it_started_raises_at_once() -> None:
                         raise AssertionError("nothing is read")
 
     asyncio.run(main())
+
+
+def test_a_read_is_handed_over_in_the_loop_iteration_that_reads_it() -> None:
+    """Nothing between the socket and the consumer waits for the loop: with the bytes on
+    the wire, one step of ``anext`` reads them, decodes them and yields the event (a
+    handoff through futures took loop turns, each a wake-up on a busy machine)."""
+
+    async def main() -> None:
+        async with scripted() as (upstream, exchange):
+            upstream.send(CREATED)
+            async with aclosing(exchange.events()) as events:
+                assert (await anext(events))[0] == "response.created"  # type: ignore[index]
+                assert await anext(events) is BATCH_DONE
+                upstream.written.clear()
+                upstream.send(DELTA)
+                await upstream.written.wait()  # on loopback: in the relay's socket buffer
+                step = events.__anext__()
+                with pytest.raises(StopIteration) as done:
+                    step.send(None)  # one step of the coroutine: it must not suspend
+                assert done.value.value[0] == "response.output_text.delta"
+
+    asyncio.run(main())
