@@ -32,7 +32,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit
 
 from tornado import httputil
@@ -58,6 +58,7 @@ from relay.transport.sse import (
 )
 from relay.transport.upstream_client import Response, Target, UpstreamClient
 
+T = TypeVar("T")
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
 BatchDone = Callable[[], Awaitable[None]]
 
@@ -258,7 +259,7 @@ class UpstreamExchange:
         self.content_type = response.headers.get("Content-Type", "").strip().lower()
         return response
 
-    async def _outcome(self, pending: Awaitable[Any], *, opening: bool = False) -> Any:
+    async def _outcome(self, pending: Awaitable[T], *, opening: bool = False) -> T:
         """What ``pending`` (the request or one read) gave, its failure translated: an
         abort's reason wins over the closed connection it caused."""
         try:
@@ -273,8 +274,8 @@ class UpstreamExchange:
             # Transport faults: name the phase and kind, never echo raw exception text.
             raise self._transport_error(exc) from None
         if self._abort_reason is not None:
-            if opening:
-                result.close()
+            if opening and isinstance(result, IOStream):
+                result.close()  # dialed while the abort came: never used
             raise self._abort_reason
         return result
 

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from tornado.httputil import HTTPInputError
 from tornado.iostream import IOStream, StreamClosedError
+from tornado.netutil import DefaultLoopResolver
 
 from relay.clock import ManualClock
-from relay.transport import upstream_client
 from relay.transport.upstream_client import (
     ONE_WRITE_BYTES,
     Response,
@@ -231,7 +231,7 @@ def test_an_ip_literal_is_not_resolved(monkeypatch: pytest.MonkeyPatch) -> None:
     async def resolve(*args: Any) -> Any:
         raise AssertionError("an IP literal went to the resolver")
 
-    monkeypatch.setattr(upstream_client.DefaultLoopResolver, "resolve", resolve)
+    monkeypatch.setattr(DefaultLoopResolver, "resolve", resolve)
 
     async def test() -> None:
         async with serving(Server([chunked(b"ok")])) as (client, url):
