@@ -83,9 +83,9 @@ CHAT_CHUNK = "chat.completion.chunk"
 CHAT_COMPLETION = "chat.completion"
 CHAT_DONE = "[DONE]"
 
-# Reads whose events are handled without the loop getting a turn (each read that found
-# its data already buffered): past this many bytes the exchange yields once, so that a
-# fast upstream cannot starve the other connections.
+# A read whose bytes are already buffered completes without a loop turn: an upstream
+# that always has the next read ready would hold the loop, so every this many bytes
+# handled, the exchange gives the loop one turn (the other connections are served).
 YIELD_EVERY_BYTES: Final = 65536
 # Failures of a read that are the connection's, not the relay's.
 _TRANSPORT_ERRORS: Final = (
@@ -169,7 +169,6 @@ class UpstreamExchange:
     _response: Response | None = None
     _idle: Deadline | None = None
     _delivering: bool = False  # a read's items handed over, not all taken
-    _started: bool = False
     _stopped: bool = False
     _abort_reason: BaseException | None = None
 
@@ -191,24 +190,20 @@ class UpstreamExchange:
         with ``contextlib.aclosing``: leaving early closes the connection."""
         if self._abort_reason is not None:
             raise self._abort_reason
-        self._started = True
         parser = SSEParser(max_event_bytes=self.limits.max_sse_event_bytes)
         self._idle = Deadline(self.clock, self.limits.idle_timeout_s, self._on_idle)
         ended = False
         try:
             response = self._response = await self._open()
-            unyielded = 0  # bytes handled since the loop last had a turn
+            unyielded = 0  # bytes handled since the last forced turn
             while True:
                 pending = response.read()
                 data = await self._outcome(pending)
                 if data is None:
                     break
                 self._idle.renew()
-                unyielded += len(data)
-                if unyielded >= YIELD_EVERY_BYTES:
-                    unyielded = 0
-                    await asyncio.sleep(0)
-                    self._raise_if_aborted()
+                if not data:
+                    continue  # only chunk framing: no body bytes, no events
                 for item in self._consume(parser, data):
                     self._delivering = True
                     yield item
@@ -221,6 +216,11 @@ class UpstreamExchange:
                     self._drain(response)
                     return
                 self._idle.renew()  # upstream silence counts from here, not from the read
+                unyielded += len(data)
+                if unyielded >= YIELD_EVERY_BYTES:  # after this read's events are out
+                    unyielded = 0
+                    await asyncio.sleep(0)
+                    self._raise_if_aborted()
             self._idle.stop()
             for item in self._after_body(parser):
                 yield item

@@ -20,6 +20,7 @@ from relay.clock import ManualClock
 from relay.errors import StoreFull, UpstreamProtocolError
 from relay.transport.upstream import (
     BATCH_DONE,
+    YIELD_EVERY_BYTES,
     ClientGone,
     UpstreamExchange,
     UpstreamItem,
@@ -226,3 +227,25 @@ def test_a_read_is_handed_over_in_the_loop_iteration_that_reads_it() -> None:
                 assert done.value.value[0] == "response.output_text.delta"
 
     asyncio.run(main())
+
+
+def test_an_upstream_that_is_always_ready_still_leaves_the_loop_a_turn() -> None:
+    """Reads of buffered bytes take no loop turn; every YIELD_EVERY_BYTES handled, the
+    exchange gives the loop one, so the other connections are served meanwhile."""
+
+    async def main() -> list[int]:
+        async with scripted() as (upstream, exchange):
+            upstream.send(CREATED)
+            async with aclosing(exchange.events()) as events:
+                assert (await anext(events))[0] == "response.created"  # type: ignore[index]
+                assert await anext(events) is BATCH_DONE
+                upstream.written.clear()
+                upstream.send(DELTA * (YIELD_EVERY_BYTES // len(DELTA) + 1) + COMPLETED)
+                await upstream.written.wait()  # all of it buffered on the relay's side
+                turns = [0]
+                asyncio.get_running_loop().call_soon(lambda: turns.__setitem__(0, 1))
+                return [turns[0] async for item in events if item is not BATCH_DONE]
+
+    seen = asyncio.run(main())
+    assert seen[0] == 0  # the first events came with no loop turn
+    assert seen[-1] == 1  # the loop had its turn before the terminal event
