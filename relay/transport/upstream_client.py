@@ -317,17 +317,6 @@ class UpstreamClient:
         self.pool.close()
         self._tcp.close()
 
-    async def _connect(self, target: Target, timeout_s: float) -> IOStream:
-        stream = await self._tcp.connect(
-            target.host,
-            target.port,
-            ssl_options=_TLS if target.tls else None,
-            timeout=timeout_s,
-        )
-        stream.set_nodelay(True)  # a request is one write: nothing to coalesce
-        self.pool.remember(stream, target.origin)
-        return stream
-
     async def _read_head(
         self, stream: IOStream
     ) -> tuple[httputil.ResponseStartLine, httputil.HTTPHeaders]:
