@@ -57,6 +57,7 @@ READ_BYTES: Final = 65536
 ONE_WRITE_BYTES: Final = 65536
 MAX_HEAD_BYTES: Final = 65536  # Tornado's default max_header_size
 MAX_BODY_BYTES: Final = 2**62  # the callers' own limits apply (per event, per response)
+USER_AGENT: Final = "reasoning-replay-relay"
 _HEAD_END: Final = rb"\r?\n\r?\n"
 _TLS: Final = ssl.create_default_context()
 
@@ -108,7 +109,8 @@ class Target:
 
 
 def request_head(method: str, target: Target, headers: dict[str, str], body: bytes | None) -> bytes:
-    """The request's head: the caller's headers, then Host, keep-alive and the length."""
+    """The request's head: the caller's headers, then Host, keep-alive, a User-Agent and
+    the length, unless the caller gave them."""
     lines = [f"{method} {target.path} HTTP/1.1"]
     names = {name.lower() for name in headers}
     lines += [f"{name}: {value}" for name, value in headers.items()]
@@ -116,6 +118,8 @@ def request_head(method: str, target: Target, headers: dict[str, str], body: byt
         lines.append(f"Host: {target.host_header}")
     if "connection" not in names:
         lines.append("Connection: keep-alive")
+    if "user-agent" not in names:  # some gateways refuse a request without one
+        lines.append(f"User-Agent: {USER_AGENT}")
     if body is not None:
         lines.append(f"Content-Length: {len(body)}")
     for line in lines:

@@ -105,7 +105,8 @@ def test_the_head_names_the_target_host_and_length_and_keeps_the_connection() ->
     head = request_head("POST", target, {"Authorization": "Bearer k"}, b"{}")
     assert head == (
         b"POST /v1/responses?a=b HTTP/1.1\r\nAuthorization: Bearer k\r\n"
-        b"Host: api.example.com\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\n"
+        b"Host: api.example.com\r\nConnection: keep-alive\r\n"
+        b"User-Agent: reasoning-replay-relay\r\nContent-Length: 2\r\n\r\n"
     )
     assert Target.of("http://[::1]:8080/v1").host_header == "[::1]:8080"
     with pytest.raises(ValueError, match="line break"):
