@@ -7,8 +7,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tornado.simple_httpclient import SimpleAsyncHTTPClient
-
 from relay.cache.replay_cache import ReplayCache, UpstreamIdentity
 from relay.cache.retention import RetentionCleanup
 from relay.cache.session import CacheSession
@@ -20,6 +18,7 @@ from relay.settings.config import Config
 from relay.settings.providers import BUILTIN, Provider
 from relay.strict.strict_cache import StrictCache
 from relay.transport.upstream import UpstreamExchange, UpstreamLimits
+from relay.transport.upstream_client import UpstreamClient
 from relay.upstream.health import UpstreamHealth
 
 if TYPE_CHECKING:
@@ -56,7 +55,7 @@ class Runtime:
     relay_token: str
     upstream_url: str
     upstream_api_key: str
-    http_client: SimpleAsyncHTTPClient
+    http_client: UpstreamClient
     cache: ReplayCache
     strict: StrictCache
     providers: Mapping[str, Provider]  # the configured ones and the built-in "openai"

@@ -24,11 +24,9 @@ import socket
 import ssl
 import weakref
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from tornado.iostream import IOStream
-from tornado.netutil import Resolver
-from tornado.tcpclient import TCPClient
 
 from relay.clock import Clock, Deadline
 
@@ -126,27 +124,3 @@ def _quiet(stream: IOStream) -> bool:
     except OSError:
         return False
     return False
-
-
-class PooledTCPClient(TCPClient):
-    """Tornado's TCP client, taking a pooled connection when one waits for the origin."""
-
-    def __init__(self, resolver: Resolver, pool: ConnectionPool) -> None:
-        super().__init__(resolver=resolver)
-        self.pool = pool
-
-    async def connect(  # type: ignore[override]  # Tornado passes the rest by keyword
-        self, host: str, port: int, **options: Any
-    ) -> IOStream:
-        origin = (host, port, options.get("ssl_options") is not None)
-        if options.get("source_ip") is None and options.get("source_port") is None:
-            stream = self.pool.checkout(origin)
-            if stream is not None:
-                return stream
-        stream = await super().connect(host, port, **options)
-        self.pool.remember(stream, origin)
-        return stream
-
-    def close(self) -> None:
-        self.pool.close()
-        super().close()

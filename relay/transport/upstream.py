@@ -1,16 +1,16 @@
 """Streaming POSTs to the upstream, with our own idle timer and a way to abort.
 
-Tornado's ``request_timeout`` covers the whole request, which is wrong for a stream that
-may legitimately run for many minutes, so it is off; instead an idle :class:`Deadline`
-renewed by every received byte ends a silent upstream with a 504. The caller consumes the
-decoded events as one linear loop, ``async for item in exchange.events()``: Tornado's
-streaming callback decodes each network read, hands its events over (then
-:data:`BATCH_DONE`, the end of that read) and waits until the consumer has taken them all
-before it returns, so a slow downstream slows our reads of the upstream (backpressure);
-time spent waiting on the consumer is not upstream silence and never fires the idle
-deadline (the client's delivery deadline covers it). Whatever the consumer raises while
-handling an event propagates from its own loop; leaving the loop early aborts the
-exchange.
+An idle :class:`Deadline` renewed by every received byte ends a silent upstream with a
+504 (a whole-request timeout would be wrong for a stream that may legitimately run for
+many minutes). The caller consumes the decoded events as one linear loop, ``async for
+item in exchange.events()``: each step reads the upstream once
+(:class:`relay.transport.upstream_client.Response`), in the caller's own task, decodes
+that read's events and yields them, then :data:`BATCH_DONE` (the end of that read). So
+the first events are converted and flushed in the loop iteration that read them, and
+nothing is read while the consumer handles an event (backpressure); time spent waiting
+on the consumer is not upstream silence and never fires the idle deadline (the client's
+delivery deadline covers it). Whatever the consumer raises while handling an event
+propagates from its own loop; leaving the loop early closes the connection.
 
 Three dialects (:class:`Dialect`) share those guards, the size limits and the HTTP error
 mapping: the Responses event stream; a Chat Completions stream (``data:`` chunks ending
@@ -20,36 +20,28 @@ whole.
 
 Connections are kept alive (:mod:`relay.transport.pool`). An exchange is over for its
 caller as soon as the terminal event is delivered; the end of the body (normally just the
-chunked terminator, already on its way) is then read in the background, within
-``drain_timeout_s``, so that the connection can serve the next request.
+chunked terminator, most often read with the terminal event itself) is then read in the
+background, within ``drain_timeout_s``, so that the connection can serve the next request.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
-import socket
-from collections import deque
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit
 
 from tornado import httputil
-from tornado.http1connection import HTTP1Connection
-from tornado.httpclient import HTTPRequest
-from tornado.iostream import IOStream
-from tornado.netutil import DefaultLoopResolver
-from tornado.simple_httpclient import HTTPStreamClosedError, SimpleAsyncHTTPClient, _HTTPConnection
+from tornado.iostream import IOStream, StreamClosedError, UnsatisfiableReadError
 
 from relay.clock import Clock, Deadline
 from relay.core.responses_events import TERMINAL_EVENTS
 from relay.errors import (
     InternalSignal,
-    RelayError,
     UpstreamError,
     UpstreamHTTPError,
     UpstreamProtocolError,
@@ -57,15 +49,16 @@ from relay.errors import (
     UpstreamTimeout,
 )
 from relay.settings.crashpoints import crash_point
-from relay.transport.chunked import BulkChunkedHTTP1Connection
-from relay.transport.pool import ConnectionPool, PooledTCPClient
+from relay.transport.pool import ConnectionPool
 from relay.transport.sse import (
     SSEEvent,
     SSEParser,
     decode_chat_event,
     decode_event,
 )
+from relay.transport.upstream_client import Response, Target, UpstreamClient
 
+T = TypeVar("T")
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
 BatchDone = Callable[[], Awaitable[None]]
 
@@ -89,6 +82,19 @@ UpstreamItem = UpstreamEvent | _BatchDone
 CHAT_CHUNK = "chat.completion.chunk"
 CHAT_COMPLETION = "chat.completion"
 CHAT_DONE = "[DONE]"
+
+# A read whose bytes are already buffered completes without a loop turn: an upstream
+# that always has the next read ready would hold the loop, so every this many bytes
+# handled, the exchange gives the loop one turn (the other connections are served).
+YIELD_EVERY_BYTES: Final = 65536
+# Failures of a read that are the connection's, not the relay's.
+_TRANSPORT_ERRORS: Final = (
+    OSError,
+    StreamClosedError,
+    UnsatisfiableReadError,
+    httputil.HTTPInputError,
+    TimeoutError,
+)
 
 
 class Dialect(StrEnum):
@@ -116,110 +122,9 @@ class UpstreamLimits:
     drain_timeout_s: float = 2.0
 
 
-# Body bytes handed to the event parser at a time (see _AbortableConnection).
-READ_CHUNK_BYTES: Final = 4096
-
-
-class _AbortableRequest(HTTPRequest):
-    """Carries a back-reference to its live connection so the relay can abort it."""
-
-    connection: _AbortableConnection | None = None
-    pending_abort: BaseException | None = None  # aborted before a connection existed
-
-
-class ResetSafeConnection(_HTTPConnection):
-    """Tornado's client connection, completing a fetch that a connection reset ends."""
-
-    def on_connection_close(self) -> None:
-        # Tornado re-raises a reset's socket error from this callback without completing
-        # the fetch, which leaves the request hanging; complete it with that error instead.
-        if self.final_callback is not None:
-            error = self.stream.error or HTTPStreamClosedError("Connection closed")
-            self._handle_exception(type(error), error, None)
-
-
-class _AbortableConnection(ResetSafeConnection):
-    def __init__(self, client: Any, request: Any, *args: Any) -> None:
-        # ``request`` is Tornado's defaults proxy; the real request sits behind it.
-        real = getattr(request, "request", request)
-        super().__init__(client, request, *args)
-        self._keep_alive = False  # the answer allows reuse (HTTP/1.1, no Connection: close)
-        if isinstance(real, _AbortableRequest):
-            real.connection = self
-            if real.pending_abort is not None:
-                self.abort(real.pending_abort)
-
-    def abort(self, exc: BaseException) -> None:
-        """Finish the fetch with ``exc`` and close the socket."""
-        self._handle_exception(type(exc), exc, None)
-
-    def _create_connection(self, stream: IOStream) -> HTTP1Connection:
-        made = super()._create_connection(stream)
-        # The same connection, reading a chunked body in bulk (relay.transport.chunked).
-        connection = BulkChunkedHTTP1Connection(stream, True, made.params, made.context)
-        # Tornado hands the body over in pieces of up to chunk_size, coalescing whatever
-        # has arrived until then: at its 64 KiB default a fast upstream's first events
-        # wait for a whole burst to be read and parsed. Small pieces bound that latency.
-        connection.params.chunk_size = READ_CHUNK_BYTES
-        return connection
-
-    async def headers_received(
-        self,
-        first_line: httputil.ResponseStartLine | httputil.RequestStartLine,
-        headers: httputil.HTTPHeaders,
-    ) -> None:
-        tokens = {t.strip().lower() for t in headers.get("Connection", "").split(",")}
-        self._keep_alive = first_line.version == "HTTP/1.1" and "close" not in tokens
-        await super().headers_received(first_line, headers)
-
-    def _on_end_request(self) -> None:
-        # Only reached once the whole answer was read: the connection is at a request
-        # boundary, and goes back to the pool if the answer allows it.
-        if self._keep_alive and isinstance(self.tcp_client, PooledTCPClient):
-            self.tcp_client.pool.checkin(self.connection.detach())
-        else:
-            self.stream.close()
-
-
-class _Client(SimpleAsyncHTTPClient):
-    def _connection_class(self) -> type:
-        return _AbortableConnection
-
-    def close(self) -> None:
-        # Answers still draining (see UpstreamExchange) end with the client.
-        for request, _ in list(self.active.values()):
-            real = getattr(request, "request", request)
-            if isinstance(real, _AbortableRequest) and real.connection is not None:
-                real.connection.abort(HTTPStreamClosedError("the relay is shutting down"))
-        super().close()
-
-
-class _LiteralResolver(DefaultLoopResolver):
-    """An IP-literal upstream (a local gateway or proxy) is its own address: no trip
-    through the resolver's thread pool on every request. Names resolve as before."""
-
-    async def resolve(
-        self, host: str, port: int, family: socket.AddressFamily = socket.AF_UNSPEC
-    ) -> list[tuple[int, Any]]:
-        try:
-            address = ipaddress.ip_address(host)
-        except ValueError:
-            return await super().resolve(host, port, family)
-        kind = socket.AF_INET6 if address.version == 6 else socket.AF_INET
-        if family not in (socket.AF_UNSPEC, kind):
-            return await super().resolve(host, port, family)  # let it say what is wrong
-        return [(kind, (host, port))]
-
-
-def make_http_client(clock: Clock, pool: ConnectionPool | None = None) -> SimpleAsyncHTTPClient:
+def make_http_client(clock: Clock, pool: ConnectionPool | None = None) -> UpstreamClient:
     """The upstream client, keeping connections alive in ``pool`` (default: a new one)."""
-    # A private instance: the shared one has a 100 MB body cap that would cut long streams;
-    # our own per-event and per-response limits apply instead.
-    client = _Client(
-        force_instance=True, max_clients=1000, max_body_size=2**62, resolver=_LiteralResolver()
-    )
-    client.tcp_client = PooledTCPClient(client.resolver, pool or ConnectionPool(clock))
-    return client
+    return UpstreamClient(clock, pool)
 
 
 def origin_of(url: str) -> str:
@@ -231,11 +136,15 @@ def origin_of(url: str) -> str:
     return f"{parts.scheme}://{host}" + (f":{parts.port}" if parts.port is not None else "")
 
 
+# Background reads of bodies past their terminal event (a task must be referenced).
+_DRAINING: set[asyncio.Task[None]] = set()
+
+
 @dataclass(eq=False)  # identity semantics: live exchanges are kept in a set
 class UpstreamExchange:
     """One streamed call: :meth:`events` yields the decoded events until a terminal one."""
 
-    client: SimpleAsyncHTTPClient
+    client: UpstreamClient
     clock: Clock
     limits: UpstreamLimits
     url: str
@@ -255,13 +164,11 @@ class UpstreamExchange:
     bytes_received: int = 0
     _error_body: bytearray = field(default_factory=bytearray)
     _json_body: bytearray = field(default_factory=bytearray)
-    _request: _AbortableRequest | None = None
+    _opening: asyncio.Future[IOStream] | None = None  # dialing a new connection
+    _stream: IOStream | None = None  # the request's connection, until the head is in
+    _response: Response | None = None
     _idle: Deadline | None = None
-    # The handoff: what the streaming callback decoded and the consumer has not taken.
-    _items: deque[UpstreamItem] = field(default_factory=deque)
-    _arrived: asyncio.Future[None] | None = None  # the consumer waits for items
-    _taken: asyncio.Future[None] | None = None  # the callback waits for the consumer
-    _delivering: bool = False  # items handed over, not all taken (maybe waiting on the client)
+    _delivering: bool = False  # a read's items handed over, not all taken
     _stopped: bool = False
     _abort_reason: BaseException | None = None
 
@@ -280,70 +187,125 @@ class UpstreamExchange:
         """The upstream's events, each ``(event_type, data)``, and :data:`BATCH_DONE` at
         the end of each network read; it ends after the terminal event. Raises what ended
         the exchange: an upstream error, a timeout, :meth:`abort`'s reason. Consume it
-        with ``contextlib.aclosing``: leaving early aborts the exchange."""
+        with ``contextlib.aclosing``: leaving early closes the connection."""
         if self._abort_reason is not None:
             raise self._abort_reason
         parser = SSEParser(max_event_bytes=self.limits.max_sse_event_bytes)
-        self._request = _AbortableRequest(
-            self.url,
-            method="POST",
-            headers={**self.headers, "Connection": "keep-alive"},  # Tornado's default: close
-            body=self.body,
-            header_callback=self._on_header_line,
-            streaming_callback=lambda chunk: self._on_chunk(parser, chunk),
-            connect_timeout=self.limits.connect_timeout_s,
-            request_timeout=0,
-            decompress_response=True,
-        )
         self._idle = Deadline(self.clock, self.limits.idle_timeout_s, self._on_idle)
-        loop = asyncio.get_running_loop()
-        fetch = self.client.fetch(self._request, raise_error=False)
         ended = False
         try:
+            response = self._response = await self._open()
+            unyielded = 0  # bytes handled since the last forced turn
             while True:
-                while self._items:
-                    yield self._items.popleft()
+                pending = response.read()
+                data = await self._outcome(pending)
+                if data is None:
+                    break
+                self._idle.renew()
+                if not data:
+                    continue  # only chunk framing: no body bytes, no events
+                for item in self._consume(parser, data):
+                    self._delivering = True
+                    yield item
+                    self._delivering = False
+                    self._raise_if_aborted()
+                self._delivering = False
                 if self.terminal_event is not None:
                     # Anything after it is ignored; the body's end drains in the background.
                     ended = True
-                    self._drain(fetch)
+                    self._drain(response)
                     return
-                self._release()  # every item taken: the callback may read on
-                if fetch.done():
-                    break
-                self._arrived = loop.create_future()
-                await asyncio.wait((fetch, self._arrived), return_when=asyncio.FIRST_COMPLETED)
+                self._idle.renew()  # upstream silence counts from here, not from the read
+                unyielded += len(data)
+                if unyielded >= YIELD_EVERY_BYTES:  # after this read's events are out
+                    unyielded = 0
+                    await asyncio.sleep(0)
+                    self._raise_if_aborted()
             self._idle.stop()
-            try:
-                fetch.result()
-            except (RelayError, ClientGone):
-                raise
-            except Exception as exc:
-                # Transport faults: name the phase and kind, never echo raw exception text.
-                raise self._transport_error(exc) from None
             for item in self._after_body(parser):
                 yield item
             ended = True
         finally:
+            self._delivering = False
             self._idle.stop()
-            if not ended and not fetch.done():
-                self.abort(StreamFinished())  # the consumer left: read no more
-            self._release()
-            fetch.add_done_callback(_retrieved)
+            if not ended:
+                self._close()  # the consumer left, or a failure: read no more
 
-    def _drain(self, fetch: asyncio.Future[Any]) -> None:
+    async def _open(self) -> Response:
+        """Send the request; the answer's head is in (status and content type set). A
+        kept-alive connection needs no await before the write; only dialing runs as a
+        task of its own, which an abort cancels."""
+        client = self.client
+        try:
+            target = Target.of(self.url)
+        except ValueError:
+            raise UpstreamError(
+                f"the upstream URL {origin_of(self.url)} is not http(s); {self.reach_hint}"
+            ) from None
+        stream = client.checkout(target)
+        if stream is None:
+            self._opening = asyncio.ensure_future(
+                client.connect(target, self.limits.connect_timeout_s)
+            )
+            try:
+                stream = await self._outcome(self._opening, opening=True)
+            finally:
+                self._opening = None
+        self._stream = stream  # an abort closes it: the head's read fails
+        response = await self._outcome(client.send(stream, target, "POST", self.headers, self.body))
+        self._stream = None
+        self.status = response.code
+        crash_point("after_upstream_headers")
+        self.content_type = response.headers.get("Content-Type", "").strip().lower()
+        return response
+
+    async def _outcome(self, pending: Awaitable[T], *, opening: bool = False) -> T:
+        """What ``pending`` (the request or one read) gave, its failure translated: an
+        abort's reason wins over the closed connection it caused."""
+        try:
+            result = await pending
+        except asyncio.CancelledError:
+            if self._abort_reason is not None:
+                raise self._abort_reason from None
+            raise
+        except _TRANSPORT_ERRORS as exc:
+            if self._abort_reason is not None:
+                raise self._abort_reason from None
+            # Transport faults: name the phase and kind, never echo raw exception text.
+            raise self._transport_error(exc) from None
+        if self._abort_reason is not None:
+            if opening and isinstance(result, IOStream):
+                result.close()  # dialed while the abort came: never used
+            raise self._abort_reason
+        return result
+
+    def _raise_if_aborted(self) -> None:
+        if self._abort_reason is not None:
+            raise self._abort_reason
+
+    def _close(self) -> None:
+        if self._opening is not None and not self._opening.done():
+            self._opening.cancel()
+        if self._stream is not None:
+            self._stream.close()
+        if self._response is not None:
+            self._response.close()
+
+    def _drain(self, response: Response) -> None:
         """The terminal event is delivered: let the rest of the body arrive in the background
         (the connection is then reused) or, past ``drain_timeout_s``, close it. However the
         body ends no longer matters: its outcome is retrieved, never raised."""
-        limit = Deadline(
-            self.clock, self.limits.drain_timeout_s, lambda: self.abort(StreamFinished())
-        )
+        if response.ended:
+            return
+        limit = Deadline(self.clock, self.limits.drain_timeout_s, response.close)
+        task = asyncio.ensure_future(_read_to_end(response))
+        _DRAINING.add(task)
 
-        def ended(done: asyncio.Future[Any]) -> None:
+        def ended(done: asyncio.Task[None]) -> None:
+            _DRAINING.discard(done)
             limit.stop()
-            _retrieved(done)
 
-        fetch.add_done_callback(ended)
+        task.add_done_callback(ended)
 
     def abort(self, exc: BaseException) -> None:
         """End the exchange with ``exc`` (raised from :meth:`events`); later input is
@@ -352,28 +314,8 @@ class UpstreamExchange:
             return
         self._stopped = True
         self._abort_reason = exc
-        self._release()  # a callback waiting on the consumer returns: nothing more is read
-        if self._request is None:
-            return  # events() has not started: it raises the reason at once
-        if self._request.connection is not None:
-            self._request.connection.abort(exc)
-        else:
-            self._request.pending_abort = exc
-
-    def _release(self) -> None:
-        """Every item handed over was taken: the callback may read on, and from now on
-        upstream silence counts again (not only once the callback has resumed)."""
-        if self._taken is not None and not self._taken.done():
-            self._taken.set_result(None)
-        if self._delivering:
-            self._delivering = False
-            if self._idle is not None:
-                self._idle.renew()
-
-    def _hand_over(self, item: UpstreamItem) -> None:
-        self._items.append(item)
-        if self._arrived is not None and not self._arrived.done():
-            self._arrived.set_result(None)
+        if self.terminal_event is None:
+            self._close()  # a pending read (or the request) fails: events() raises exc
 
     def _on_idle(self) -> None:
         if self._delivering:
@@ -388,45 +330,9 @@ class UpstreamExchange:
             )
         )
 
-    def _on_header_line(self, line: str) -> None:
-        if line.startswith("HTTP/"):
-            self.status = httputil.parse_response_start_line(line.strip()).code
-            crash_point("after_upstream_headers")
-        elif line.lower().startswith("content-type:"):
-            self.content_type = line.split(":", 1)[1].strip().lower()
-
-    async def _on_chunk(self, parser: SSEParser, chunk: bytes) -> None:
-        # Tornado logs (rather than propagates) exceptions raised here, so an outcome that
-        # ends the exchange is delivered by aborting the connection with it (events()
-        # raises it once the items handed over before it were taken).
-        if self._stopped or self.terminal_event is not None:
-            return  # after the terminal event, only the body's end matters (see _drain)
-        assert self._idle is not None
-        try:
-            terminal = self._consume(parser, chunk)
-        except BaseException as exc:
-            self.abort(exc)
-            return
-        if not self._items:
-            return  # nothing to hand over: an error body, a JSON answer, a partial event
-        if terminal:
-            # Nothing more is read for the consumer: the body's end (see _drain) need not
-            # wait for it, and upstream silence no longer matters.
-            self._idle.stop()
-            return
-        self._delivering = True
-        self._taken = asyncio.get_running_loop().create_future()
-        try:
-            await self._taken  # backpressure: read on once the consumer took every item
-        finally:
-            self._delivering = False
-            self._idle.renew()  # upstream silence counts again from here
-
-    def _consume(self, parser: SSEParser, chunk: bytes) -> bool:
-        """Decode one network read and hand its events over; whether the terminal event
-        was among them."""
-        assert self._idle is not None
-        self._idle.renew()
+    def _consume(self, parser: SSEParser, chunk: bytes) -> Iterator[UpstreamItem]:
+        """Decode one network read: its events, then BATCH_DONE (nothing after the
+        terminal event, nothing for an error body or a JSON answer)."""
         self.bytes_received += len(chunk)
         if self.tap is not None:
             self.tap(chunk)
@@ -437,10 +343,10 @@ class UpstreamExchange:
                     f"({self.limits.max_response_bytes} bytes)"
                 )
             self._error_body += chunk
-            return False
+            return
         if self.dialect is Dialect.CHAT_JSON:
             self._buffer_json(chunk)
-            return False
+            return
         if not self.content_type.startswith("text/event-stream"):
             raise UpstreamProtocolError(
                 f"upstream answered {self.content_type or 'no content type'} "
@@ -451,14 +357,16 @@ class UpstreamExchange:
                 "upstream response exceeds RELAY_MAX_RESPONSE_BYTES "
                 f"({self.limits.max_response_bytes} bytes)"
             )
+        handed = False
         for event in parser.feed(chunk):
             decoded = self._decode(event)
             if decoded is not None:
-                self._hand_over(decoded)
+                handed = True
+                yield decoded
             if self.terminal_event is not None:
-                return True  # anything after it in this read is ignored
-        self._hand_over(BATCH_DONE)
-        return False
+                return  # anything after it in this read is ignored
+        if handed:
+            yield BATCH_DONE
 
     def _buffer_json(self, chunk: bytes) -> None:
         media = self.content_type.split(";", 1)[0].strip()
@@ -545,10 +453,14 @@ class UpstreamExchange:
         )
 
 
-def _retrieved(done: asyncio.Future[Any]) -> None:
-    """A fetch nobody awaits any more: its outcome is retrieved, so never logged as lost."""
-    if not done.cancelled():
-        done.exception()
+async def _read_to_end(response: Response) -> None:
+    """Read a body nobody consumes to its end (the connection then goes back to the pool);
+    however it ends, its outcome is retrieved, never raised."""
+    try:
+        while await response.read() is not None:
+            pass
+    except (*_TRANSPORT_ERRORS, asyncio.CancelledError):
+        response.close()
 
 
 def _http_error(status: int, body: bytes) -> UpstreamError:
@@ -571,9 +483,13 @@ def _http_error(status: int, body: bytes) -> UpstreamError:
     )
 
 
-def _kind(exc: Exception) -> str:
-    if isinstance(exc, HTTPStreamClosedError):
-        return "connection closed"
+def _kind(exc: BaseException) -> str:
+    if isinstance(exc, (httputil.HTTPInputError, UnsatisfiableReadError)):
+        return "malformed HTTP framing"  # a bad head or chunked framing: never quoted
+    if isinstance(exc, StreamClosedError):
+        if exc.real_error is None:
+            return "connection closed"
+        exc = exc.real_error
     if isinstance(exc, ConnectionResetError):
         return "connection reset"
     if isinstance(exc, ConnectionRefusedError):

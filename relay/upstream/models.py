@@ -18,19 +18,16 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Protocol
 
-from tornado.httpclient import HTTPClientError
-from tornado.iostream import StreamClosedError
-from tornado.simple_httpclient import HTTPTimeoutError, SimpleAsyncHTTPClient
+from tornado.httputil import HTTPInputError
+from tornado.iostream import StreamClosedError, UnsatisfiableReadError
 
 from relay.clock import Clock, Deadline
 from relay.errors import InternalSignal
 from relay.observability import log
 from relay.settings.config import Config
 from relay.settings.providers import BUILTIN, Provider
-from relay.transport.upstream import (  # abortable, as a model call's request
-    _AbortableRequest,
-    origin_of,
-)
+from relay.transport.upstream import origin_of
+from relay.transport.upstream_client import UpstreamClient
 from relay.upstream.model_list import (
     MalformedModelList,
     UpstreamModel,
@@ -56,7 +53,7 @@ class Upstreams(Protocol):
     def clock(self) -> Clock: ...
 
     @property
-    def http_client(self) -> SimpleAsyncHTTPClient: ...
+    def http_client(self) -> UpstreamClient: ...
 
     @property
     def providers(self) -> Mapping[str, Provider]: ...
@@ -78,7 +75,7 @@ class ModelsUnavailable(InternalSignal):
 
 
 async def fetch_models(
-    client: SimpleAsyncHTTPClient,
+    client: UpstreamClient,
     clock: Clock,
     url: str,
     headers: Mapping[str, str],
@@ -87,53 +84,53 @@ async def fetch_models(
     timeout_s: float = FETCH_TIMEOUT_S,
 ) -> tuple[UpstreamModel, ...]:
     """The models listed at ``url``, or :class:`ModelsUnavailable`."""
-    body = bytearray()
     aborted: list[str] = []
+    # The deadline, on the injected clock, bounds the whole fetch: past it the request
+    # (connecting, waiting or reading) is cancelled and its connection closed.
+    task = asyncio.ensure_future(_get(client, url, dict(headers), max_bytes, timeout_s))
 
-    def abort(reason: str) -> None:
-        # Ends the fetch with this error and closes the connection (never reused).
-        if aborted:
-            return
-        aborted.append(reason)
-        failure = ModelsUnavailable(reason)
-        if request.connection is not None:
-            request.connection.abort(failure)
-        else:
-            request.pending_abort = failure
+    def expire() -> None:
+        aborted.append("timeout")
+        task.cancel()
 
-    def take(chunk: bytes) -> None:
-        if len(body) + len(chunk) > max_bytes:
-            abort("too_large")
-        elif not aborted:
-            body.extend(chunk)
-
-    request = _AbortableRequest(
-        url,
-        method="GET",
-        headers={**headers, "Connection": "keep-alive"},  # Tornado's default: close
-        connect_timeout=timeout_s,
-        request_timeout=0,  # the deadline below, on the injected clock, bounds the whole fetch
-        streaming_callback=take,
-        follow_redirects=False,
-        decompress_response=True,
-    )
-    deadline = Deadline(clock, timeout_s, lambda: abort("timeout"))
+    deadline = Deadline(clock, timeout_s, expire)
     try:
-        response = await client.fetch(request, raise_error=False)
+        code, body = await task
+    except asyncio.CancelledError:
+        if aborted:
+            raise ModelsUnavailable("timeout") from None
+        raise
     except ModelsUnavailable:
         raise
-    except HTTPTimeoutError:
+    except TimeoutError:
         raise ModelsUnavailable("timeout") from None  # connecting took too long
-    except (OSError, StreamClosedError, HTTPClientError):
+    except (OSError, StreamClosedError, UnsatisfiableReadError, HTTPInputError):
         raise ModelsUnavailable("unreachable") from None
     finally:
         deadline.stop()
-    if not 200 <= response.code < 300:
-        raise ModelsUnavailable("http_status", response.code)
+    if not 200 <= code < 300:
+        raise ModelsUnavailable("http_status", code)
     try:
-        return parse_upstream_models(bytes(body))
+        return parse_upstream_models(body)
     except MalformedModelList:
-        raise ModelsUnavailable("malformed", response.code) from None
+        raise ModelsUnavailable("malformed", code) from None
+
+
+async def _get(
+    client: UpstreamClient, url: str, headers: dict[str, str], max_bytes: int, timeout_s: float
+) -> tuple[int, bytes]:
+    """GET ``url``: the status and the body (within ``max_bytes``, else too_large)."""
+    response = await client.request("GET", url, headers, None, connect_timeout_s=timeout_s)
+    body = bytearray()
+    try:
+        while (data := await response.read()) is not None:
+            if len(body) + len(data) > max_bytes:
+                raise ModelsUnavailable("too_large")
+            body += data
+    finally:
+        if not response.ended:
+            response.close()  # never reused: cut short
+    return response.code, bytes(body)
 
 
 class UpstreamModels:

@@ -96,7 +96,7 @@ def test_fetch_reads_the_list_with_the_upstream_key_on_a_kept_connection() -> No
                     client, SystemClock(), root + "/ok/models", KEY_HEADERS, max_bytes=4096
                 )
                 assert [m.id for m in models] == ["gpt-5", "o3"]
-            assert client.tcp_client.pool.reused == 1  # type: ignore[attr-defined]
+            assert client.pool.reused == 1
         finally:
             client.close()
         assert [h["Authorization"] for h in seen] == ["Bearer sk-models-key"] * 2

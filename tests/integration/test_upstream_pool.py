@@ -13,13 +13,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from tornado.http1connection import HTTP1Connection
 
 from fakeupstream.fake import FakeUpstream
 from relay.clock import Clock, ManualClock, SystemClock
 from relay.errors import UpstreamError, UpstreamHTTPError
-from relay.transport import upstream
-from relay.transport.chunked import BulkChunkedHTTP1Connection
+from relay.transport import upstream_client
+from relay.transport.chunked import ChunkedDecoder
 from relay.transport.pool import IDLE_S, ConnectionPool
 from relay.transport.upstream import UpstreamExchange, UpstreamLimits, make_http_client
 from tests.support.stack import Stack
@@ -223,16 +222,16 @@ def test_many_small_chunks_then_the_connection_serves_the_next_answer(
         first, second = up.peers
         assert first == second
         assert up.pool.reused == 1
-        assert bodies == [BulkChunkedHTTP1Connection, BulkChunkedHTTP1Connection]
+        assert len(decoders) == 2 and all(d.done for d in decoders)  # read to the end
 
-    bodies: list[type] = []
-    read_chunked_body = BulkChunkedHTTP1Connection._read_chunked_body
+    decoders: list[ChunkedDecoder] = []
 
-    async def counted(connection: BulkChunkedHTTP1Connection, delegate: Any) -> None:
-        bodies.append(type(connection))
-        await read_chunked_body(connection, delegate)
+    class Counted(ChunkedDecoder):
+        def __init__(self, max_body_size: int) -> None:
+            super().__init__(max_body_size)
+            decoders.append(self)
 
-    monkeypatch.setattr(BulkChunkedHTTP1Connection, "_read_chunked_body", counted)
+    monkeypatch.setattr(upstream_client, "ChunkedDecoder", Counted)
     run(test)
 
 
@@ -247,22 +246,28 @@ def chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
+MALFORMED = "malformed HTTP framing"
+
+
 @pytest.mark.parametrize(
-    "body",
+    ("body", "kind"),
     [
-        chunk(CREATED) + b"zz\r\n" + COMPLETED,  # invalid chunk size
-        chunk(CREATED) + b"5;name=value\r\nevent\r\n",  # an extension: refused, as Tornado does
-        chunk(CREATED) + b"%x\r\n%sXY" % (len(COMPLETED), COMPLETED),  # improperly terminated
-        chunk(CREATED) + b"0" * 70 + b"\r\n",  # a size line over 64 bytes
-        chunk(CREATED) + b"%x\r\nevent: resp" % len(COMPLETED),  # closed mid-chunk
+        (chunk(CREATED) + b"zz\r\n" + COMPLETED, MALFORMED),  # invalid chunk size
+        # An extension: refused, as Tornado does.
+        (chunk(CREATED) + b"5;name=value\r\nevent\r\n", MALFORMED),
+        # Improperly terminated.
+        (chunk(CREATED) + b"%x\r\n%sXY" % (len(COMPLETED), COMPLETED), MALFORMED),
+        (chunk(CREATED) + b"0" * 70 + b"\r\n", MALFORMED),  # a size line over 64 bytes
+        (chunk(CREATED) + b"%x\r\nevent: resp" % len(COMPLETED), "connection closed"),
     ],
     ids=["size", "extension", "terminator", "long-line", "closed"],
 )
-def test_a_malformed_chunked_body_fails_as_it_did_with_tornados_reader(
-    body: bytes, monkeypatch: pytest.MonkeyPatch
+def test_a_malformed_chunked_body_fails_and_its_connection_is_not_kept(
+    body: bytes, kind: str
 ) -> None:
-    """The same bytes through Tornado's own chunked reader and through ours: the same
-    error, and the connection is not kept."""
+    """A broken chunked body (ChunkedDecoder is as strict as Tornado's reader) ends the
+    exchange with a protocol error naming what broke, never quoting the bytes; the
+    connection is closed, not pooled."""
 
     async def fail() -> tuple[str, str]:
         async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -296,6 +301,7 @@ def test_a_malformed_chunked_body_fails_as_it_did_with_tornados_reader(
             await server.wait_closed()
         return type(failed.value).__name__, str(failed.value)
 
-    bulk = asyncio.run(fail())
-    monkeypatch.setattr(upstream, "BulkChunkedHTTP1Connection", HTTP1Connection)
-    assert asyncio.run(fail()) == bulk
+    assert asyncio.run(fail()) == (
+        "UpstreamProtocolError",
+        f"the upstream connection broke mid-stream ({kind}) before a terminal event",
+    )

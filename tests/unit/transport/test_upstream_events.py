@@ -20,6 +20,7 @@ from relay.clock import ManualClock
 from relay.errors import StoreFull, UpstreamProtocolError
 from relay.transport.upstream import (
     BATCH_DONE,
+    YIELD_EVERY_BYTES,
     ClientGone,
     UpstreamExchange,
     UpstreamItem,
@@ -204,3 +205,47 @@ def test_an_exchange_aborted_before_it_started_raises_at_once() -> None:
                         raise AssertionError("nothing is read")
 
     asyncio.run(main())
+
+
+async def first_read_taken(upstream: Upstream, events: AsyncIterator[UpstreamItem]) -> None:
+    """The head and a first read (CREATED) were taken: the exchange waits on the socket."""
+    upstream.send(CREATED)
+    assert (await anext(events))[0] == "response.created"  # type: ignore[index]
+    assert await anext(events) is BATCH_DONE
+    upstream.written.clear()
+
+
+def test_a_read_is_handed_over_in_the_loop_iteration_that_reads_it() -> None:
+    """Nothing between the socket and the consumer waits for the loop: with the bytes on
+    the wire, one step of ``anext`` reads them, decodes them and yields the event (a
+    handoff through futures took loop turns, each a wake-up on a busy machine)."""
+
+    async def main() -> None:
+        async with scripted() as (upstream, exchange), aclosing(exchange.events()) as events:
+            await first_read_taken(upstream, events)
+            upstream.send(DELTA)
+            await upstream.written.wait()  # on loopback: in the relay's socket buffer
+            step = events.__anext__()
+            with pytest.raises(StopIteration) as done:
+                step.send(None)  # one step of the coroutine: it must not suspend
+            assert done.value.value[0] == "response.output_text.delta"
+
+    asyncio.run(main())
+
+
+def test_an_upstream_that_is_always_ready_still_leaves_the_loop_a_turn() -> None:
+    """Reads of buffered bytes take no loop turn; every YIELD_EVERY_BYTES handled, the
+    exchange gives the loop one, so the other connections are served meanwhile."""
+
+    async def main() -> list[int]:
+        async with scripted() as (upstream, exchange), aclosing(exchange.events()) as events:
+            await first_read_taken(upstream, events)
+            upstream.send(DELTA * (YIELD_EVERY_BYTES // len(DELTA) + 1) + COMPLETED)
+            await upstream.written.wait()  # all of it buffered on the relay's side
+            turns = [0]
+            asyncio.get_running_loop().call_soon(lambda: turns.__setitem__(0, 1))
+            return [turns[0] async for item in events if item is not BATCH_DONE]
+
+    seen = asyncio.run(main())
+    assert seen[0] == 0  # the first events came with no loop turn
+    assert seen[-1] == 1  # the loop had its turn before the terminal event

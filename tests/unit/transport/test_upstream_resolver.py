@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from relay.transport.upstream import _LiteralResolver
+from relay.transport.upstream_client import _LiteralResolver
 
 
 @pytest.mark.parametrize(
