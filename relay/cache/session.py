@@ -22,7 +22,6 @@ from relay.core.canonical import CanonicalRefused
 from relay.core.capture import CaptureResult
 from relay.core.history_digest import AssistantBlockKey, HistoryDigests
 from relay.core.hot_blocks import HotBlocks
-from relay.core.json_bytes import RawItems
 from relay.core.planner import Plan, PlanLimits, Rejection, plan_replay
 from relay.core.receipts import Reason
 from relay.core.records import (
@@ -173,9 +172,7 @@ class CacheSession:
         body["store"] = False
         body["include"] = merged_include(body.get("include"))
         if self.plan.blocks:
-            blocks = {
-                block.observation.position: RawItems(block.text) for block in self.plan.blocks
-            }
+            blocks = {block.observation.position: block.items for block in self.plan.blocks}
             body["input"] = replace_blocks(body["input"], self._spans, blocks)
         return body
 

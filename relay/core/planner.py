@@ -24,6 +24,7 @@ import orjson
 from relay.core.deletion_barrier import DAY_S
 from relay.core.history_digest import AssistantBlockKey, HistoryDigests
 from relay.core.hot_blocks import HotBlocks, VerifiedPayload
+from relay.core.json_bytes import RawItems
 from relay.core.receipts import Reason
 from relay.core.records import (
     EMPTY_PLAN,
@@ -107,6 +108,11 @@ class SelectedBlock:
     def size(self) -> int:
         """Serialized payload bytes."""
         return self.payload.size
+
+    @property
+    def items(self) -> RawItems:
+        """The stored text's items, to splice into the upstream body as they are."""
+        return self.payload.items or RawItems(self.payload.text)
 
 
 @dataclass(frozen=True)
@@ -449,7 +455,7 @@ def _verify_payload(row: StoredPayload, record: Observation) -> VerifiedPayload:
     if hashlib.sha256(raw).hexdigest() != record.output_hash:
         raise _Rejected(Reason.PAYLOAD_DIGEST_MISMATCH, record)
     calls, keys = _check_block(raw, record)
-    return VerifiedPayload(raw, record.output_hash, len(raw), calls, keys)
+    return VerifiedPayload(raw, record.output_hash, len(raw), calls, keys, RawItems(raw))
 
 
 def _check_block(

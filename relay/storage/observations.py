@@ -11,6 +11,7 @@ enable it.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
@@ -33,12 +34,17 @@ _LINEAGE: Final = f"""WITH RECURSIVE walk (wid, depth) AS (
     )
     SELECT {_OBSERVATION_COLUMNS} FROM walk JOIN observations ON id = wid
     WHERE scope_id = ? ORDER BY depth"""  # noqa: S608
+# Rows built into an Observation, remembered by their whole content (design §21): each plan
+# of a conversation reads the same chain again, and a row equal in every column is the same
+# immutable value, so only the comparison is paid. Bounded, least recently used out.
+BUILT_ROWS: Final = 4096
 
 
 class Observations:
     def __init__(self, db: Database) -> None:
         self._db = db
         self._malformed_plans = 0
+        self._built: OrderedDict[tuple[Any, ...], Observation] = OrderedDict()
 
     @property
     def malformed_plans_seen(self) -> int:
@@ -58,8 +64,17 @@ class Observations:
         return [self._observation(row) for row in rows]
 
     def _observation(self, row: Sequence[Any]) -> Observation:
-        observation = observation_from_row(row)
-        if not observation.prior_plan.well_formed:
+        key = tuple(row)
+        built = self._built
+        observation = built.get(key)
+        if observation is None:
+            observation = built[key] = observation_from_row(row)
+            if len(built) > BUILT_ROWS:
+                built.popitem(last=False)
+        else:
+            built.move_to_end(key)
+        # Only a row that is not replayable can hold a malformed plan (observation_from_row).
+        if not observation.replayable and not observation.prior_plan.well_formed:
             self._malformed_plans += 1
         return observation
 

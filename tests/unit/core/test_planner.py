@@ -14,6 +14,7 @@ import pytest
 from relay.core import planner
 from relay.core.history_digest import HistoryDigests, history_digests
 from relay.core.hot_blocks import HotBlocks
+from relay.core.json_bytes import RawItems
 from relay.core.planner import Plan, PlanLimits, plan_replay
 from relay.core.receipts import Reason
 from relay.core.records import (
@@ -599,6 +600,18 @@ def test_a_payload_changed_on_disk_after_it_was_cached_is_verified_again() -> No
     plan = b.plan()
     assert positions(plan) == [1, 3, 5]
     assert plan.blocks[1].text == json.dumps(items).encode()  # the rewritten row, as stored
+    # What is spliced upstream is that row's items too, not the cached entry's.
+    assert bytes(plan.blocks[1].items.elements) == bytes(RawItems(plan.blocks[1].text).elements)
+
+
+def test_a_selected_block_splices_the_items_of_its_verified_text() -> None:
+    b = Builder()
+    b.chain()
+    b.hot = HotBlocks(1 << 20)
+    for plan in (b.plan(), b.plan()):  # verified, then served from the hot cache
+        for block in plan.blocks:
+            assert block.payload.items is not None
+            assert bytes(block.items.elements) == bytes(RawItems(block.text).elements)
 
 
 def test_each_payload_is_loaded_once_per_plan_in_one_batch() -> None:
