@@ -103,7 +103,8 @@ def test_only_string_arguments_are_remembered() -> None:
         as_int == hashlib.sha256(f"1{ref.end_digest}{ref.payload_fingerprint}".encode()).hexdigest()
     )
     assert as_float != as_int
-    assert (1, ref.end_digest, ref.payload_fingerprint) not in records._CHAIN_MEMO
+    remembered: set[tuple[object, ...]] = set(records._CHAIN_MEMO)
+    assert (1, ref.end_digest, ref.payload_fingerprint) not in remembered
 
 
 def test_the_memo_is_cleared_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
