@@ -148,7 +148,9 @@ class CacheSession:
                 rejection = Rejection(Reason.MEMORY_PRESSURE, self.position)
                 self.plan = Plan((), (*self.plan.rejections, rejection), self.plan.unmatched)
             intent = self._ctx.new_id("intent_")
-            ids = [block.observation.id for block in self.plan.blocks]
+            # The plan's last block alone: the rest of the chain is its ancestry, which
+            # cleanup keeps while that block keeps its payload (design §6 Retention).
+            ids = [self.plan.blocks[-1].observation.id] if self.plan.blocks else []
             self._store.create_intent(
                 intent,
                 scope_id=self._row.id,
