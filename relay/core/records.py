@@ -195,8 +195,7 @@ class Observation(NamedTuple):  # a named tuple: a plan reads hundreds per reque
         return PriorPlan(self.id, plan.count + 1, chain_digest(plan.chain, self.ref))
 
 
-@dataclass(frozen=True)
-class StoredPayload:
+class StoredPayload(NamedTuple):  # a named tuple: a plan loads hundreds per request
     """An admitted record's original ``response.output`` JSON, exactly as stored: its
     UTF-8 bytes as the row holds them, never decoded (the planner hashes and replays
     those bytes; a damaged row fails its hash check)."""
