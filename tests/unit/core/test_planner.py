@@ -391,8 +391,8 @@ def test_own_intent_does_not_compete_but_another_does() -> None:
 
 def _tamper(b: Builder, o: Observation) -> None:
     payload = b.source.payloads[o.id]
-    b.source.payloads[o.id] = dataclasses.replace(
-        payload, output_json=payload.output_json.replace(b"enc-", b"enX-")
+    b.source.payloads[o.id] = payload._replace(
+        output_json=payload.output_json.replace(b"enc-", b"enX-")
     )
 
 
@@ -420,7 +420,7 @@ MUTATIONS: list[tuple[str, Callable[[Builder, Observation], object], Reason]] = 
     (
         "expired",
         lambda b, o: b.source.payloads.__setitem__(
-            o.id, dataclasses.replace(b.source.payloads[o.id], touched_at=NOW - 31 * 86400)
+            o.id, b.source.payloads[o.id]._replace(touched_at=NOW - 31 * 86400)
         ),
         Reason.RECORD_EXPIRED,
     ),
