@@ -25,6 +25,7 @@ from relay.core.hot_blocks import HotBlocks
 from relay.core.planner import Plan, PlanLimits, Rejection, plan_replay
 from relay.core.receipts import Reason
 from relay.core.records import (
+    TOUCH_GRANULARITY_S,
     MarkerKind,
     PriorPlan,
     ScopeRow,
@@ -143,7 +144,9 @@ class CacheSession:
                 limits=self._ctx.plan_limits,
                 hot=self._ctx.hot_blocks,
             )
-            validated = self.plan.validated  # touched even when the plan is dropped below
+            # Touched even when the plan is dropped below; only the rows a touch would
+            # rewrite (the plan read their stored touch in this transaction).
+            due = self.plan.due_touches(now - TOUCH_GRANULARITY_S)
             if not self._ctx.capacity.try_grow(self._lease, self.plan.replay_bytes):
                 rejection = Rejection(Reason.MEMORY_PRESSURE, self.position)
                 self.plan = Plan((), (*self.plan.rejections, rejection), self.plan.unmatched)
@@ -159,7 +162,8 @@ class CacheSession:
                 now=now,
             )
             self._store.pin(intent, ids)
-            self._store.touch_payloads(validated, now)
+            if due:
+                self._store.touch_payloads(due, now)
         # Only a committed intent means a generation may follow: a dispatch that failed
         # sent nothing, so closing it must not poison the position.
         self._intent = intent

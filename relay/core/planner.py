@@ -126,6 +126,21 @@ class Plan:
     # Records whose payload passed every check while planning (the selected ones and any
     # inspected for a candidate that failed later): retention touches them all.
     validated: tuple[int, ...] = ()
+    # The stored touch of each validated record as this planning read it (same order):
+    # the dispatch rewrites only those older than the touch granularity (due_touches).
+    touched: tuple[float, ...] = ()
+
+    def due_touches(self, stale: float) -> tuple[int, ...]:
+        """The validated records whose stored touch, as read in this planning's
+        transaction, is older than ``stale``: the only rows a touch would rewrite. Without
+        the stored touches (a plan built elsewhere), all of them (the store filters)."""
+        if len(self.touched) != len(self.validated):
+            return self.validated
+        return tuple(
+            observation_id
+            for observation_id, touched_at in zip(self.validated, self.touched, strict=True)
+            if touched_at < stale
+        )
 
     @property
     def refs(self) -> tuple[BlockRef, ...]:
@@ -267,11 +282,24 @@ def plan_replay(
                     rejections.append(Rejection(err.reason, failed.position, failed.id))
                     continue
                 below = _unmatched_below(state, index, chain)
-                return Plan(chain, tuple(rejections), unmatched + below, tuple(state.verified))
+                return Plan(
+                    chain, tuple(rejections), unmatched + below, *_validated(state)
+                )  # fmt: skip
     except _BudgetExhausted:
         position = history.assistant_blocks[-1].position if history.assistant_blocks else 0
         rejections.append(Rejection(Reason.VERIFICATION_BUDGET, position))
-    return Plan((), tuple(rejections), unmatched, tuple(state.verified))
+    return Plan((), tuple(rejections), unmatched, *_validated(state))
+
+
+def _validated(state: _Planning) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """The validated records and their stored touches as read (``Plan.touched``)."""
+    ids = tuple(state.verified)
+    touched = []
+    for observation_id in ids:
+        row = state.payloads[observation_id]
+        assert isinstance(row, StoredPayload), "a validated record has its payload"
+        touched.append(row.touched_at)
+    return ids, tuple(touched)
 
 
 def _unmatched_below(state: _Planning, index: int, chain: Sequence[SelectedBlock]) -> int:

@@ -728,3 +728,27 @@ def test_a_budget_refusal_counts_the_messages_examined() -> None:
     plan = b.plan(max_plan_records=2)  # the budget runs out at a5, before a3 and a1
     assert reasons(plan)[-1] == Reason.VERIFICATION_BUDGET
     assert plan.unmatched == 0
+
+
+@pytest.mark.parametrize(
+    ("validated", "touched", "stale", "due"),
+    [
+        ((1, 2, 3), (10.0, 20.0, 30.0), 20.0, (1,)),  # strictly older only
+        ((1, 2, 3), (10.0, 20.0, 30.0), 31.0, (1, 2, 3)),
+        ((1, 2), (10.0, 20.0), 5.0, ()),
+        ((1, 2), (), 5.0, (1, 2)),  # no stored touches known: all of them, the store filters
+        ((), (), 5.0, ()),
+    ],
+)
+def test_a_dispatch_touches_only_rows_older_than_the_granularity(
+    validated: tuple[int, ...], touched: tuple[float, ...], stale: float, due: tuple[int, ...]
+) -> None:
+    assert Plan(validated=validated, touched=touched).due_touches(stale) == due
+
+
+def test_a_plan_carries_the_stored_touch_of_each_validated_record() -> None:
+    b = Builder()
+    b.chain()
+    plan = b.plan()
+    assert plan.validated
+    assert plan.touched == tuple(b.source.payloads[i].touched_at for i in plan.validated)
