@@ -22,10 +22,10 @@ from relay.core.canonical import CanonicalRefused
 from relay.core.capture import CaptureResult
 from relay.core.history_digest import AssistantBlockKey, HistoryDigests
 from relay.core.hot_blocks import HotBlocks
-from relay.core.json_bytes import RawItems
 from relay.core.planner import Plan, PlanLimits, Rejection, plan_replay
 from relay.core.receipts import Reason
 from relay.core.records import (
+    TOUCH_GRANULARITY_S,
     MarkerKind,
     PriorPlan,
     ScopeRow,
@@ -144,12 +144,16 @@ class CacheSession:
                 limits=self._ctx.plan_limits,
                 hot=self._ctx.hot_blocks,
             )
-            validated = self.plan.validated  # touched even when the plan is dropped below
+            # Touched even when the plan is dropped below; only the rows a touch would
+            # rewrite (the plan read their stored touch in this transaction).
+            due = self.plan.due_touches(now - TOUCH_GRANULARITY_S)
             if not self._ctx.capacity.try_grow(self._lease, self.plan.replay_bytes):
                 rejection = Rejection(Reason.MEMORY_PRESSURE, self.position)
                 self.plan = Plan((), (*self.plan.rejections, rejection), self.plan.unmatched)
             intent = self._ctx.new_id("intent_")
-            ids = [block.observation.id for block in self.plan.blocks]
+            # The plan's last block alone: the rest of the chain is its ancestry, which
+            # cleanup keeps while that block keeps its payload (design §6 Retention).
+            ids = [self.plan.blocks[-1].observation.id] if self.plan.blocks else []
             self._store.create_intent(
                 intent,
                 scope_id=self._row.id,
@@ -158,7 +162,8 @@ class CacheSession:
                 now=now,
             )
             self._store.pin(intent, ids)
-            self._store.touch_payloads(validated, now)
+            if due:
+                self._store.touch_payloads(due, now)
         # Only a committed intent means a generation may follow: a dispatch that failed
         # sent nothing, so closing it must not poison the position.
         self._intent = intent
@@ -173,9 +178,7 @@ class CacheSession:
         body["store"] = False
         body["include"] = merged_include(body.get("include"))
         if self.plan.blocks:
-            blocks = {
-                block.observation.position: RawItems(block.text) for block in self.plan.blocks
-            }
+            blocks = {block.observation.position: block.items for block in self.plan.blocks}
             body["input"] = replace_blocks(body["input"], self._spans, blocks)
         return body
 

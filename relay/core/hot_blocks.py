@@ -22,8 +22,10 @@ durable knowledge: a miss verifies the row again.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from relay.core.json_bytes import RawItems
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +37,9 @@ class VerifiedPayload:
     size: int  # len(text)
     calls: tuple[tuple[Any, ...], ...]  # (kind, call_id, name) of each tool call, in order
     item_keys: tuple[tuple[str, str], ...]  # ("id" | "call_id", value) of every item
+    # ``text``'s items, located once with its verification (the planner sets it): each
+    # replay splices this view instead of scanning the text again (design §21).
+    items: RawItems | None = field(default=None, compare=False, repr=False)
 
 
 class HotBlocks:

@@ -24,6 +24,7 @@ import orjson
 from relay.core.deletion_barrier import DAY_S
 from relay.core.history_digest import AssistantBlockKey, HistoryDigests
 from relay.core.hot_blocks import HotBlocks, VerifiedPayload
+from relay.core.json_bytes import RawItems
 from relay.core.receipts import Reason
 from relay.core.records import (
     EMPTY_PLAN,
@@ -108,6 +109,11 @@ class SelectedBlock:
         """Serialized payload bytes."""
         return self.payload.size
 
+    @property
+    def items(self) -> RawItems:
+        """The stored text's items, to splice into the upstream body as they are."""
+        return self.payload.items or RawItems(self.payload.text)
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -120,6 +126,21 @@ class Plan:
     # Records whose payload passed every check while planning (the selected ones and any
     # inspected for a candidate that failed later): retention touches them all.
     validated: tuple[int, ...] = ()
+    # The stored touch of each validated record as this planning read it (same order):
+    # the dispatch rewrites only those older than the touch granularity (due_touches).
+    touched: tuple[float, ...] = ()
+
+    def due_touches(self, stale: float) -> tuple[int, ...]:
+        """The validated records whose stored touch, as read in this planning's
+        transaction, is older than ``stale``: the only rows a touch would rewrite. Without
+        the stored touches (a plan built elsewhere), all of them (the store filters)."""
+        if len(self.touched) != len(self.validated):
+            return self.validated
+        return tuple(
+            observation_id
+            for observation_id, touched_at in zip(self.validated, self.touched, strict=True)
+            if touched_at < stale
+        )
 
     @property
     def refs(self) -> tuple[BlockRef, ...]:
@@ -261,11 +282,24 @@ def plan_replay(
                     rejections.append(Rejection(err.reason, failed.position, failed.id))
                     continue
                 below = _unmatched_below(state, index, chain)
-                return Plan(chain, tuple(rejections), unmatched + below, tuple(state.verified))
+                return Plan(
+                    chain, tuple(rejections), unmatched + below, *_validated(state)
+                )  # fmt: skip
     except _BudgetExhausted:
         position = history.assistant_blocks[-1].position if history.assistant_blocks else 0
         rejections.append(Rejection(Reason.VERIFICATION_BUDGET, position))
-    return Plan((), tuple(rejections), unmatched, tuple(state.verified))
+    return Plan((), tuple(rejections), unmatched, *_validated(state))
+
+
+def _validated(state: _Planning) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """The validated records and their stored touches as read (``Plan.touched``)."""
+    ids = tuple(state.verified)
+    touched = []
+    for observation_id in ids:
+        row = state.payloads[observation_id]
+        assert isinstance(row, StoredPayload), "a validated record has its payload"
+        touched.append(row.touched_at)
+    return ids, tuple(touched)
 
 
 def _unmatched_below(state: _Planning, index: int, chain: Sequence[SelectedBlock]) -> int:
@@ -449,7 +483,7 @@ def _verify_payload(row: StoredPayload, record: Observation) -> VerifiedPayload:
     if hashlib.sha256(raw).hexdigest() != record.output_hash:
         raise _Rejected(Reason.PAYLOAD_DIGEST_MISMATCH, record)
     calls, keys = _check_block(raw, record)
-    return VerifiedPayload(raw, record.output_hash, len(raw), calls, keys)
+    return VerifiedPayload(raw, record.output_hash, len(raw), calls, keys, RawItems(raw))
 
 
 def _check_block(

@@ -95,11 +95,28 @@ EMPTY_CHAIN: Final = hashlib.sha256(b"relay.replay-chain.v1").hexdigest()
 RETIRED_CHAIN: Final = ""
 
 
+# chain_digest's results, by its string arguments (a pure function): every plan of a
+# conversation folds the same links again, twice per block (design §21). Bounded: cleared
+# when full. Only str arguments are remembered, so no two spellings (1 and 1.0 from a
+# damaged row) can share an entry.
+_CHAIN_MEMO: dict[tuple[str, str, str], str] = {}
+CHAIN_MEMO_ENTRIES: Final = 8192
+
+
 def chain_digest(prior_chain: str, ref: BlockRef) -> str:
     """The chain digest of a plan: that of the plan before its last block (``prior_chain``)
     extended by the last block's ``ref``. Fixed-width hex fields, so no framing needed."""
-    data = f"{prior_chain}{ref.end_digest}{ref.payload_fingerprint}"
-    return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()
+    end, payload = ref
+    strings = type(prior_chain) is str and type(end) is str and type(payload) is str
+    if strings and (known := _CHAIN_MEMO.get((prior_chain, end, payload))) is not None:
+        return known
+    data = f"{prior_chain}{end}{payload}"
+    digest = hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()
+    if strings:
+        if len(_CHAIN_MEMO) >= CHAIN_MEMO_ENTRIES:
+            _CHAIN_MEMO.clear()
+        _CHAIN_MEMO[prior_chain, end, payload] = digest
+    return digest
 
 
 def plan_chain(refs: Sequence[BlockRef]) -> str:
@@ -178,8 +195,7 @@ class Observation(NamedTuple):  # a named tuple: a plan reads hundreds per reque
         return PriorPlan(self.id, plan.count + 1, chain_digest(plan.chain, self.ref))
 
 
-@dataclass(frozen=True)
-class StoredPayload:
+class StoredPayload(NamedTuple):  # a named tuple: a plan loads hundreds per request
     """An admitted record's original ``response.output`` JSON, exactly as stored: its
     UTF-8 bytes as the row holds them, never decoded (the planner hashes and replays
     those bytes; a damaged row fails its hash check)."""

@@ -11,6 +11,7 @@ enable it.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
@@ -35,6 +36,10 @@ _LINEAGE: Final = f"""WITH RECURSIVE walk (wid, depth) AS (
     )
     SELECT {OBSERVATION_COLUMNS} FROM walk JOIN observations ON id = wid
     WHERE scope_id = ? ORDER BY depth"""  # noqa: S608
+# Rows built into an Observation, remembered by their whole content (design §21): each plan
+# of a conversation reads the same chain again, and a row equal in every column is the same
+# immutable value, so only the comparison is paid. Bounded, least recently used out.
+BUILT_ROWS: Final = 4096
 
 
 class MalformedPlans:
@@ -43,6 +48,9 @@ class MalformedPlans:
 
     def __init__(self) -> None:
         self._malformed_plans = 0
+        self._built: OrderedDict[tuple[tuple[Any, ...], tuple[type, ...]], Observation] = (
+            OrderedDict()
+        )
 
     @property
     def malformed_plans_seen(self) -> int:
@@ -50,7 +58,17 @@ class MalformedPlans:
         return self._malformed_plans
 
     def _observation(self, row: Sequence[Any]) -> Observation:
-        observation = observation_from_row(row)
+        # Keyed by each column's type as well as its value: a damaged row's 1.0 or True
+        # must not find the Observation built from a sound row's 1 (they compare equal).
+        key = (tuple(row), tuple(map(type, row)))
+        built = self._built
+        observation = built.get(key)
+        if observation is None:
+            observation = built[key] = observation_from_row(row)
+            if len(built) > BUILT_ROWS:
+                built.popitem(last=False)
+        else:
+            built.move_to_end(key)
         if not observation.prior_plan.well_formed:
             self._malformed_plans += 1
         return observation

@@ -22,6 +22,7 @@ from relay.core.receipts import Reason
 from relay.core.records import StoredPayload
 from relay.core.rejection import RejectionKind
 from relay.errors import UpstreamHTTPError
+from relay.storage.replay_store import ReasoningStore
 from relay.storage.scoped_source import ScopedSource
 from tests.support.replay_driver import (
     REFUSED,
@@ -35,6 +36,7 @@ from tests.support.replay_driver import (
     user,
 )
 from tests.support.replay_model import History
+from tests.support.store_rows import conn_of
 
 QUOTED = "gAAAAABpZ0x1"  # the ciphertext prefix REFUSED quotes
 FIRST: History = (user("hi"),)
@@ -107,6 +109,25 @@ def test_a_follow_up_replays_the_earlier_block_in_its_place(relay: Relay) -> Non
     assert sent[1:3] == items
     assert counted(relay, "dispatched") == 1
     assert relay.cache.metrics.replayed_blocks == 1
+
+
+def test_a_dispatch_pins_its_plan_s_last_block_alone(relay: Relay) -> None:
+    """One pin per intent whatever the plan's length (design §6): the blocks beneath the
+    last one are its ancestry, which cleanup keeps while the pinned block keeps its
+    payload (tests/unit/storage/test_cleanup.py)."""
+    answer(relay, FIRST, "one", 1)
+    second = (*FOLLOW, said("two"), user("again"))
+    answer(relay, FOLLOW, "two", 2)
+    session = relay.session(second)
+    session.dispatch()
+    assert len(session.plan.blocks) == 2
+    assert isinstance(relay.store, ReasoningStore)
+    pins = (
+        conn_of(relay.store)
+        .execute("SELECT ancestor_id FROM dependencies WHERE intent_id = ?", (relay.last_intent,))
+        .fetchall()
+    )
+    assert pins == [(session.plan.blocks[-1].observation.id,)]
 
 
 def test_the_first_upstream_event_counts_a_replay_as_accepted_once(

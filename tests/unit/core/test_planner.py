@@ -14,6 +14,7 @@ import pytest
 from relay.core import planner
 from relay.core.history_digest import HistoryDigests, history_digests
 from relay.core.hot_blocks import HotBlocks
+from relay.core.json_bytes import RawItems
 from relay.core.planner import Plan, PlanLimits, plan_replay
 from relay.core.receipts import Reason
 from relay.core.records import (
@@ -390,8 +391,8 @@ def test_own_intent_does_not_compete_but_another_does() -> None:
 
 def _tamper(b: Builder, o: Observation) -> None:
     payload = b.source.payloads[o.id]
-    b.source.payloads[o.id] = dataclasses.replace(
-        payload, output_json=payload.output_json.replace(b"enc-", b"enX-")
+    b.source.payloads[o.id] = payload._replace(
+        output_json=payload.output_json.replace(b"enc-", b"enX-")
     )
 
 
@@ -419,7 +420,7 @@ MUTATIONS: list[tuple[str, Callable[[Builder, Observation], object], Reason]] = 
     (
         "expired",
         lambda b, o: b.source.payloads.__setitem__(
-            o.id, dataclasses.replace(b.source.payloads[o.id], touched_at=NOW - 31 * 86400)
+            o.id, b.source.payloads[o.id]._replace(touched_at=NOW - 31 * 86400)
         ),
         Reason.RECORD_EXPIRED,
     ),
@@ -599,6 +600,18 @@ def test_a_payload_changed_on_disk_after_it_was_cached_is_verified_again() -> No
     plan = b.plan()
     assert positions(plan) == [1, 3, 5]
     assert plan.blocks[1].text == json.dumps(items).encode()  # the rewritten row, as stored
+    # What is spliced upstream is that row's items too, not the cached entry's.
+    assert bytes(plan.blocks[1].items.elements) == bytes(RawItems(plan.blocks[1].text).elements)
+
+
+def test_a_selected_block_splices_the_items_of_its_verified_text() -> None:
+    b = Builder()
+    b.chain()
+    b.hot = HotBlocks(1 << 20)
+    for plan in (b.plan(), b.plan()):  # verified, then served from the hot cache
+        for block in plan.blocks:
+            assert block.payload.items is not None
+            assert bytes(block.items.elements) == bytes(RawItems(block.text).elements)
 
 
 def test_each_payload_is_loaded_once_per_plan_in_one_batch() -> None:
@@ -715,3 +728,27 @@ def test_a_budget_refusal_counts_the_messages_examined() -> None:
     plan = b.plan(max_plan_records=2)  # the budget runs out at a5, before a3 and a1
     assert reasons(plan)[-1] == Reason.VERIFICATION_BUDGET
     assert plan.unmatched == 0
+
+
+@pytest.mark.parametrize(
+    ("validated", "touched", "stale", "due"),
+    [
+        ((1, 2, 3), (10.0, 20.0, 30.0), 20.0, (1,)),  # strictly older only
+        ((1, 2, 3), (10.0, 20.0, 30.0), 31.0, (1, 2, 3)),
+        ((1, 2), (10.0, 20.0), 5.0, ()),
+        ((1, 2), (), 5.0, (1, 2)),  # no stored touches known: all of them, the store filters
+        ((), (), 5.0, ()),
+    ],
+)
+def test_a_dispatch_touches_only_rows_older_than_the_granularity(
+    validated: tuple[int, ...], touched: tuple[float, ...], stale: float, due: tuple[int, ...]
+) -> None:
+    assert Plan(validated=validated, touched=touched).due_touches(stale) == due
+
+
+def test_a_plan_carries_the_stored_touch_of_each_validated_record() -> None:
+    b = Builder()
+    b.chain()
+    plan = b.plan()
+    assert plan.validated
+    assert plan.touched == tuple(b.source.payloads[i].touched_at for i in plan.validated)

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from relay.core import records
 from relay.core.records import (
     EMPTY_CHAIN,
     EMPTY_PLAN,
@@ -82,3 +83,33 @@ def test_the_empty_plan() -> None:
     assert PriorPlan(None, 0, plan_chain([])) == EMPTY_PLAN and EMPTY_PLAN.well_formed
     assert PriorPlan(1, 1, h(2)).well_formed
     assert PriorPlan(None, 1, h(2)).well_formed  # a lost link: its ancestors are missing
+
+
+@given(refs_lists)
+def test_a_remembered_chain_digest_is_the_computed_one(refs: list[BlockRef]) -> None:
+    """Folding the same links again (as every plan of a conversation does) answers from
+    the memo what the first fold computed; a full memo is cleared, never grown."""
+    first = [chain_digest(EMPTY_CHAIN, ref) for ref in refs]
+    assert [chain_digest(EMPTY_CHAIN, ref) for ref in refs] == first
+    assert len(records._CHAIN_MEMO) <= records.CHAIN_MEMO_ENTRIES
+
+
+def test_only_string_arguments_are_remembered() -> None:
+    """A damaged row may hold 1 where another holds 1.0: equal as keys, not as text."""
+    ref = BlockRef(h("end"), h("payload"))
+    as_int = chain_digest(1, ref)  # type: ignore[arg-type]
+    as_float = chain_digest(1.0, ref)  # type: ignore[arg-type]
+    assert (
+        as_int == hashlib.sha256(f"1{ref.end_digest}{ref.payload_fingerprint}".encode()).hexdigest()
+    )
+    assert as_float != as_int
+    remembered: set[tuple[object, ...]] = set(records._CHAIN_MEMO)
+    assert (1, ref.end_digest, ref.payload_fingerprint) not in remembered
+
+
+def test_the_memo_is_cleared_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(records, "CHAIN_MEMO_ENTRIES", 4)
+    monkeypatch.setattr(records, "_CHAIN_MEMO", {})
+    for n in range(9):
+        chain_digest(EMPTY_CHAIN, BlockRef(h(n), h("p")))
+        assert len(records._CHAIN_MEMO) <= 4

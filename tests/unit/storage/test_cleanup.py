@@ -290,3 +290,20 @@ def test_reclaimed_counts_are_exact_and_ancestors_outlive_descendants(
             reclaimed += result.reclaimed
         assert reclaimed == len(expected)
         assert [r.id for r in forest.recs if not kept(store, r)[0]] == sorted(expected)
+
+
+def test_pinning_a_chains_last_block_keeps_the_whole_chain(store: ReasoningStore) -> None:
+    """A dispatch pins only its plan's last block (design §6): every block beneath it is
+    that block's ancestry, kept by the descendant rule while it is pinned."""
+    sid = scope(store)
+    a = admit(store, sid, 1, touched=OLD)
+    b = admit(store, sid, 3, touched=OLD, parent=a)
+    c = admit(store, sid, 5, touched=OLD, parent=b)
+    pin(store, sid, "intent_live", c)
+    result = store.cleanup.reclaim(CUTOFF)
+    assert (result.reclaimed, result.pinned, result.descendant) == (0, 1, 2)
+    assert kept(store, a, b, c) == [True, True, True]
+    with store.transaction():
+        store.delete_intent("intent_live")
+    assert store.cleanup.reclaim(CUTOFF).reclaimed == 3
+    assert kept(store, a, b, c) == [False, False, False]

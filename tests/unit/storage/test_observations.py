@@ -14,6 +14,8 @@ from relay.core.records import (
     StoredPayload,
     plan_chain,
 )
+from relay.storage import observations
+from relay.storage.observations import observation_from_row
 from relay.storage.replay_store import ReasoningStore
 from relay.storage.schema import (
     IN_CHUNK,
@@ -246,3 +248,78 @@ def test_malformed_stored_plan_never_replays(
         # Read as stored, so a walk through it fails its digest check too.
         assert (read.replayable, read.prior_plan) == (False, PriorPlan(parent, count, chain))
     assert store.malformed_plans_seen == 2
+
+
+# --- rows remembered by content (design §21) ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("replayable", 0),
+        ("generation", 2),
+        ("end_digest", h(8)),
+        ("payload_fp", h("c")),
+        ("output_hash", h("b")),
+        ("prior_plan_count", 2),
+        ("intent_id", "intent-9"),
+        ("observed_at", 7.25),
+    ],
+)
+def test_a_row_changed_on_disk_is_read_as_it_is_now(
+    store: ReasoningStore, column: str, value: object
+) -> None:
+    sid = scope_id(store)
+    parent = observe(store, sid, end=h(9))
+    obs = observe(store, sid, end=h(1), plan=parent.chain_plan)
+    assert store.lineage(sid, obs.id, 2) == [obs, parent]  # built, and remembered
+    conn_of(store).execute(
+        f"UPDATE observations SET {column} = ? WHERE id = ?",
+        (value, obs.id),
+    )
+    (row,) = conn_of(store).execute(
+        "SELECT id, scope_id, generation, position, start_digest, end_digest, envelope_fp, "
+        "payload_fp, output_hash, parent_id, prior_plan_count, prior_chain, intent_id, "
+        "snapshot, replayable, observed_at FROM observations WHERE id = ?",
+        (obs.id,),
+    )
+    now = observation_from_row(row)
+    assert now != obs
+    assert store.lineage(sid, obs.id, 2)[0] == now
+    assert store.observation(obs.id) == now
+
+
+def test_remembered_rows_stay_bounded(
+    store: ReasoningStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(observations, "BUILT_ROWS", 3)
+    sid = scope_id(store)
+    made = [observe(store, sid, end=h(n)) for n in range(1, 8)]
+    for obs in made:
+        assert store.observation(obs.id) == obs
+    assert len(store._built) == 3
+    assert [store.observation(obs.id) for obs in made] == made  # evicted rows are built again
+
+
+@pytest.mark.parametrize(("index", "twin"), [(10, 1.0), (10, True), (2, 1.0), (14, 1.0)])
+def test_a_remembered_row_is_not_found_by_an_equal_value_of_another_type(
+    store: ReasoningStore, index: int, twin: object
+) -> None:
+    """1, 1.0 and True compare (and hash) equal: a damaged row holding 1.0 must be built
+    from its own values, not served the Observation of a sound row holding 1."""
+    sid = scope_id(store)
+    parent = observe(store, sid, end=h(9))
+    obs = observe(store, sid, end=h(1), plan=parent.chain_plan)
+    (row,) = conn_of(store).execute(
+        f"SELECT {observations.OBSERVATION_COLUMNS} FROM observations WHERE id = ?", (obs.id,)
+    )
+    sound = list(row)
+    sound[index] = 1
+    damaged = [*sound]
+    damaged[index] = twin
+    gateway = observations.MalformedPlans()
+    first = gateway._observation(sound)
+    second = gateway._observation(damaged)
+    assert second == observation_from_row(damaged)
+    assert second is not first
+    assert len(gateway._built) == 2
