@@ -69,7 +69,6 @@ from relay.transport.protocol_errors import CHUNK_LINE_TOO_LONG, malformed, reje
 from relay.transport.request_head import (
     RequestHead,
     head_pattern,
-    head_ready_pattern,
     parse_head,
 )
 
@@ -81,7 +80,6 @@ __all__ = [
     "RelayHTTPServer",
     "RequestContext",
     "ServerConnection",
-    "head_ready_pattern",
 ]
 
 DEFAULT_MAX_HEADER_SIZE: Final = 65536  # Tornado's default

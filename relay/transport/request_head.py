@@ -24,17 +24,11 @@ _DIGITS: Final = re.compile(r"[0-9]+")
 _CONTENT_LENGTHS: Final = re.compile(r",[ \t]*")
 
 
-def head_ready_pattern(limit: int) -> bytes:
-    """Matches, with nothing consumed, once a buffer holds a complete head: some lines,
-    then an empty one (exactly when Tornado's ``\\r?\\n\\r?\\n`` is found); or else
-    matches its first ``limit + 1`` bytes, the sign of a head over the limit."""
-    return rb"\A(?:(?=(?:[^\n]*+\n)+?\r?\n)|[\s\S]{%d})" % (limit + 1)
-
-
 def head_pattern(limit: int) -> bytes:
-    """:func:`head_ready_pattern`, consuming: a whole head, up to the end of the first
-    ``\\r?\\n\\r?\\n`` (as Tornado reads it), or the first ``limit + 1`` bytes when none
-    is among them (a 431). Linear: each line is matched once, possessively."""
+    """Matches a whole head: some lines, then an empty one, up to the end of the first
+    ``\\r?\\n\\r?\\n`` (what Tornado reads); or else the first ``limit + 1`` bytes,
+    the sign of a head over the limit (a 431). Linear: each line is matched once,
+    possessively, and the lazy repeat stops at the first empty line."""
     return rb"\A(?:(?:[^\n]*+\n)+?\r?\n|[\s\S]{%d})" % (limit + 1)
 
 
