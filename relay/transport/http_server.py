@@ -16,8 +16,9 @@ Per connection (:class:`ServerConnection`), one request after another:
   for a next request's first byte up to the idle timeout, and a head must then be whole
   within the header deadline (from the connection's start, for its first request); either
   passing closes the connection without an answer.
-- :func:`~relay.transport.request_head.parse_head` judges the whole head (request line,
-  headers, keep-alive, framing) before the application sees it. Its errors, the
+- :func:`~relay.transport.request_head.parse_head` judges the request line, the headers
+  and keep-alive before the application sees them, ``body_framing`` the framing after
+  (Tornado's order: a handler refusing from the head answers first). Their errors, the
   application's own head checks (``HTTPServerRequest`` refusing the Host header or query
   string: ``HTTPInputError`` from ``headers_received``, after which the application is not
   told of the request) and the body's framing errors are answered with the OpenAI
@@ -68,6 +69,7 @@ from relay.transport.chunked import YIELD_THRESHOLD, read_chunked_body
 from relay.transport.protocol_errors import CHUNK_LINE_TOO_LONG, malformed, rejection_bytes
 from relay.transport.request_head import (
     RequestHead,
+    body_framing,
     head_pattern,
     parse_head,
 )
@@ -426,12 +428,7 @@ class ServerConnection:
             await _within(stream, stream.read_until_regex(_SOME_BYTE), rules.idle)
         data = await _within(stream, stream.read_until_regex(rules.pattern), rules.timeout)
         try:
-            return parse_head(
-                data,
-                limit=rules.limit,
-                max_body_size=rules.max_body_size,
-                no_keep_alive=rules.no_keep_alive,
-            )
+            return parse_head(data, limit=rules.limit, no_keep_alive=rules.no_keep_alive)
         except RelayError as error:
             raise _Refused(error) from None
 
@@ -449,8 +446,12 @@ class ServerConnection:
                 await ready
             if head.headers.get("Expect") == "100-continue" and not exchange.write_finished:
                 stream.write(_CONTINUE)
-            if head.chunked or head.content_length:
-                await self._read_body(exchange, delegate)
+            try:
+                length, chunked = body_framing(head.headers, self._rules.max_body_size)
+            except RelayError as error:
+                raise _Refused(error) from None
+            if chunked or length:
+                await self._read_body(exchange, delegate, length)
             exchange.read_finished = True
             if not exchange.write_finished:
                 delegate.finish()
@@ -468,7 +469,12 @@ class ServerConnection:
             if not stream.closed():
                 stream.set_close_callback(None)
 
-    async def _read_body(self, exchange: _Exchange, delegate: httputil.HTTPMessageDelegate) -> None:
+    async def _read_body(
+        self,
+        exchange: _Exchange,
+        delegate: httputil.HTTPMessageDelegate,
+        length: int | None,  # None: chunked
+    ) -> None:
         rules, stream = self._rules, self.stream
 
         async def deliver(data: bytes) -> None:
@@ -479,10 +485,10 @@ class ServerConnection:
 
         deadline = None if rules.body_timeout is None else _Deadline(stream, rules.body_timeout)
         try:
-            if exchange.head.chunked:
+            if length is None:
                 await read_chunked_body(stream, rules.max_body_size, rules.chunk_size, deliver)
                 return
-            remaining = exchange.head.content_length or 0
+            remaining = length
             work = 0
             while remaining > 0:
                 data = await stream.read_bytes(min(rules.chunk_size, remaining), partial=True)

@@ -1,23 +1,25 @@
 """An HTTP/1 request head, read and judged (pure): what the server connection
-(:mod:`relay.transport.http_server`) needs before it calls the application.
+(:mod:`relay.transport.http_server`) needs around its call of the application.
 
 :func:`head_pattern` is the one read that takes a head off the stream; :func:`parse_head`
-turns it into a :class:`RequestHead` (request line, headers, keep-alive, body framing) or
-raises the client's error. The rules and texts are Tornado 6.6's (its ``HTTP1Connection``
-read heads this way before), each error turned by
-:func:`~relay.transport.protocol_errors.malformed` into a message that says what to fix. A
-head is judged whole before the application sees it, so a framing error is answered even
-where the application would have refused the request from its head (a 401 before a 400).
+turns it into a :class:`RequestHead` (request line, headers, keep-alive) and
+:func:`body_framing` tells how its body is framed, each raising the client's error. The
+rules, their order and their texts are Tornado 6.6's (its ``HTTP1Connection`` read heads
+this way before), each error turned by :func:`~relay.transport.protocol_errors.malformed`
+into a message that says what to fix. As with Tornado, the framing is judged after the
+application has seen the head (an HTTP/1.0 request's transfer coding before, since its
+keep-alive depends on it), so a handler that refuses a request from its head (401, 413
+from a Content-Length too long to parse) answers first.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Final
 
 from tornado.httputil import HTTPHeaders, HTTPInputError, RequestStartLine, parse_request_start_line
 
-from relay.errors import RelayError
 from relay.transport.protocol_errors import headers_too_large, malformed
 
 _DIGITS: Final = re.compile(r"[0-9]+")
@@ -32,56 +34,40 @@ def head_pattern(limit: int) -> bytes:
     return rb"\A(?:(?:[^\n]*+\n)+?\r?\n|[\s\S]{%d})" % (limit + 1)
 
 
+@dataclass(frozen=True, slots=True)
 class RequestHead:
-    """A request's line and headers, and what they say of the connection and the body:
-    ``keep_alive`` (the connection may serve another request after this one),
-    ``content_length`` (None: none given) and ``chunked``."""
+    """A request's line and headers, and ``keep_alive``: whether the connection may serve
+    another request after this one."""
 
-    __slots__ = ("chunked", "content_length", "headers", "keep_alive", "start_line")
-
-    def __init__(
-        self,
-        start_line: RequestStartLine,
-        headers: HTTPHeaders,
-        *,
-        keep_alive: bool,
-        content_length: int | None,
-        chunked: bool,
-    ) -> None:
-        self.start_line = start_line
-        self.headers = headers
-        self.keep_alive = keep_alive
-        self.content_length = content_length
-        self.chunked = chunked
+    start_line: RequestStartLine
+    headers: HTTPHeaders
+    keep_alive: bool
 
 
-def parse_head(
-    data: bytes, *, limit: int, max_body_size: int, no_keep_alive: bool = False
-) -> RequestHead:
+def parse_head(data: bytes, *, limit: int, no_keep_alive: bool = False) -> RequestHead:
     """``data`` (what :func:`head_pattern` read) as a request head; raises the client's
     error (:class:`~relay.errors.HeadersTooLarge`, :class:`~relay.errors.MalformedHTTP`)."""
     if len(data) > limit:
         raise headers_too_large(limit)
     try:
-        return _parse(data, max_body_size, no_keep_alive)
+        # Blank lines before a request are ignored (RFC 7230 §3.5), a bare LF ends a line.
+        text = data.decode("latin1").lstrip("\r\n")
+        eol = text.find("\n")
+        start_line = parse_request_start_line(text[:eol].rstrip("\r"))
+        headers = HTTPHeaders.parse(text[eol:])
+        keep_alive = not no_keep_alive and _keeps_alive(start_line, headers)
     except HTTPInputError as exc:
         raise malformed(str(exc)) from None
+    return RequestHead(start_line, headers, keep_alive)
 
 
-def _parse(data: bytes, max_body_size: int, no_keep_alive: bool) -> RequestHead:
-    # Blank lines before a request are ignored (RFC 7230 §3.5), a bare LF ends a line.
-    text = data.decode("latin1").lstrip("\r\n")
-    eol = text.find("\n")
-    start_line = parse_request_start_line(text[:eol].rstrip("\r"))
-    headers = HTTPHeaders.parse(text[eol:])
-    chunked = _is_chunked(headers)
-    return RequestHead(
-        start_line,
-        headers,
-        keep_alive=not no_keep_alive and _keeps_alive(start_line, headers, chunked),
-        content_length=_content_length(headers, max_body_size),
-        chunked=chunked,
-    )
+def body_framing(headers: HTTPHeaders, max_body_size: int) -> tuple[int | None, bool]:
+    """(the Content-Length, or None; whether the body is chunked); raises the client's
+    error (:class:`~relay.errors.MalformedHTTP`)."""
+    try:
+        return _content_length(headers, max_body_size), _is_chunked(headers)
+    except HTTPInputError as exc:
+        raise malformed(str(exc)) from None
 
 
 def _is_chunked(headers: HTTPHeaders) -> bool:
@@ -95,13 +81,13 @@ def _is_chunked(headers: HTTPHeaders) -> bool:
     raise HTTPInputError("Unsupported Transfer-Encoding")
 
 
-def _keeps_alive(start_line: RequestStartLine, headers: HTTPHeaders, chunked: bool) -> bool:
+def _keeps_alive(start_line: RequestStartLine, headers: HTTPHeaders) -> bool:
     connection = headers.get("Connection")
     if connection is not None:
         connection = connection.lower()
     if start_line.version == "HTTP/1.1":
         return connection != "close"
-    if "Content-Length" in headers or chunked or start_line.method in ("HEAD", "GET"):
+    if "Content-Length" in headers or _is_chunked(headers) or start_line.method in ("HEAD", "GET"):
         return connection == "keep-alive"
     return False
 
@@ -118,12 +104,10 @@ def _content_length(headers: HTTPHeaders, max_body_size: int) -> int | None:
         value = headers["Content-Length"] = pieces[0]
     if _DIGITS.fullmatch(value) is None:
         raise HTTPInputError("Only integer Content-Length is allowed")
-    length = int(value)
+    try:
+        length = int(value)
+    except ValueError:  # over Python's 4,300 digits for int(str)
+        raise HTTPInputError("Only integer Content-Length is allowed") from None
     if length > max_body_size:
         raise HTTPInputError("Content-Length too long")
     return length
-
-
-def refusal(error: RelayError | HTTPInputError) -> RelayError:
-    """The client's error for a refusal raised either way."""
-    return error if isinstance(error, RelayError) else malformed(str(error))
