@@ -136,17 +136,17 @@ async def talk(
     port: int, data: bytes, answers: int, *, head_only: bool = False
 ) -> tuple[bytes, bool]:
     """Send ``data``; read until ``answers`` final answers are whole or the server closes.
-    Returns what came and whether the connection is still open."""
+    Returns what came and whether the connection was still open then (an answer the server
+    closes right after may still say open: assert its ``Connection: close`` instead)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(data)
     received = b""
     try:
         while True:
             with contextlib.suppress(ProtocolViolation, ValueError):
-                if (
-                    sum(a.status >= 200 for a in read_answers(received, head_only=head_only))
-                    >= answers
-                ):
+                final = [a for a in read_answers(received, head_only=head_only) if a.status >= 200]
+                # (an answer ended by the close is whole only at the close)
+                if len(final) >= answers and not final[-1].until_close:
                     return received, not reader.at_eof()
             chunk = await asyncio.wait_for(reader.read(65536), 5)
             if not chunk:
@@ -260,5 +260,23 @@ def test_a_kept_alive_connection_is_closed_after_the_idle_timeout() -> None:
             writer.close()
             assert [a.status for a in read_answers(data)] == [200]
             assert not server.connections
+
+    run(test)
+
+
+@pytest.mark.parametrize(
+    ("framing", "needle"),
+    [
+        ("Content-Length: " + "9" * 5000, "decimal digits"),  # over int()'s digit limit
+        ("Transfer-Encoding: gzip", "only 'Transfer-Encoding: chunked'"),
+    ],
+)
+def test_a_framing_error_is_answered_with_the_envelope(framing: str, needle: str) -> None:
+    async def test() -> None:
+        async with served() as (_, port):
+            data, _ = await talk(port, get("/", framing, method="POST"), 1)
+            [answer] = read_answers(data)
+            assert (answer.status, answer.header("connection")) == (400, "close")
+            assert needle in json.loads(answer.body)["error"]["message"]
 
     run(test)
