@@ -7,7 +7,8 @@ it but private methods. So the relay runs its own connection, written against
 ``tornado.iostream.IOStream`` reads and writes, ``tornado.httputil``'s parsers and its
 ``HTTPConnection`` / ``HTTPMessageDelegate`` / ``HTTPServerConnectionDelegate`` interfaces
 (``tornado.web.Application.start_request``), and its own accept loop on ``IOLoop``
-handlers. A Tornado minor release changes nothing here that its documentation does not.
+handlers: nothing a Tornado release may change without notice (its underscore names; a
+test scans ``relay/`` for them).
 
 Per connection (:class:`ServerConnection`), one request after another:
 
@@ -26,7 +27,7 @@ Per connection (:class:`ServerConnection`), one request after another:
   connection closes.
 - A ``Content-Length`` body is read in ``chunk_size`` pieces; a chunked one with
   :func:`~relay.transport.chunked.read_chunked_body`, whose size-line limit is a 400. The
-  body has the body timeout (``idle``), as with Tornado.
+  whole body has the body timeout (the relay's idle timeout), as with Tornado.
 - The answer (:class:`_Exchange`, the request's ``HTTPConnection``) follows Tornado's
   rules: chunked transfer coding for an HTTP/1.1 answer without a Content-Length (none for
   HEAD, 1xx, 204 and 304), ``Connection: close`` when the connection ends after it,
