@@ -1,9 +1,12 @@
 """Reading a chunked body in bulk, exactly as strictly as Tornado, never past its end.
 
-Tornado's ``HTTP1Connection._read_chunked_body`` makes three IOStream reads per chunk (the
-size line, the data, its CRLF); an upstream writing one chunk per SSE event pays them per
-event. :class:`BulkChunkedHTTP1Connection` instead reads whatever has arrived and decodes
-the framing from it with :class:`ChunkedDecoder`, a pure state machine.
+Tornado's HTTP/1 connection makes three IOStream reads per chunk (the size line, the data,
+its CRLF); an upstream writing one chunk per SSE event pays them per event.
+:func:`read_chunked_body` instead reads whatever has arrived and decodes the framing from
+it with :class:`ChunkedDecoder`, a pure state machine. The relay's server connection
+(:mod:`relay.transport.http_server`) reads request bodies with it;
+:class:`BulkChunkedHTTP1Connection` plugs it into Tornado's connection for the upstream
+client.
 
 Never past the end: the body is followed, on a kept-alive connection, by the next answer,
 which must stay unread in the stream. :meth:`ChunkedDecoder.wanted` is the least number of
@@ -20,7 +23,7 @@ the body's total is checked against ``max_body_size`` at each size line; a chunk
 and the last chunk are followed by exactly ``\\r\\n``, compared once both bytes are in
 (no trailers). Decoded data is coalesced up to ``chunk_size`` and handed over before any
 read that has to wait for the network, as Tornado does; the loop yields every
-``_YIELD_THRESHOLD`` of work, a chunk counting ``_CHUNK_YIELD_COST``.
+:data:`YIELD_THRESHOLD` of work, a chunk counting :data:`CHUNK_YIELD_COST` (Tornado's values).
 
 Two rules are stricter than Tornado's, in time only. A bare LF (a ``\n`` that does not
 end a CRLF) where a size line ends or where a chunk's CRLF is due is refused as soon as it
@@ -35,15 +38,12 @@ from __future__ import annotations
 
 import asyncio
 import re
+from asyncio import Future
+from collections.abc import Awaitable, Callable
 from typing import Final, NoReturn
 
 from tornado import httputil, iostream
-from tornado.http1connection import (
-    _CHUNK_YIELD_COST,
-    _YIELD_THRESHOLD,
-    HTTP1Connection,
-    _is_done,
-)
+from tornado.http1connection import HTTP1Connection
 
 from relay.observability import log
 from relay.transport.protocol_errors import BARE_LF
@@ -53,6 +53,10 @@ MAX_SIZE_LINE: Final = 64
 _CRLF: Final = b"\r\n"
 # The shortest end of a body from a chunk boundary: the last chunk and its CRLF.
 _LAST_CHUNK: Final = len(b"0\r\n\r\n")
+# As Tornado: a body arriving faster than it is processed would hold the loop; yield after
+# this much work, a chunk counting CHUNK_YIELD_COST bytes (its overhead dominates when small).
+YIELD_THRESHOLD: Final = 256 * 1024
+CHUNK_YIELD_COST: Final = 1024
 
 _HEXDIGITS: Final = b"0123456789abcdefABCDEF"
 # What a size line can begin with: hex digits, then the CR of its CRLF.
@@ -182,51 +186,71 @@ class ChunkedDecoder:
         return _DATA
 
 
+async def read_chunked_body(
+    stream: iostream.IOStream,
+    max_body_size: int,
+    chunk_size: int,
+    deliver: Callable[[bytes], Awaitable[None]],
+) -> None:
+    """Read a chunked body from ``stream`` up to its last byte, handing its data to
+    ``deliver`` in pieces of at most ``chunk_size``. Raises what :meth:`ChunkedDecoder.feed`
+    raises (``UnsatisfiableReadError``: a size line over 64 bytes, for the caller to
+    answer) and ``StreamClosedError``."""
+    decoder = ChunkedDecoder(max_body_size)
+    pending: list[bytes] = []  # decoded data not handed over yet
+    pending_bytes = 0
+    work = 0  # see YIELD_THRESHOLD
+    while not decoder.done:
+        future = stream.read_bytes(min(decoder.wanted(), chunk_size), partial=True)
+        if pending and not (isinstance(future, Future) and future.done()):
+            # About to wait for the network: hand over what is decoded first.
+            data = b"".join(pending)
+            pending.clear()
+            pending_bytes = 0
+            await deliver(data)
+        received = await future
+        chunks = decoder.chunks
+        for piece in decoder.feed(received):
+            pending.append(piece)
+            pending_bytes += len(piece)
+        while pending_bytes >= chunk_size:
+            data = b"".join(pending)
+            pending.clear()
+            rest = data[chunk_size:]
+            if rest:
+                pending.append(rest)
+            pending_bytes = len(rest)
+            await deliver(data[:chunk_size])
+        work += len(received) + (decoder.chunks - chunks) * CHUNK_YIELD_COST
+        if work >= YIELD_THRESHOLD:
+            work = 0
+            await asyncio.sleep(0)
+    if pending:
+        await deliver(b"".join(pending))
+
+
 class BulkChunkedHTTP1Connection(HTTP1Connection):
-    """Tornado's HTTP/1 connection, reading a chunked body with :class:`ChunkedDecoder`."""
+    """Tornado's HTTP/1 connection, reading a chunked body with :func:`read_chunked_body`.
+
+    Only the upstream client (``relay.transport.upstream``, built on Tornado's
+    ``simple_httpclient``) still uses it, and for that it overrides a private method of
+    Tornado's; the relay's own server reads bodies with :func:`read_chunked_body` directly.
+    It goes when the upstream client stops building on ``HTTP1Connection``."""
 
     def _size_line_too_long(self, error: iostream.UnsatisfiableReadError) -> NoReturn:
         """As IOStream.read_until does for a line over its max_bytes: close the stream and
-        fail the read. (The relay's server connection answers a 400 instead.)"""
+        fail the read."""
         log.event("connection_closed", reason="chunk_size_line_too_long")
         self.stream.close(exc_info=error)
         raise iostream.StreamClosedError(real_error=self.stream.error) from None
 
     async def _read_chunked_body(self, delegate: httputil.HTTPMessageDelegate) -> None:
-        decoder = ChunkedDecoder(self._max_body_size)
-        chunk_size = self.params.chunk_size
-        pending: list[bytes] = []  # decoded data not handed over yet
-        pending_bytes = 0
-        work = 0  # see Tornado's _YIELD_THRESHOLD
-        stream = self.stream
-        while not decoder.done:
-            future = stream.read_bytes(min(decoder.wanted(), chunk_size), partial=True)
-            if pending and not _is_done(future):
-                # About to wait for the network: hand over what is decoded first.
-                data = b"".join(pending)
-                pending.clear()
-                pending_bytes = 0
-                await self._deliver_body(delegate, data)
-            received = await future
-            chunks = decoder.chunks
-            try:
-                pieces = decoder.feed(received)
-            except iostream.UnsatisfiableReadError as e:
-                self._size_line_too_long(e)
-            for piece in pieces:
-                pending.append(piece)
-                pending_bytes += len(piece)
-            while pending_bytes >= chunk_size:
-                data = b"".join(pending)
-                pending.clear()
-                rest = data[chunk_size:]
-                if rest:
-                    pending.append(rest)
-                pending_bytes = len(rest)
-                await self._deliver_body(delegate, data[:chunk_size])
-            work += len(received) + (decoder.chunks - chunks) * _CHUNK_YIELD_COST
-            if work >= _YIELD_THRESHOLD:
-                work = 0
-                await asyncio.sleep(0)
-        if pending:
-            await self._deliver_body(delegate, b"".join(pending))
+        async def deliver(data: bytes) -> None:
+            await self._deliver_body(delegate, data)
+
+        try:
+            await read_chunked_body(
+                self.stream, self._max_body_size, self.params.chunk_size, deliver
+            )
+        except iostream.UnsatisfiableReadError as e:
+            self._size_line_too_long(e)

@@ -1,8 +1,11 @@
 """What the relay answers a request that is wrong at the HTTP/1 level (pure).
 
-Tornado refuses a malformed request line, header or body framing with an
-``HTTPInputError`` whose text names the rule but not the fix, and sometimes quotes the
-offending header value (which may be a credential). :func:`malformed` turns that text into
+Tornado's parsers (``httputil.parse_request_start_line``, ``HTTPHeaders.parse``, the
+request's Host and query checks), and the relay's own framing rules written with Tornado's
+texts (:mod:`relay.transport.request_head`, :mod:`relay.transport.chunked`), refuse a
+malformed request line, header or body framing with an ``HTTPInputError`` whose text names
+the rule but not the fix, and sometimes quotes the offending header value (which may be a
+credential). :func:`malformed` turns that text into
 a :class:`~relay.errors.MalformedHTTP` whose message says what to send instead and never
 quotes the request; :func:`rejection_bytes` renders the complete HTTP/1.1 answer with the
 OpenAI error envelope, for the server connection to write itself.

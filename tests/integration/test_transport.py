@@ -175,7 +175,7 @@ def test_a_stream_sends_each_frame_at_once_on_a_kept_alive_connection(stack: Sta
 
         async def relay_side_nodelay() -> int:
             # White box: the relay's end of this very connection, on its loop thread.
-            for connection in stack.relay._http._connections:  # type: ignore[union-attr]
+            for connection in stack.relay._http.connections:  # type: ignore[union-attr]
                 server_socket = connection.stream.socket
                 if server_socket.getpeername() == sock.getsockname():
                     return server_socket.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
