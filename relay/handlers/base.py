@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from tornado.httputil import responses
 from tornado.web import HTTPError, RequestHandler
 
 from relay.app.runtime import Runtime
@@ -98,7 +99,9 @@ class BaseHandler(RequestHandler):
         elif isinstance(exc, HTTPError) and exc.status_code == 405:
             err = MethodNotAllowed(f"{self.request.method} is not allowed on {self.request.path}")
         elif isinstance(exc, HTTPError) and exc.status_code < 500:
-            err = RelayError(exc.log_message or self._reason)
+            err = RelayError(
+                exc.log_message or exc.reason or responses.get(exc.status_code, "Unknown")
+            )
             err.status = exc.status_code
             err.error_type = "invalid_request_error"
         else:

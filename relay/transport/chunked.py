@@ -4,9 +4,8 @@ Tornado's HTTP/1 connection makes three IOStream reads per chunk (the size line,
 its CRLF); an upstream writing one chunk per SSE event pays them per event.
 :func:`read_chunked_body` instead reads whatever has arrived and decodes the framing from
 it with :class:`ChunkedDecoder`, a pure state machine. The relay's server connection
-(:mod:`relay.transport.http_server`) reads request bodies with it;
-:class:`BulkChunkedHTTP1Connection` plugs it into Tornado's connection for the upstream
-client.
+(:mod:`relay.transport.http_server`) reads request bodies with it, and the upstream
+client (:mod:`relay.transport.upstream_client`) feeds the decoder its own reads.
 
 Never past the end: the body is followed, on a kept-alive connection, by the next answer,
 which must stay unread in the stream. :meth:`ChunkedDecoder.wanted` is the least number of
@@ -40,12 +39,10 @@ import asyncio
 import re
 from asyncio import Future
 from collections.abc import Awaitable, Callable
-from typing import Final, NoReturn
+from typing import Final
 
 from tornado import httputil, iostream
-from tornado.http1connection import HTTP1Connection
 
-from relay.observability import log
 from relay.transport.protocol_errors import BARE_LF
 
 # Tornado reads a size line with read_until(b"\r\n", max_bytes=64).
@@ -227,30 +224,3 @@ async def read_chunked_body(
             await asyncio.sleep(0)
     if pending:
         await deliver(b"".join(pending))
-
-
-class BulkChunkedHTTP1Connection(HTTP1Connection):
-    """Tornado's HTTP/1 connection, reading a chunked body with :func:`read_chunked_body`.
-
-    Only the upstream client (``relay.transport.upstream``, built on Tornado's
-    ``simple_httpclient``) still uses it, and for that it overrides a private method of
-    Tornado's; the relay's own server reads bodies with :func:`read_chunked_body` directly.
-    It goes when the upstream client stops building on ``HTTP1Connection``."""
-
-    def _size_line_too_long(self, error: iostream.UnsatisfiableReadError) -> NoReturn:
-        """As IOStream.read_until does for a line over its max_bytes: close the stream and
-        fail the read."""
-        log.event("connection_closed", reason="chunk_size_line_too_long")
-        self.stream.close(exc_info=error)
-        raise iostream.StreamClosedError(real_error=self.stream.error) from None
-
-    async def _read_chunked_body(self, delegate: httputil.HTTPMessageDelegate) -> None:
-        async def deliver(data: bytes) -> None:
-            await self._deliver_body(delegate, data)
-
-        try:
-            await read_chunked_body(
-                self.stream, self._max_body_size, self.params.chunk_size, deliver
-            )
-        except iostream.UnsatisfiableReadError as e:
-            self._size_line_too_long(e)

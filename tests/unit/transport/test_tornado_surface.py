@@ -19,17 +19,9 @@ import pytest
 
 RELAY = Path(__file__).resolve().parents[3] / "relay"
 
-# (file relative to relay/, class or "*" for the whole file): why it may.
-ALLOWED = {
-    # The upstream client builds on tornado.simple_httpclient's private connection; its
-    # owner is replacing it with a client on IOStream (issue 29).
-    ("transport/upstream.py", "*"): "upstream client on simple_httpclient",
-    # Used by upstream.py's client only (its bulk chunked read); it goes with that client.
-    ("transport/chunked.py", "BulkChunkedHTTP1Connection"): "upstream.py's HTTP1Connection",
-    # write_error reads RequestHandler._reason; the handlers' owner can use
-    # exc.reason or httputil.responses[status] instead.
-    ("handlers/base.py", "BaseHandler"): "RequestHandler._reason in write_error",
-}
+# (file under relay/, class or "*") -> why it still needs a private Tornado name. None
+# does today: the server and the upstream client are both the relay's own.
+ALLOWED: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)
