@@ -6,10 +6,10 @@ import json
 import logging
 from asyncio import Future
 from dataclasses import dataclass
+from http.client import responses
 from types import TracebackType
 from typing import Any
 
-from tornado.httputil import responses
 from tornado.web import HTTPError, RequestHandler
 
 from relay.app.runtime import Runtime
