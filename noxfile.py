@@ -28,6 +28,10 @@ SYSTEM_PACKAGES = {
 # version) and, for a user whose PATH lacks the sbin directories, haproxy.
 TOOL_DIRS = ("/usr/lib/postgresql/*/bin", "/usr/sbin", "/sbin")
 COVERAGE_FAIL_UNDER = "85"
+# pytest-xdist workers of `tests`: most tests wait on sockets and subprocesses, so more
+# workers than the 2 cores we measure on still gain (docs/design.md, "The test suite's
+# time"). `nox -s tests -- -n 0` runs in one process. Groups (xdist_group) share a worker.
+TEST_WORKERS = ("-n", "3", "--dist", "loadgroup")
 # Run a second time by `tests` with RELAY_TEST_FORCE_PORTABLE_FALLBACKS=1 (relay.storage.portable).
 PORTABLE_TESTS = ("tests/unit/storage", "tests/unit/cache/test_disk_safety.py")
 SYSTEM_PACKAGES["chromium"] = "chromium"  # the dashboard's browser test (tests/support/browser.py)
@@ -73,12 +77,12 @@ def tests(session: nox.Session) -> None:
     """The offline suite: unit, integration and the fast scenarios (never a real API)."""
     ensure_system_packages(session)
     install_project(session, "test")
-    session.run("pytest", "-m", "not slow", *session.posargs)
+    session.run("pytest", *TEST_WORKERS, "-m", "not slow", *session.posargs)
     if not session.posargs:
         # The storage and disk-safety unit tests again with the platform fallbacks forced
-        # (relay.storage.portable): what macOS preallocates with, on a Linux CI (a few seconds).
+        # (relay.storage.portable): what macOS preallocates with, on a Linux CI.
         session.run(
-            "pytest", "-q", *PORTABLE_TESTS,
+            "pytest", *TEST_WORKERS, "-q", *PORTABLE_TESTS,
             env={"RELAY_TEST_FORCE_PORTABLE_FALLBACKS": "1"},
         )  # fmt: skip
 
