@@ -100,7 +100,7 @@ def scenarios(session: nox.Session) -> None:
         *session.posargs,
         env={"RELAY_SCENARIO_BUDGET": "long"},
     )
-    # The fuzz again, five times as long (the fast suite sends 10,000 requests).
+    # The fuzz again, ten times as long (the fast suite sends 5,000 requests).
     session.run(
         "pytest",
         "tests/integration/test_fuzz.py",
