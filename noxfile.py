@@ -137,11 +137,14 @@ def coverage(session: nox.Session) -> None:
     ensure_system_packages(session)
     install_project(session, "test")
     session.run("coverage", "erase")
+    # The xdist workers are measured like every other subprocess: coverage's .pth file
+    # starts it in each (COVERAGE_PROCESS_START), parallel = true keeps their data apart.
     session.run(
         "coverage",
         "run",
         "-m",
         "pytest",
+        *TEST_WORKERS,
         "-m",
         "not slow",
         *session.posargs,
