@@ -32,6 +32,10 @@ COVERAGE_FAIL_UNDER = "85"
 # workers than the 2 cores we measure on still gain (docs/design.md, "The test suite's
 # time"). `nox -s tests -- -n 0` runs in one process. Groups (xdist_group) share a worker.
 TEST_WORKERS = ("-n", "3", "--dist", "loadgroup")
+# Bytecode caches on, whatever the caller's environment says (an empty value is unset):
+# each worker would rewrite every test module's asserts again, and each of the suite's
+# hundreds of relay and fake processes would compile the project again.
+BYTECODE = {"PYTHONDONTWRITEBYTECODE": ""}
 # Run a second time by `tests` with RELAY_TEST_FORCE_PORTABLE_FALLBACKS=1 (relay.storage.portable).
 PORTABLE_TESTS = ("tests/unit/storage", "tests/unit/cache/test_disk_safety.py")
 SYSTEM_PACKAGES["chromium"] = "chromium"  # the dashboard's browser test (tests/support/browser.py)
@@ -77,13 +81,13 @@ def tests(session: nox.Session) -> None:
     """The offline suite: unit, integration and the fast scenarios (never a real API)."""
     ensure_system_packages(session)
     install_project(session, "test")
-    session.run("pytest", *TEST_WORKERS, "-m", "not slow", *session.posargs)
+    session.run("pytest", *TEST_WORKERS, "-m", "not slow", *session.posargs, env=BYTECODE)
     if not session.posargs:
         # The storage and disk-safety unit tests again with the platform fallbacks forced
         # (relay.storage.portable): what macOS preallocates with, on a Linux CI.
         session.run(
             "pytest", *TEST_WORKERS, "-q", *PORTABLE_TESTS,
-            env={"RELAY_TEST_FORCE_PORTABLE_FALLBACKS": "1"},
+            env={**BYTECODE, "RELAY_TEST_FORCE_PORTABLE_FALLBACKS": "1"},
         )  # fmt: skip
 
 
@@ -148,7 +152,7 @@ def coverage(session: nox.Session) -> None:
         "-m",
         "not slow",
         *session.posargs,
-        env={"COVERAGE_PROCESS_START": "setup.cfg"},
+        env={**BYTECODE, "COVERAGE_PROCESS_START": "setup.cfg"},
     )
     session.run("coverage", "combine", success_codes=[0, 1])
     session.run("coverage", "report", f"--fail-under={COVERAGE_FAIL_UNDER}")
