@@ -30,7 +30,8 @@ TOOL_DIRS = ("/usr/lib/postgresql/*/bin", "/usr/sbin", "/sbin")
 COVERAGE_FAIL_UNDER = "85"
 # pytest-xdist workers of `tests`: most tests wait on sockets and subprocesses, so more
 # workers than the 2 cores we measure on still gain (docs/design.md, "The test suite's
-# time"). `nox -s tests -- -n 0` runs in one process. Groups (xdist_group) share a worker.
+# time"). `nox -s tests -- -n 0` runs in one process. The loadgroup scheduler is the
+# suite's (tests/support/xdist_groups.py): a few modules each stay on one worker.
 TEST_WORKERS = ("-n", "3", "--dist", "loadgroup")
 # Bytecode caches on, whatever the caller's environment says (an empty value is unset):
 # each worker would rewrite every test module's asserts again, and each of the suite's

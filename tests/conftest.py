@@ -11,7 +11,11 @@ at random (a test that is about time says so with its own assertions).
 
 from hypothesis import settings
 
-pytest_plugins = ("tests.support.log_leaks", "tests.support.pg_cluster")
+pytest_plugins = (
+    "tests.support.log_leaks",
+    "tests.support.pg_cluster",
+    "tests.support.xdist_groups",
+)
 
 settings.register_profile("suite", deadline=None)
 settings.load_profile("suite")

@@ -25,9 +25,6 @@ from live.images import COLOURS, WHITE, picture, square_pixels
 from live.report import RunReport, render_table
 from live.settings import Settings
 
-# One pytest-xdist worker runs the module: the offline run (half a minute) happens once.
-pytestmark = pytest.mark.xdist_group("live_offline")
-
 
 @pytest.fixture(scope="module")
 def offline_run(tmp_path_factory: pytest.TempPathFactory) -> RunReport:

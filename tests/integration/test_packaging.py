@@ -15,8 +15,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = {"relay", "fakeupstream"}
 HARNESSES = {"scenarios", "live", "bench", "tests"}
-# One pytest-xdist worker runs the module: the wheel is built once.
-pytestmark = pytest.mark.xdist_group("packaging")
 
 
 def checkout_copy(dest: Path) -> Path:
