@@ -29,7 +29,7 @@ def scope_of(nodeid: str) -> str:
     return module if module.endswith(ONE_WORKER_MODULES) else nodeid
 
 
-class SuiteScheduling(LoadScopeScheduling):
+class SuiteScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist has no types
     def _split_scope(self, nodeid: str) -> str:
         return scope_of(nodeid)
 
