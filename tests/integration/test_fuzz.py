@@ -16,8 +16,8 @@ Afterwards the relay still answers ``/healthz`` and the store passes ``PRAGMA
 integrity_check``. The seed is printed (``RELAY_FUZZ_SEED`` replays it), and so are the
 request count and the status histogram. The fast suite sends half the examples below
 (5,000 requests, a new seed each run); ``RELAY_SCENARIO_BUDGET=long`` (``nox -s
-scenarios``) five times them all (50,000); ``RELAY_FUZZ_SCALE=0.1`` a tenth, for a quick
-local look.
+scenarios``) five times them all (50,000); ``RELAY_FUZZ_SCALE=0.1`` a tenth of them
+(1,000), for a quick local look.
 """
 
 from __future__ import annotations
