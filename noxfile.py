@@ -28,6 +28,15 @@ SYSTEM_PACKAGES = {
 # version) and, for a user whose PATH lacks the sbin directories, haproxy.
 TOOL_DIRS = ("/usr/lib/postgresql/*/bin", "/usr/sbin", "/sbin")
 COVERAGE_FAIL_UNDER = "85"
+# pytest-xdist workers of `tests`: most tests wait on sockets and subprocesses, so more
+# workers than the 2 cores we measure on still gain (docs/design.md, "The test suite's
+# time"). `nox -s tests -- -n 0` runs in one process. The loadgroup scheduler is the
+# suite's (tests/support/xdist_groups.py): a few modules each stay on one worker.
+TEST_WORKERS = ("-n", "3", "--dist", "loadgroup")
+# Bytecode caches on, whatever the caller's environment says (an empty value is unset):
+# each worker would rewrite every test module's asserts again, and each of the suite's
+# hundreds of relay and fake processes would compile the project again.
+BYTECODE = {"PYTHONDONTWRITEBYTECODE": ""}
 # Run a second time by `tests` with RELAY_TEST_FORCE_PORTABLE_FALLBACKS=1 (relay.storage.portable).
 PORTABLE_TESTS = ("tests/unit/storage", "tests/unit/cache/test_disk_safety.py")
 SYSTEM_PACKAGES["chromium"] = "chromium"  # the dashboard's browser test (tests/support/browser.py)
@@ -73,13 +82,13 @@ def tests(session: nox.Session) -> None:
     """The offline suite: unit, integration and the fast scenarios (never a real API)."""
     ensure_system_packages(session)
     install_project(session, "test")
-    session.run("pytest", "-m", "not slow", *session.posargs)
+    session.run("pytest", *TEST_WORKERS, "-m", "not slow", *session.posargs, env=BYTECODE)
     if not session.posargs:
         # The storage and disk-safety unit tests again with the platform fallbacks forced
-        # (relay.storage.portable): what macOS preallocates with, on a Linux CI (a few seconds).
+        # (relay.storage.portable): what macOS preallocates with, on a Linux CI.
         session.run(
-            "pytest", "-q", *PORTABLE_TESTS,
-            env={"RELAY_TEST_FORCE_PORTABLE_FALLBACKS": "1"},
+            "pytest", *TEST_WORKERS, "-q", *PORTABLE_TESTS,
+            env={**BYTECODE, "RELAY_TEST_FORCE_PORTABLE_FALLBACKS": "1"},
         )  # fmt: skip
 
 
@@ -96,7 +105,7 @@ def scenarios(session: nox.Session) -> None:
         *session.posargs,
         env={"RELAY_SCENARIO_BUDGET": "long"},
     )
-    # The fuzz again, five times as long (the fast suite sends 10,000 requests).
+    # The fuzz again, ten times as long (the fast suite sends 5,000 requests).
     session.run(
         "pytest",
         "tests/integration/test_fuzz.py",
@@ -133,15 +142,18 @@ def coverage(session: nox.Session) -> None:
     ensure_system_packages(session)
     install_project(session, "test")
     session.run("coverage", "erase")
+    # The xdist workers are measured like every other subprocess: coverage's .pth file
+    # starts it in each (COVERAGE_PROCESS_START), parallel = true keeps their data apart.
     session.run(
         "coverage",
         "run",
         "-m",
         "pytest",
+        *TEST_WORKERS,
         "-m",
         "not slow",
         *session.posargs,
-        env={"COVERAGE_PROCESS_START": "setup.cfg"},
+        env={**BYTECODE, "COVERAGE_PROCESS_START": "setup.cfg"},
     )
     session.run("coverage", "combine", success_codes=[0, 1])
     session.run("coverage", "report", f"--fail-under={COVERAGE_FAIL_UNDER}")

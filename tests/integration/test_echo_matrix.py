@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -217,7 +218,10 @@ def npm_openai(tmp_path_factory: pytest.TempPathFactory) -> Path:
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
         pytest.skip("node and npm are not installed: the JavaScript client rows need them")
-    cached = tmp_path_factory.getbasetemp().parent / f"npm-{NPM_OPENAI.replace('@', '-')}"
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # a worker's is a directory of the run's own
+        base = base.parent
+    cached = base.parent / f"npm-{NPM_OPENAI.replace('@', '-')}"
     if _has_openai(cached):
         return cached
     staging = tmp_path_factory.mktemp("npm")

@@ -154,11 +154,9 @@ def test_fetch_from_a_closed_port_is_unreachable() -> None:
 
 
 def closed_port_url() -> str:
-    """A loopback URL nothing listens on (the port was just released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}/v1/models"
+    """A loopback URL nothing listens on: the discard port, privileged, so never handed out
+    by bind(0), unlike a just-released port another test (or xdist worker) may take."""
+    return "http://127.0.0.1:9/v1/models"
 
 
 # --- the relay, listed by the openai SDK ---------------------------------------------------

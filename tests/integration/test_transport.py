@@ -103,10 +103,8 @@ def test_idle_upstream_times_out(stack_factory) -> None:  # type: ignore[no-unty
 def test_unreachable_upstream_is_502(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from tests.support.stack import running_stack
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        dead_port = probe.getsockname()[1]
-    env = {"OPENAI_BASE_URL": f"http://127.0.0.1:{dead_port}/v1"}
+    # The discard port: nothing listens, and bind(0) never hands it to another test.
+    env = {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
     with running_stack(tmp_path / "d", env) as s:
         for stream in (False, True):
             resp = post(s, stream)

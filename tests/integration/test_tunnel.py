@@ -26,6 +26,7 @@ from relay.tunnel.supervisor import (
     describe_status,
     secret_values,
 )
+from scenarios.wait import wait_until
 from tests.support import fake_tunnel
 from tests.support.processes import running, wait_gone
 
@@ -229,6 +230,12 @@ def test_no_url_in_the_output_is_said_once(tmp_path: Path) -> None:
         assert await t.start()
         said = await console.wait_for("has reported no public https URL")
         assert said.endswith(f"(ngrok needs --log stdout); the relay is serving locally at {LOCAL}")
+        # Silent, it says nothing once it is up: its pid file (written once it awaits
+        # SIGTERM) is the sign. The notice comes 0.2 s after the start, which a loaded
+        # machine's Python start-up may outlast; a SIGTERM before then kills it (-15).
+        await asyncio.to_thread(
+            wait_until, (tmp_path / "pid").exists, timeout=30, what="the stand-in's pid file"
+        )
         await t.stop()
         assert t.url is None and t.returncode == 0
 

@@ -21,7 +21,9 @@ directory is removed), and those tests that run ``relay serve`` themselves hand 
 secrets known by then (a secret made later cannot be in it); in-process lines are kept and
 scanned at the end against every secret.
 
-Findings are reported with the secret masked; any finding makes the run fail.
+Findings are reported with the secret masked; any finding makes the run fail. Under
+pytest-xdist each worker scans its own share and hands its findings to the controller,
+which reports them all and fails the run.
 ``tests/unit/observability/test_log_leaks.py`` plants secrets to show that it does.
 """
 
@@ -126,6 +128,7 @@ class LogCollector:
         self.findings: list[Finding] = []
         self.sources = 0
         self.subprocess_bytes = 0
+        self.worker_lines = 0  # in-process lines the pytest-xdist workers scanned
 
     def observe_process(
         self,
@@ -170,6 +173,26 @@ class LogCollector:
         self.sources += 1
         self.findings += self.scanner.scan("in-process log", "\n".join(self.handler.lines))
         return self.findings
+
+    @property
+    def lines(self) -> int:
+        return len(self.handler.lines) + self.worker_lines
+
+    def worker_summary(self) -> dict[str, Any]:
+        """What a pytest-xdist worker scanned and found (after :meth:`finish`), in plain
+        types for the controller, which alone reports and decides the run's status."""
+        return {
+            "findings": [[f.source, f.what, f.line_no, f.line] for f in self.findings],
+            "lines": self.lines,
+            "processes": self.sources - 1,
+            "bytes": self.subprocess_bytes,
+        }
+
+    def merge_worker(self, summary: Mapping[str, Any]) -> None:
+        self.findings += [Finding(*finding) for finding in summary["findings"]]
+        self.worker_lines += summary["lines"]
+        self.sources += summary["processes"]
+        self.subprocess_bytes += summary["bytes"]
 
 
 def _data_dir(env: Mapping[str, str]) -> Path | None:
@@ -250,15 +273,27 @@ class LogLeakPlugin:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if self.collector.finish() and session.exitstatus == pytest.ExitCode.OK:
+        findings = self.collector.finish()
+        # A pytest-xdist worker's exit status and terminal summary are dropped by the
+        # controller: it hands its scan over (pytest_testnodedown below) instead.
+        workeroutput = getattr(session.config, "workeroutput", None)
+        if workeroutput is not None:
+            workeroutput[PLUGIN_NAME] = self.collector.worker_summary()
+        if findings and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook, on the controller
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        summary = getattr(node, "workeroutput", {}).get(PLUGIN_NAME)
+        if summary is not None:  # absent if the worker crashed before its session finished
+            self.collector.merge_worker(summary)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         collector = self.collector
         findings = collector.findings
         if not findings:
             terminalreporter.write_line(
-                f"relay log scan: 0 secrets or ciphertexts in {len(collector.handler.lines)} "
+                f"relay log scan: 0 secrets or ciphertexts in {collector.lines} "
                 f"in-process lines and {collector.sources - 1} relay processes "
                 f"({collector.subprocess_bytes} bytes)"
             )

@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from fakeupstream.ciphertext import Cipher, Sealed
 from tests.support import stack
 from tests.support.log_leaks import LeakScanner, LogCollector, secrets_in_env, suite_secrets
@@ -129,20 +131,28 @@ def test_logs_nothing_secret():
 """
 
 
-def run_pytest(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
+# Serial, and as `nox -s tests` runs the suite: in a pytest-xdist worker, whose exit status
+# and terminal summary the controller does not pass on (one worker shows it as well as 3).
+WORKERS = pytest.mark.parametrize("workers", [[], ["-n", "1"]], ids=["serial", "xdist"])
+
+
+def run_pytest(
+    tmp_path: Path, source: str, workers: list[str] | None = None
+) -> subprocess.CompletedProcess[str]:
     test = tmp_path / "test_planted.py"
     test.write_text(textwrap.dedent(source))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "tests.support.log_leaks",
          "-p", "no:cacheprovider", "-p", "no:randomly", "-c", os.devnull,
-         "--rootdir", str(tmp_path), str(test)],
+         "--rootdir", str(tmp_path), *(workers or []), str(test)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
 
 
-def test_a_run_whose_relay_logged_a_token_fails(tmp_path: Path) -> None:
-    result = run_pytest(tmp_path, PLANTED_IN_PROCESS)
+@WORKERS
+def test_a_run_whose_relay_logged_a_token_fails(tmp_path: Path, workers: list[str]) -> None:
+    result = run_pytest(tmp_path, PLANTED_IN_PROCESS, workers)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "1 passed" in result.stdout  # the test itself passed: the scan failed the run
     assert "relay log leaks" in result.stdout
@@ -150,14 +160,18 @@ def test_a_run_whose_relay_logged_a_token_fails(tmp_path: Path) -> None:
     assert stack.TOKEN not in result.stdout
 
 
-def test_a_run_whose_relay_subprocess_printed_a_key_fails(tmp_path: Path) -> None:
-    result = run_pytest(tmp_path, PLANTED_IN_SUBPROCESS)
+@WORKERS
+def test_a_run_whose_relay_subprocess_printed_a_key_fails(
+    tmp_path: Path, workers: list[str]
+) -> None:
+    result = run_pytest(tmp_path, PLANTED_IN_SUBPROCESS, workers)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "relay-1.stderr:" in result.stdout and "<OPENAI_API_KEY>" in result.stdout
     assert "sk-planted-in-a-subprocess-0123" not in result.stdout
 
 
-def test_a_clean_run_passes_and_says_what_it_scanned(tmp_path: Path) -> None:
-    result = run_pytest(tmp_path, CLEAN)
+@WORKERS
+def test_a_clean_run_passes_and_says_what_it_scanned(tmp_path: Path, workers: list[str]) -> None:
+    result = run_pytest(tmp_path, CLEAN, workers)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "relay log scan: 0 secrets or ciphertexts in 1 in-process lines" in result.stdout

@@ -22,18 +22,20 @@ def test_the_temp_prefix_names_this_process() -> None:
     assert temp_prefix() == f"{MOUNT_MARKER}{os.getpid()}-"
 
 
+# "{pid}" is this process's pid, filled in by the test: the ids must not hold it (pytest-xdist
+# workers, each with its own pid, must collect the same ids).
 @pytest.mark.parametrize(
     ("name", "alive"),
     [
-        (f"{os.getpid()}-abc", True),  # a run still going: never swept
-        (f"{os.getpid()}-disk-safety-xyz", True),
+        ("{pid}-abc", True),  # a run still going: never swept
+        ("{pid}-disk-safety-xyz", True),
         ("1-abc", True),  # init: alive (and not ours, which must not matter)
         ("abc123", False),  # no pid: a dir from before pids were in the name
         ("", False),
     ],
 )
 def test_owner_alive(name: str, alive: bool) -> None:
-    assert disk._owner_alive(name) is alive
+    assert disk._owner_alive(name.replace("{pid}", str(os.getpid()))) is alive
 
 
 def test_a_dead_owner_is_not_alive() -> None:
