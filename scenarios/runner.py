@@ -31,6 +31,7 @@ from scenarios.launch import LaunchMod
 from scenarios.procs import ManagedProcess, group_alive, processes_with_marker
 from scenarios.relaylog import parse_relay_events
 from scenarios.seed import Seed
+from scenarios.wait import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 RELAY_BANNER = r"^relay listening on http://(?P<host>[^\s/]+):(?P<port>\d+)/v1"
@@ -274,6 +275,7 @@ class Harness:
         relay = self.require_relay()
         if relay.proc.alive:
             if kill:
+                self._settle_answers(relay)
                 self.kill_relay("restart")
             else:
                 self.stop_relay()
@@ -281,6 +283,34 @@ class Harness:
             self._record_exit(relay)
         options = replace(relay.options, **changes) if changes else relay.options
         return self.start_relay(options)
+
+    def _settle_answers(self, relay: RelayHandle, timeout: float = 10.0) -> None:
+        """Before a planned kill -9 between turns: wait until each turn this incarnation
+        answered in full has its ``chat_done`` (logged once the turn's intent is resolved),
+        so the kill lands between requests, as the scenario says, and not in the race with
+        the last answer's commit. A crash inside a request is what crash points are for."""
+        started = max(
+            (e.seq for e in self.history.of("process_start") if e.get("role") == "relay"),
+            default=-1,
+        )
+        answered = {
+            a.get("request_id")
+            for a in self.history.of("client_answer")
+            if a.seq > started
+            and a.get("status") == 200
+            and a.get("outcome") == "success"
+            and a.get("endpoint") != "responses"  # the passthrough logs no chat_done
+        } - {None}
+
+        def settled() -> bool:
+            done = {
+                fields.get("request_id")
+                for name, fields in parse_relay_events(relay.proc.stderr_text())
+                if name == "chat_done"
+            }
+            return answered <= done or not relay.proc.alive
+
+        wait_until(settled, timeout=timeout, what="the relay to resolve the turns it answered")
 
     def wait_relay_exit(self, timeout: float) -> int:
         """Wait for the relay to die on its own (armed crash point); record the exit."""
