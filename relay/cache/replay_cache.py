@@ -18,7 +18,7 @@ import orjson
 
 from relay.cache.disk_safety import DiskSafety, open_store, store_exists
 from relay.cache.session import CacheSession, SessionContext
-from relay.cache.shared_store import SharedSafety, open_shared
+from relay.cache.shared_store import SharedSafety, is_shared, open_shared
 from relay.clock import Clock
 from relay.core.canonical import CanonicalRefused
 from relay.core.history_digest import HistoryDigests, history_digests
@@ -36,7 +36,6 @@ from relay.settings.config import Config
 from relay.settings.crashpoints import crash_point
 from relay.storage.disk_guard import DiskGuard
 from relay.storage.interface import ReplayStore
-from relay.storage.postgres.store import PostgresStore
 from relay.storage.recovery import fence, open_disabled, open_enabled, record_gap
 from relay.translate.request_types import TranslatedRequest
 from relay.translate.sampling import is_reasoning_model
@@ -437,7 +436,7 @@ class ReplayCache:
         self._safely("coverage gap", lambda: record_gap(store), request_id)
         # A shared store's gap is consumed as it is recorded (other relays serve on): the
         # next unobserved request needs one of its own.
-        self.gap_recorded = not isinstance(store, PostgresStore)
+        self.gap_recorded = not is_shared(store)
         crash_point("after_coverage_gap")
         log.event("cache_gap_recorded", request_id=request_id)
 

@@ -19,9 +19,10 @@ register as a new instance before its transaction runs again.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeGuard, TypeVar
 
 from relay.cache.periodic import Periodic
 from relay.clock import Clock
@@ -30,14 +31,21 @@ from relay.core.records import idle_window_s
 from relay.errors import LeaseLapsed, StoreContention, StoreError
 from relay.observability import log
 from relay.settings.database_url import DatabaseUrl
-from relay.storage.postgres.store import PostgresStore
 
 if TYPE_CHECKING:
     from relay.cache.replay_cache import ReplayCache
     from relay.cache.retention import WatchedClock
+    from relay.storage.postgres.store import PostgresStore
 
 T = TypeVar("T")
 MAX_ATTEMPTS: Final = 3
+
+
+def is_shared(store: object) -> TypeGuard[PostgresStore]:
+    """Whether ``store`` is the PostgreSQL store, without importing it (and psycopg): a
+    store can only be one once :func:`open_shared` imported its module."""
+    module = sys.modules.get("relay.storage.postgres.store")
+    return module is not None and isinstance(store, module.PostgresStore)
 
 
 def open_shared(
@@ -47,6 +55,10 @@ def open_shared(
     instance (the startup recovery of a shared store: a live instance's intents are its
     own business). Returns the store, its safety and how many intents were recovered.
     Raises ``StoreError`` (the relay refuses to start, in one line)."""
+    # Imported here: psycopg is a quarter of the relay's start-up imports, and only a
+    # relay with REASONING_CACHE_URL set needs it.
+    from relay.storage.postgres.store import PostgresStore  # noqa: PLC0415
+
     store = PostgresStore.open(url, clock=clock, lease_ms=lease_ms)
     safety = SharedSafety(store, disk_bytes=disk_bytes)
     try:
@@ -143,7 +155,7 @@ class LeaseKeeper(Periodic):
         It publishes ``clock``'s retention cutoff; a relay serving with caching off never
         deletes, so its barrier stays shut and cleanup elsewhere waits for it."""
         store = cache.store
-        if not isinstance(store, PostgresStore):
+        if not is_shared(store):
             return None
         window = idle_window_s(retention_s)
 

@@ -28,7 +28,6 @@ from relay.storage.backup import (
     replace_with_snapshot,
 )
 from relay.storage.disk_guard import blocked_path, guard_path
-from relay.storage.postgres.verify import verify_shared
 from relay.storage.verify import Progress, VerifyReport, verify_store
 
 USAGE = 2
@@ -174,6 +173,9 @@ def _written(kind: SnapshotKind, result: SnapshotResult) -> str:
 def run_verify(args: argparse.Namespace) -> int:
     prog = "relay cache verify"
     if (url := _shared_store(prog, args.path)) is not None:
+        # Imported here: only a shared store's verify needs psycopg (design §22).
+        from relay.storage.postgres.verify import verify_shared  # noqa: PLC0415
+
         return _verify(prog, lambda progress: verify_shared(url, progress=progress), args.json)
     path = args.path or _configured_path(prog)
     if path is None:

@@ -33,6 +33,7 @@ model list's): they end a request by closing it. Connecting is bounded here, by
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
 import ssl
@@ -59,7 +60,13 @@ MAX_HEAD_BYTES: Final = 65536  # Tornado's default max_header_size
 MAX_BODY_BYTES: Final = 2**62  # the callers' own limits apply (per event, per response)
 USER_AGENT: Final = "reasoning-replay-relay"
 _HEAD_END: Final = rb"\r?\n\r?\n"
-_TLS: Final = ssl.create_default_context()
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """The system's default verification, made on first use: loading the CA store costs
+    ~80 ms, which every start (and every CLI command) would otherwise pay."""
+    return ssl.create_default_context()
 
 
 class _LiteralResolver(DefaultLoopResolver):
@@ -279,7 +286,7 @@ class UpstreamClient:
         stream = await self._tcp.connect(
             target.host,
             target.port,
-            ssl_options=_TLS if target.tls else None,
+            ssl_options=_tls() if target.tls else None,
             timeout=timeout_s,
         )
         stream.set_nodelay(True)  # a request is one write: nothing to coalesce
