@@ -5,8 +5,9 @@ online inspection snapshot (:mod:`relay.storage.sqlite_copy`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any, Final
 
 from relay.errors import StoreError
 from relay.storage.aggregates import StoreAggregates, read_aggregates, source_bytes
@@ -14,6 +15,21 @@ from relay.storage.database import Database
 from relay.storage.interface import RecordSummary
 from relay.storage.schema import TABLES
 from relay.storage.sqlite_copy import copy_pages
+
+# Both stores' recent-records query (without its filter, order and limit, which differ
+# only in placeholders) and the row builder.
+RECENT_RECORDS: Final = (
+    "SELECT o.id, s.model, o.snapshot, o.position, o.replayable, p.size, o.end_digest,"
+    " o.observed_at, p.touched_at FROM observations o JOIN scopes s ON s.id = o.scope_id"
+    " LEFT JOIN payloads p ON p.observation_id = o.id"
+)
+
+
+def record_summaries(rows: Iterable[Sequence[Any]]) -> list[RecordSummary]:
+    """:data:`RECENT_RECORDS`'s rows as the cache API shows them (a digest's first 12)."""
+    return [
+        RecordSummary(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6][:12], r[7], r[8]) for r in rows
+    ]
 
 
 class Diagnostics:
@@ -28,20 +44,13 @@ class Diagnostics:
     def recent_records(self, *, model: str | None, limit: int) -> list[RecordSummary]:
         """Metadata of the newest observations (never payload or ciphertext): for the
         cache API. ``model`` filters on the scope's resolved model."""
-        sql = (
-            "SELECT o.id, s.model, o.snapshot, o.position, o.replayable, p.size, o.end_digest,"
-            " o.observed_at, p.touched_at FROM observations o JOIN scopes s ON s.id = o.scope_id"
-            " LEFT JOIN payloads p ON p.observation_id = o.id"
-        )
+        sql = RECENT_RECORDS
         params: tuple[object, ...] = ()
         if model is not None:
             sql, params = sql + " WHERE s.model = ?", (model,)
         with self._db.read("read observations") as conn:
             rows = conn.execute(sql + " ORDER BY o.id DESC LIMIT ?", (*params, limit)).fetchall()
-        return [
-            RecordSummary(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6][:12], r[7], r[8])
-            for r in rows
-        ]
+        return record_summaries(rows)
 
     def aggregates(self, *, scan_rows: int) -> StoreAggregates:
         """Bounded, read-only counts for the admin socket (relay.storage.aggregates)."""

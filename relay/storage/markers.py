@@ -10,7 +10,24 @@ from relay.storage.database import Database
 from relay.storage.schema import matching
 
 
-class Markers:
+class MarkerReads:
+    """Both stores' marker gateways: which of some digests carry a marker of a kind, read
+    by :meth:`_marked` in each store's dialect."""
+
+    def _marked(self, scope_id: int, kind: MarkerKind, digests: Iterable[str]) -> set[str]:
+        raise NotImplementedError
+
+    def poisoned_starts(self, scope_id: int, start_digests: Iterable[str]) -> set[str]:
+        return self._marked(scope_id, MarkerKind.START_POISON, start_digests)
+
+    def conflicted_ends(self, scope_id: int, end_digests: Iterable[str]) -> set[str]:
+        return self._marked(scope_id, MarkerKind.END_CONFLICT, end_digests)
+
+    def rejected_ends(self, scope_id: int, end_digests: Iterable[str]) -> set[str]:
+        return self._marked(scope_id, MarkerKind.END_REJECTED, end_digests)
+
+
+class Markers(MarkerReads):
     def __init__(self, db: Database) -> None:
         self._db = db
 
@@ -34,12 +51,3 @@ class Markers:
                 (scope_id, kind.value), "digest", digests,
             )  # fmt: skip
         return {row[0] for row in rows}
-
-    def poisoned_starts(self, scope_id: int, start_digests: Iterable[str]) -> set[str]:
-        return self._marked(scope_id, MarkerKind.START_POISON, start_digests)
-
-    def conflicted_ends(self, scope_id: int, end_digests: Iterable[str]) -> set[str]:
-        return self._marked(scope_id, MarkerKind.END_CONFLICT, end_digests)
-
-    def rejected_ends(self, scope_id: int, end_digests: Iterable[str]) -> set[str]:
-        return self._marked(scope_id, MarkerKind.END_REJECTED, end_digests)

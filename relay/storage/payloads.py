@@ -3,7 +3,7 @@ UTF-8 bytes, and its idle-retention clock (``touched_at``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from relay.core.records import (
     TOUCH_GRANULARITY_S,
@@ -15,6 +15,18 @@ from relay.storage.database import Database
 from relay.storage.schema import in_batches, placeholders
 
 
+def one_payload(
+    loaded: Mapping[int, StoredPayload | OversizedPayload], observation_id: int
+) -> StoredPayload | None:
+    """``observation_id``'s entry of a :meth:`Payloads.load_payloads` result, as both stores'
+    ``load_payload`` give it: ``None`` when none is stored, :class:`StoredSizeExceeded`
+    raised for one over the limit."""
+    found = loaded.get(observation_id)
+    if isinstance(found, OversizedPayload):
+        raise StoredSizeExceeded(found.describe())
+    return found
+
+
 class Payloads:
     def __init__(self, db: Database) -> None:
         self._db = db
@@ -22,10 +34,8 @@ class Payloads:
     def load_payload(self, observation_id: int, *, max_bytes: int) -> StoredPayload | None:
         """The stored payload, or ``None``; raises :class:`StoredSizeExceeded` (see
         :meth:`load_payloads`)."""
-        loaded = self.load_payloads([observation_id], max_bytes=max_bytes).get(observation_id)
-        if isinstance(loaded, OversizedPayload):
-            raise StoredSizeExceeded(loaded.describe())
-        return loaded
+        loaded = self.load_payloads([observation_id], max_bytes=max_bytes)
+        return one_payload(loaded, observation_id)
 
     def load_payloads(
         self, observation_ids: Iterable[int], *, max_bytes: int

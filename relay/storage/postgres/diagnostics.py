@@ -12,6 +12,7 @@ from typing import Any, Final
 
 from relay.errors import StoreError
 from relay.storage.aggregates import PAYLOAD_BYTES_SCAN_ROWS, Bounded, StoreAggregates
+from relay.storage.diagnostics import RECENT_RECORDS, record_summaries
 from relay.storage.interface import RecordSummary
 from relay.storage.postgres.database import Database
 from relay.storage.postgres.schema import SCHEMA_VERSION, TABLES
@@ -42,11 +43,7 @@ class Diagnostics:
         return problems or ["ok"]
 
     def recent_records(self, *, model: str | None, limit: int) -> list[RecordSummary]:
-        sql = (
-            "SELECT o.id, s.model, o.snapshot, o.position, o.replayable, p.size, o.end_digest,"
-            " o.observed_at, p.touched_at FROM observations o JOIN scopes s ON s.id = o.scope_id"
-            " LEFT JOIN payloads p ON p.observation_id = o.id"
-        )
+        sql = RECENT_RECORDS
         params: tuple[object, ...] = ()
         if model is not None:
             sql, params = sql + " WHERE s.model = %s", (model,)
@@ -54,10 +51,7 @@ class Diagnostics:
             rows = conn.execute(
                 (sql + " ORDER BY o.id DESC LIMIT %s").encode(), (*params, limit)
             ).fetchall()
-        return [
-            RecordSummary(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6][:12], r[7], r[8])
-            for r in rows
-        ]
+        return record_summaries(rows)
 
     def aggregates(self, *, scan_rows: int) -> StoreAggregates:
         """The admin socket's bounded counts (:mod:`relay.storage.aggregates`), in one

@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from relay.core.records import MarkerKind
+from relay.storage.markers import MarkerReads
 from relay.storage.postgres.database import Database
 
 
-class Markers:
+class Markers(MarkerReads):
     def __init__(self, db: Database) -> None:
         self._db = db
 
@@ -37,12 +38,3 @@ class Markers:
                 (scope_id, kind.value, wanted),
             )
             return {row[0] for row in rows}
-
-    def poisoned_starts(self, scope_id: int, start_digests: Iterable[str]) -> set[str]:
-        return self._marked(scope_id, MarkerKind.START_POISON, start_digests)
-
-    def conflicted_ends(self, scope_id: int, end_digests: Iterable[str]) -> set[str]:
-        return self._marked(scope_id, MarkerKind.END_CONFLICT, end_digests)
-
-    def rejected_ends(self, scope_id: int, end_digests: Iterable[str]) -> set[str]:
-        return self._marked(scope_id, MarkerKind.END_REJECTED, end_digests)

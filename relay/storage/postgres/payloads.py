@@ -10,8 +10,8 @@ from relay.core.records import (
     TOUCH_GRANULARITY_S,
     OversizedPayload,
     StoredPayload,
-    StoredSizeExceeded,
 )
+from relay.storage.payloads import one_payload
 from relay.storage.postgres.connections import Conn
 from relay.storage.postgres.database import Database
 
@@ -21,10 +21,8 @@ class Payloads:
         self._db = db
 
     def load_payload(self, observation_id: int, *, max_bytes: int) -> StoredPayload | None:
-        loaded = self.load_payloads([observation_id], max_bytes=max_bytes).get(observation_id)
-        if isinstance(loaded, OversizedPayload):
-            raise StoredSizeExceeded(loaded.describe())
-        return loaded
+        loaded = self.load_payloads([observation_id], max_bytes=max_bytes)
+        return one_payload(loaded, observation_id)
 
     def load_payloads(
         self, observation_ids: Iterable[int], *, max_bytes: int
