@@ -44,6 +44,26 @@ def text_digest(text: str) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def page_cursor(limit: int, before_id: int | None) -> int | None:
+    """Both stores' page arguments checked: ``ValueError`` for a ``limit`` outside 1 to
+    :data:`MAX_PAGE`; ``before_id`` brought into the 64-bit id range without changing
+    which ids are below it."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise ValueError(f"limit must be from 1 to {MAX_PAGE}")
+    if before_id is not None and before_id > _INT64_MAX:
+        return None  # every id is below it
+    if before_id is not None:
+        return max(before_id, _INT64_MIN)  # none is below either
+    return None
+
+
+def page_of(found: Sequence[StrictEntry], limit: int) -> StrictPage:
+    """A page from up to ``limit + 1`` records, newest first: the extra one only says that
+    more follow, from the last id shown."""
+    entries = tuple(found[:limit])
+    return StrictPage(entries, entries[-1].id if len(found) > limit else None)
+
+
 @dataclass(frozen=True)
 class StrictEntry:
     id: int
@@ -197,12 +217,7 @@ class StrictEntries:
     ) -> StrictPage:
         """Records newest first, optionally of one provider and/or model; ``limit`` from 1
         to :data:`MAX_PAGE`. Keyset pagination: stable while records come and go."""
-        if not 1 <= limit <= MAX_PAGE:
-            raise ValueError(f"limit must be from 1 to {MAX_PAGE}")
-        if before_id is not None and before_id > _INT64_MAX:
-            before_id = None  # every id is below it
-        elif before_id is not None:
-            before_id = max(before_id, _INT64_MIN)  # none is below either
+        before_id = page_cursor(limit, before_id)
         clauses: list[str] = []
         params: list[object] = []
         for clause, value in (("provider = ?", provider), ("model = ?", model),
@@ -210,10 +225,7 @@ class StrictEntries:
             if value is not None:
                 clauses.append(clause)
                 params.append(value)
-        found = self._select(" AND ".join(clauses) or "1", params, limit=limit + 1)
-        more = len(found) > limit
-        entries = tuple(found[:limit])
-        return StrictPage(entries, entries[-1].id if more else None)
+        return page_of(self._select(" AND ".join(clauses) or "1", params, limit=limit + 1), limit)
 
     def stats(self, now: float) -> StrictStats:
         with self._read("count strict reasoning") as conn:

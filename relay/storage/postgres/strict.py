@@ -12,11 +12,12 @@ from typing import Any
 import psycopg
 
 from relay.storage.strict_store import (
-    MAX_PAGE,
     StrictEntry,
     StrictPage,
     StrictStats,
     StrictTally,
+    page_cursor,
+    page_of,
     text_digest,
 )
 
@@ -123,10 +124,7 @@ class PgStrictEntries:
         limit: int = 50,
         before_id: int | None = None,
     ) -> StrictPage:
-        if not 1 <= limit <= MAX_PAGE:
-            raise ValueError(f"limit must be from 1 to {MAX_PAGE}")
-        if before_id is not None and not -(2**63) <= before_id < 2**63:
-            before_id = None if before_id > 0 else -(2**63)
+        before_id = page_cursor(limit, before_id)
         clauses: list[str] = []
         params: list[object] = []
         for clause, value in (("provider = %s", provider), ("model = %s", model),
@@ -135,9 +133,7 @@ class PgStrictEntries:
                 clauses.append(clause)
                 params.append(value)
         found = self._select(" AND ".join(clauses) or "TRUE", params, limit=limit + 1)
-        more = len(found) > limit
-        entries = tuple(found[:limit])
-        return StrictPage(entries, entries[-1].id if more else None)
+        return page_of(found, limit)
 
     def stats(self, now: float) -> StrictStats:
         with self._read("count strict reasoning") as conn:
