@@ -6,6 +6,7 @@ import glob
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import nox
 
@@ -177,6 +178,24 @@ def bench(session: nox.Session) -> None:
     them)."""
     install_project(session, "test")
     session.run("python", "-m", "bench", *session.posargs)
+
+
+LITELLM = "litellm[proxy]==1.110.2"  # the bridge bench_litellm compares against
+
+
+@nox.session
+def bench_litellm(session: nox.Session) -> None:
+    """``bench`` plus its LiteLLM row: the relay's added time to first token against
+    LiteLLM's Chat→Responses bridge on the same fake upstream (issue 29's "about 0.1x of
+    LiteLLM's added cost"). LiteLLM goes into a virtualenv of its own (its dependencies
+    are not the relay's); options after ``--`` go to ``python -m bench``."""
+    install_project(session, "test")
+    proxy_env = Path(session.virtualenv.location).parent / "litellm-proxy"
+    if not (proxy_env / "bin" / "litellm").exists():
+        session.run("python", "-m", "venv", str(proxy_env))
+        session.run(str(proxy_env / "bin" / "pip"), "install", "-q", LITELLM, external=True)
+    session.run("python", "-m", "bench", "--litellm", str(proxy_env / "bin" / "litellm"),
+                *session.posargs)  # fmt: skip
 
 
 @nox.session

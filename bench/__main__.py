@@ -13,7 +13,9 @@ relay with the cache off and one through a relay with the cache on, so machine n
 them alike, and reports medians; each round does so for a burst stream (throughput) and a
 paced one (time to first token), see :func:`run_servers`. The same at a long Cursor
 conversation (201 messages / 108 KB and 1,000), where the cache on replays the earlier
-turns, with a cProfile breakdown of what the cache adds: :mod:`bench.conversation`.
+turns, with a cProfile breakdown of what the cache adds: :mod:`bench.conversation`. With
+``--litellm PATH``, the same added time against LiteLLM's Chat→Responses bridge on the
+same fake (``nox -s bench_litellm`` installs it): :mod:`bench.litellm_bridge`.
 
 In-process sections (identity, cache path, commits) compare the relay's code against a
 stdlib baseline measured on the same data in the same process (see ``bench_identity`` and
@@ -44,6 +46,7 @@ from bench.identity import (
     cursor_history,
     paired_ratio,
 )
+from bench.litellm_bridge import run_litellm_rows
 from bench.servers import (
     KEY,
     TOKEN,
@@ -260,8 +263,37 @@ def added_report(result: dict[str, Any]) -> list[str]:
     ]
 
 
+def litellm_report(result: dict[str, Any]) -> list[str]:
+    """The relay's added time to first token as a fraction of LiteLLM's (issue 29)."""
+    out = ["### Added time to first token: the relay vs LiteLLM's Chat→Responses bridge "
+           f"(one fake, {result['iterations']} rounds, order rotating; medians)"]  # fmt: skip
+    rows = []
+    for row in result["rows"]:
+        added, ratio = row["added_s"], row["ratio"]
+        verdict = "met" if ratio["relay_cache"] <= result["target_ratio"] else "MISSED"
+        rows.append([
+            row["history"], str(row["rounds"]), str(row["replayed_turns"]), ms(row["direct_s"]),
+            ms(added["litellm"]), ms(added["relay"]), ms(added["relay_cache"]),
+            f"{ratio['relay']:.3f}x", f"{ratio['relay_cache']:.3f}x",
+            f"≤ {result['target_ratio']}x: {verdict}", load(row["load_average"]),
+        ])  # fmt: skip
+    out.append(table(
+        ["history", "rounds", "replayed", "direct ms", "LiteLLM added ms", "relay off added ms",
+         "relay on added ms", "off / LiteLLM", "on / LiteLLM", "target, on / LiteLLM",
+         "load average (1 min)"], rows))  # fmt: skip
+    out.append(
+        "Added = median of the rounds' (contestant - direct). LiteLLM: its proxy with one "
+        "deployment `openai/responses/<model>` whose api_base is the fake, so it bridges Chat "
+        "to the Responses API as the relay does; the relay's cache-on row replays every "
+        "earlier block."
+    )
+    return out
+
+
 def report(result: dict[str, Any]) -> str:
     out = added_report(result)
+    if "litellm" in result:
+        out += litellm_report(result["litellm"])
     servers = result.get("servers")
     if servers:
         out.append(f"### Relay vs direct-to-fake ({servers['iterations']} runs, "
@@ -454,6 +486,11 @@ def main() -> None:
     parser.add_argument("--shared-iterations", type=int, default=20,
                         help="paired rounds of the PostgreSQL vs SQLite row (0: skip the "
                         "shared-store section)")  # fmt: skip
+    parser.add_argument("--litellm", type=Path, metavar="PATH",
+                        help="a LiteLLM proxy executable (`litellm`): adds the row comparing "
+                        "the relay's added time to first token with LiteLLM's")  # fmt: skip
+    parser.add_argument("--litellm-iterations", type=int, default=30,
+                        help="rounds per LiteLLM comparison row")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("bench-results/bench.json"))
     args = parser.parse_args()
     sizes = sorted(args.sizes)
@@ -472,6 +509,8 @@ def main() -> None:
                 (args.out.parent / f"profile-cache-{row['messages']}.md").write_text(
                     "\n\n".join(left) + "\n"
                 )
+        if args.litellm is not None:
+            result["litellm"] = run_litellm_rows(args.litellm, args.litellm_iterations)
         if args.shared_iterations:
             result["shared_store"] = run_shared_store(args.shared_iterations)
     result["canonical"] = bench_canonical_vs_stdlib(cursor_history(sizes[-1]), repeat=args.repeat)

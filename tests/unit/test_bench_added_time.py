@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
-from bench.__main__ import added_report
+from bench.__main__ import added_report, litellm_report
+from bench.litellm_bridge import MODES as LITELLM_MODES
+from bench.litellm_bridge import rotation, summarize
 from bench.servers import added_time
 from bench.shared_store import shared_store_report
 
@@ -54,3 +58,28 @@ def test_the_shared_store_report_says_why_it_was_skipped_or_shows_both_rows() ->
     })  # fmt: skip
     assert "| PostgreSQL - SQLite (paired) | +16.90 |" in lines
     assert lines[-2:] == ["| 1 | 48 | 2.40 | 20.0 |", "| 2 | 48 | 1.60 | 30.0 |"]
+
+
+def test_the_litellm_rows_rotate_so_no_contestant_serves_twice_in_a_row() -> None:
+    orders = [rotation(i) for i in range(2 * len(LITELLM_MODES) + 1)]
+    assert all(sorted(order) == sorted(LITELLM_MODES) for order in orders)
+    sequence = [mode for order in orders for mode in order]
+    assert all(a != b for a, b in itertools.pairwise(sequence))
+    assert {order[0] for order in orders} == set(LITELLM_MODES)  # every one goes first
+
+
+@pytest.mark.parametrize(("on_s", "verdict"), [(0.0049, "≤ 0.1x: met"), (0.0051, "≤ 0.1x: MISSED")])
+def test_the_litellm_row_is_the_relays_added_time_over_litellms(on_s: float, verdict: str) -> None:
+    times = {
+        "direct": [0.010, 0.020, 0.012],
+        "litellm": [0.060, 0.070, 0.062],  # added 50 ms each round
+        "relay": [0.012, 0.023, 0.014],  # added 2, 3, 2: median 2
+        "relay_cache": [0.010 + on_s, 0.020 + on_s, 0.012 + on_s],
+    }
+    row = summarize("201", times, 97, [0.5, 0.75])
+    assert row["added_s"]["litellm"] == pytest.approx(0.050)
+    assert row["ratio"]["relay"] == pytest.approx(0.04)
+    assert row["ratio"]["relay_cache"] == pytest.approx(on_s / 0.050)
+    lines = litellm_report({"rows": [row], "iterations": 3, "target_ratio": 0.1})
+    line = next(line for line in lines[1].splitlines() if line.startswith("| 201"))
+    assert verdict in line and "| 97 |" in line and "0.50 → 0.75" in line
