@@ -330,9 +330,7 @@ class CacheSession:
         """The end digests of every record of the generations recorded at ``ends``: their
         other spellings (one generation's records share its start, intent and payload)."""
         assert self._row is not None
-        rows = self._store.observations_starting_at(self._row.id, start)
-        owners = {(o.intent_id, o.payload_fingerprint) for o in rows if o.end_digest in ends}
-        return {o.end_digest for o in rows if (o.intent_id, o.payload_fingerprint) in owners}
+        return self._store.generation_ends(self._row.id, start, ends)
 
     def _record(
         self, key: AssistantBlockKey, result: CaptureResult, plan: PriorPlan, now: float, *,

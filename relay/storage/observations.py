@@ -156,9 +156,28 @@ class Observations(MalformedPlans):
             ).fetchone()
         return bool(row[0])
 
-    def observations_starting_at(self, scope_id: int, start_digest: str) -> list[Observation]:
-        """Every observation generated at ``start_digest`` (competitors), newest first."""
-        return self._observations("scope_id = ? AND start_digest = ?", (scope_id, start_digest))
+    def generation_ends(
+        self, scope_id: int, start_digest: str, end_digests: Iterable[str]
+    ) -> set[str]:
+        """The end digests of every record of the generations recorded at ``start_digest``
+        that end at one of ``end_digests``: all their spellings (one generation's records
+        share its start, intent and payload; a missing intent matches a missing one). One
+        query over the start's index that builds no row, however many competitors the
+        start has collected."""
+        found: set[str] = set()
+        with self._db.read("read observations") as conn:
+            for batch in in_batches(dict.fromkeys(end_digests)):
+                rows = conn.execute(
+                    "SELECT DISTINCT o.end_digest FROM observations AS o JOIN ("  # noqa: S608
+                    "SELECT DISTINCT intent_id, payload_fp FROM observations "
+                    "WHERE scope_id = ? AND start_digest = ? "
+                    f"AND end_digest IN ({placeholders(len(batch))})) AS g "
+                    "ON o.intent_id IS g.intent_id AND o.payload_fp = g.payload_fp "
+                    "WHERE o.scope_id = ? AND o.start_digest = ?",
+                    (scope_id, start_digest, *batch, scope_id, start_digest),
+                )
+                found.update(row[0] for row in rows)
+        return found
 
     def lineage(self, scope_id: int, observation_id: int, limit: int) -> list[Observation]:
         """The observation ``observation_id`` and up to ``limit - 1`` more up its parent

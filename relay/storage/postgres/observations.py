@@ -104,10 +104,22 @@ class Observations(MalformedPlans):
             ).fetchone()
         return bool(row and row[0])
 
-    def observations_starting_at(self, scope_id: int, start_digest: str) -> list[Observation]:
-        return self._observations(
-            scope_id, "scope_id = %s AND start_digest = %s", (scope_id, start_digest)
-        )
+    def generation_ends(
+        self, scope_id: int, start_digest: str, end_digests: Iterable[str]
+    ) -> set[str]:
+        ends = list(dict.fromkeys(end_digests))
+        if not ends:
+            return set()
+        with self._db.scoped(scope_id, "read observations") as conn:
+            rows = conn.execute(
+                b"SELECT DISTINCT o.end_digest FROM observations AS o JOIN ("
+                b"SELECT DISTINCT intent_id, payload_fp FROM observations "
+                b"WHERE scope_id = %s AND start_digest = %s AND end_digest = ANY(%s)) AS g "
+                b"ON o.intent_id IS NOT DISTINCT FROM g.intent_id AND o.payload_fp = g.payload_fp "
+                b"WHERE o.scope_id = %s AND o.start_digest = %s",
+                (scope_id, start_digest, ends, scope_id, start_digest),
+            ).fetchall()
+        return {row[0] for row in rows}
 
     def lineage(self, scope_id: int, observation_id: int, limit: int) -> list[Observation]:
         with self._db.scoped(scope_id, "read observations") as conn:

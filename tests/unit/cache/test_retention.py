@@ -37,13 +37,12 @@ def touched(relay: sm.Relay, observation_id: int) -> float:
 
 
 def first_record(relay: sm.Relay) -> int:
+    """The record of the first answer these tests give, "one" to "hi"."""
     scope_id = relay.scope_id()
     assert scope_id is not None
-    return min(o.id for o in relay.store.observations_starting_at(scope_id, h0(relay)))
-
-
-def h0(relay: sm.Relay) -> str:
-    return relay.digests((sm.user("hi"),)).boundaries[-1]
+    end = relay.digests((sm.user("hi"), sm.said("one"))).boundaries[-1]
+    (record,) = relay.store.observations_ending_at(scope_id, [end])[end]
+    return record.id
 
 
 # --- touches ---------------------------------------------------------------------------------

@@ -178,12 +178,36 @@ def test_batched_reads_cross_the_in_list_bound(store: ReasoningStore) -> None:
             assert loaded[o.id] == StoredPayload(o.id, text, len(text), 5.0)
 
 
-def test_observations_starting_at(store: ReasoningStore) -> None:
+def test_generation_ends_are_every_spelling_of_the_generations_at_those_ends(
+    store: ReasoningStore,
+) -> None:
+    sid, other = scope_id(store), scope_id(store, h("b"))
+    # Generation A (intent i1, payload d): spellings ending at 1 and 2; B (i2, payload b)
+    # at 3 and 4; C (no intent, payload d) at 5 and 6; D (no intent, payload b) at 7.
+    for end in (1, 2):
+        observe(store, sid, start=h(7), end=h(end), intent_id="i1", payload=h("d"))
+    for end in (3, 4):
+        observe(store, sid, start=h(7), end=h(end), intent_id="i2", payload=h("b"))
+    for end in (5, 6):
+        observe(store, sid, start=h(7), end=h(end), payload=h("d"))
+    observe(store, sid, start=h(7), end=h(7), payload=h("b"))
+    observe(store, sid, start=h(8), end=h(1), intent_id="i1", payload=h("d"))  # another start
+    observe(store, sid, start=h(8), end=h(9), intent_id="i1", payload=h("d"))
+    observe(store, other, start=h(7), end=h(10), intent_id="i1", payload=h("d"))  # other scope
+    assert store.generation_ends(sid, h(7), [h(1)]) == {h(1), h(2)}
+    assert store.generation_ends(sid, h(7), [h(4), h(2)]) == {h(1), h(2), h(3), h(4)}
+    assert store.generation_ends(sid, h(7), [h(5)]) == {h(5), h(6)}  # no intent: no intent
+    assert store.generation_ends(sid, h(7), [h(7)]) == {h(7)}
+    assert store.generation_ends(sid, h(7), [h(9), h(10)]) == set()  # none at this start
+    assert store.generation_ends(sid, h(7), []) == set()
+
+
+def test_generation_ends_read_past_one_batch_of_digests(store: ReasoningStore) -> None:
     sid = scope_id(store)
-    a = observe(store, sid, start=h(7), end=h(1))
-    b = observe(store, sid, start=h(7), end=h(2))
-    observe(store, sid, start=h(8), end=h(3))
-    assert store.observations_starting_at(sid, h(7)) == [b, a]
+    observe(store, sid, start=h(7), end=h(1), intent_id="i1")
+    observe(store, sid, start=h(7), end=h(2), intent_id="i1")
+    wanted = [h(100 + n) for n in range(IN_CHUNK)] + [h(2)]  # h(2) in the second batch
+    assert store.generation_ends(sid, h(7), wanted) == {h(1), h(2)}
 
 
 def test_snapshots(store: ReasoningStore) -> None:

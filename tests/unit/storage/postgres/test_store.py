@@ -132,7 +132,18 @@ def test_observations_lineage_and_lookups(store: PostgresStore) -> None:
     assert store.children_of(parent) == [child]
     assert store.ends_with_records(scope, [h(1001), h(1002), h(1009)]) == {h(1001), h(1002)}
     assert list(store.observations_ending_at(scope, [h(1002)])) == [h(1002)]
-    assert [o.id for o in store.observations_starting_at(scope, h(0))] == [parent]
+    observe(store, scope, 3, intent="i1")  # a generation; another spelling of it below
+    observe(store, scope, 4, intent="i1")
+    with store.transaction():  # its payload fingerprint made the same as the sibling's
+        store.add_observation(
+            scope_id=scope, generation=1, position=1, start_digest=h(0),
+            end_digest=h(1005), envelope_fingerprint=h(2005), payload_fingerprint=h(3003),
+            output_hash=h(4005), prior_plan=EMPTY_PLAN, intent_id="i1", snapshot="gpt-5-2026",
+            replayable=False, now=100.0,
+        )  # fmt: skip
+    assert store.generation_ends(scope, h(0), [h(1003)]) == {h(1003), h(1005)}
+    assert store.generation_ends(scope, h(0), [h(1001)]) == {h(1001)}  # no intent
+    assert store.generation_ends(scope, h(0), [h(1002), h(1009)]) == set()  # other start
     assert store.repeats(
         scope, generation=1, position=1, start_digest=h(0), end_digest=h(1001),
         envelope_fingerprint=h(2001), payload_fingerprint=h(3001), prior_plan=EMPTY_PLAN,
