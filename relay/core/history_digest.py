@@ -177,7 +177,8 @@ def history_digests(
         if remembered is not None and position not in streamed:
             assert memo is not None
             framed = bytes(rendered_history[len(rendered_history) - FRAMING - size :])
-            memo.remember(remembered, framed, budget.nodes - nodes_before)
+            if not memo.remember(remembered, framed, budget.nodes - nodes_before):
+                recall = None  # no room: the rest of this history goes without the memo
         sizes.append(size)
         ends.append(len(rendered_history))  # unchanged: streamed (a framing is >= 8 bytes)
         assistants.append(assistant)

@@ -17,10 +17,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from relay.core import history_digest
-from relay.core.canonical import Budget, CanonicalRefused
+from relay.core.canonical import Budget, CanonicalRefused, render_sorted
 from relay.core.history_digest import history_digests
 from relay.core.limits import CHUNK_BYTES, CanonicalLimits
-from relay.core.rendered_messages import ENTRY_OVERHEAD, RenderedMessages, message_key
+from relay.core.rendered_messages import (
+    ENTRY_OVERHEAD,
+    IDLE_CALLS,
+    RenderedMessages,
+    message_key,
+)
 from relay.core.scope import Scope
 from tests.support.identity_cases import CALL, HISTORY, SCOPE, USER, make_scope, sdk_dump
 
@@ -199,19 +204,21 @@ def outcome(scope: Scope, history: list[Any], exclude: bool, memo: RenderedMessa
         min_size=2,
         max_size=5,
     ),
-    st.sampled_from([4096, 64 * 1024, 8 * 1024 * 1024]),
+    st.sampled_from([4096, 64 * 1024, 16 * 1024 * 1024]),
+    st.sampled_from([0, 1, IDLE_CALLS]),
 )
 def test_digests_with_the_memo_are_the_digests_without(
     hashed: list[bool],
     pool: list[Any],
     requests: list[tuple[list[int], bool, int]],
     capacity: int,
+    idle_calls: int,
 ) -> None:
     """Histories drawn from one pool share messages: each request, twice (cold, then warm
     from itself), against a memo warm from the requests before (evicting at the smaller
     bounds, rebinding when the flag or the limits change), its messages fresh copies (as a
     new request parses them)."""
-    memo = RenderedMessages(capacity)
+    memo = RenderedMessages(capacity, idle_calls)
     for picks, exclude, which in requests:
         scope = SCOPES[which]
         history = [pool[pick % len(pool)] for pick in picks]
@@ -349,37 +356,92 @@ def cost(key: bytes, framed: bytes) -> int:
     return len(key) + len(framed) + ENTRY_OVERHEAD
 
 
-def test_the_least_recently_used_go_first_by_bytes() -> None:
-    keys = [b"k%d" % n for n in range(5)]
+def next_calls(memo: RenderedMessages, count: int = 1) -> None:
+    for _ in range(count):
+        memo.entries(SCOPE.limits, False)
+
+
+def test_the_least_recently_used_idle_entries_go_first() -> None:
+    keys = [b"k%d" % n for n in range(6)]
     framed = b"\0" * 8 + b"{}"
     memo = RenderedMessages(3 * cost(keys[0], framed))
+    next_calls(memo)
     for key in keys[:3]:
         memo.remember(key, framed, 1)
-    assert memo.recall(keys[0]) == (framed, 1)  # now the most recent
-    memo.remember(keys[3], framed, 1)
-    assert [memo.recall(key) is not None for key in keys] == [True, False, True, True, False]
+    memo.remember(keys[3], framed, 1)  # all in use by this call: not kept
+    assert [key in memo._entries for key in keys] == [True, True, True, False, False, False]
+    next_calls(memo, IDLE_CALLS - 1)
+    assert memo.recall(keys[0]) == [framed, 1, memo.calls]  # in use again
+    memo.remember(keys[3], framed, 1)  # the others are not idle yet: not kept
+    next_calls(memo)
+    memo.remember(keys[3], framed, 1)  # keys[1] is idle now, and the least recently used
+    memo.remember(keys[4], framed, 1)  # then keys[2]
+    memo.remember(keys[5], framed, 1)  # keys[0] is not idle: not kept
+    assert [key in memo._entries for key in keys] == [True, False, False, True, True, False]
     assert memo.bytes == 3 * cost(keys[0], framed) and len(memo) == 3
     memo.remember(keys[0], framed, 1)  # already there: counted once
     assert memo.bytes == 3 * cost(keys[0], framed)
 
 
 @pytest.mark.parametrize(
-    ("entries", "capacity", "kept"),
+    ("entries", "capacity", "idle", "kept"),
     [
-        ([10, 10, 10], 3 * (10 + ENTRY_OVERHEAD), [0, 1, 2]),
-        ([10, 10, 10], 3 * (10 + ENTRY_OVERHEAD) - 1, [1, 2]),
-        ([10, 50, 10], 2 * (10 + ENTRY_OVERHEAD) + 50, [1, 2]),
-        ([10, 3000, 10], 2000, [0, 2]),  # larger than the whole bound: not kept
-        ([5000], 4096, []),
+        ([10, 10, 10], 3 * (10 + ENTRY_OVERHEAD), False, [0, 1, 2]),
+        ([10, 10, 10], 3 * (10 + ENTRY_OVERHEAD) - 1, False, [0, 1]),
+        ([10, 10, 10], 3 * (10 + ENTRY_OVERHEAD) - 1, True, [1, 2]),
+        ([10, 50, 10], 2 * (10 + ENTRY_OVERHEAD) + 50, False, [0, 1]),
+        ([10, 50, 10], 2 * (10 + ENTRY_OVERHEAD) + 50, True, [1, 2]),
+        ([50, 10, 10], 2 * (10 + ENTRY_OVERHEAD) + 50, True, [1, 2]),  # one makes room for two
+        ([10, 3000, 10], 2000, True, [0, 2]),  # larger than the whole bound: not kept
+        ([5000], 4096, True, []),
     ],
 )
-def test_the_bound_is_bytes(entries: list[int], capacity: int, kept: list[int]) -> None:
+def test_the_bound_is_bytes(entries: list[int], capacity: int, idle: bool, kept: list[int]) -> None:
+    """Remembered in one call (each in use) or each after the others went idle."""
     memo = RenderedMessages(capacity)
     keys = [b"%d" % n for n in range(len(entries))]  # one byte each
     for key, size in zip(keys, entries, strict=True):
+        next_calls(memo, IDLE_CALLS if idle else 0)
         memo.remember(key, b"x" * (size - 1), 1)
     assert [n for n, key in enumerate(keys) if key in memo._entries] == kept
     assert memo.bytes == sum(entries[n] + ENTRY_OVERHEAD for n in kept) <= capacity
+
+
+@pytest.mark.parametrize(
+    ("idle_calls", "renders", "keys"), [(IDLE_CALLS, [0, 5], [10, 6]), (0, [10, 10], [10, 10])]
+)
+def test_histories_outgrowing_the_bound_keep_what_is_in_use(
+    monkeypatch: pytest.MonkeyPatch, idle_calls: int, renders: list[int], keys: list[int]
+) -> None:
+    """Two sessions taking turns, their histories together half again the bound: each keeps
+    what it had when the bound was reached, and past its first message with no room a
+    history goes on without the memo (no key either). Plain LRU (idle_calls 0) would
+    evict, on each turn, what that turn is about to look up: nothing is ever found."""
+    one, other = (
+        [{"role": "user", "content": f"{name} {n:04}"} for n in range(10)] for name in "ab"
+    )
+    entry = len(message_key(one[0]) or b"") + 8 + len(render_sorted(one[0])) + ENTRY_OVERHEAD
+    memo = RenderedMessages(15 * entry, idle_calls)
+    rendered: list[int] = []
+    keyed: list[int] = []
+    flat = Budget.render_flat
+
+    def counting(budget: Budget, value: dict[Any, Any]) -> bytes | None:
+        rendered[-1] += 1
+        return flat(budget, value)
+
+    def key(message: dict[str, Any]) -> bytes | None:
+        keyed[-1] += 1
+        return message_key(message)
+
+    monkeypatch.setattr(Budget, "render_flat", counting)
+    monkeypatch.setattr(history_digest, "message_key", key)
+    for history in (one, other, one, other, one, other):
+        rendered.append(0)
+        keyed.append(0)
+        history_digests(SCOPE, copy.deepcopy(history), memo=memo)
+    assert rendered[:2] == [10, 10] and rendered[2:] == renders * 2
+    assert keyed[2:] == keys * 2
 
 
 def test_the_renderer_paths_are_all_remembered() -> None:
