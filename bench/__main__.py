@@ -339,9 +339,10 @@ def report(result: dict[str, Any]) -> str:
     )
     out.append(table(
         ["messages", "body MB", "json.loads ms", "identity ms", "identity/loads",
-         "µs/message"],
+         "µs/message", "identity, renderings remembered ms"],
         [[str(r["messages"]), f"{r['body_bytes'] / 1e6:.2f}", ms(r["loads_seconds"]),
-          ms(r["identity_seconds"]), x(r["ratio"]), f"{r['identity_us_per_message']:.1f}"]
+          ms(r["identity_seconds"]), x(r["ratio"]), f"{r['identity_us_per_message']:.1f}",
+          ms(r["identity_warm_seconds"])]
          for r in identity["rows"]],
     ))  # fmt: skip
     out.append(f"Linearity (µs/message, largest / second largest): {identity['linearity']:.2f}. "

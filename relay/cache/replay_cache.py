@@ -26,6 +26,7 @@ from relay.core.hot_blocks import HotBlocks
 from relay.core.planner import PlanLimits
 from relay.core.receipts import Reason
 from relay.core.records import MarkerKind
+from relay.core.rendered_messages import RenderedMessages
 from relay.core.replay_header import PASSTHROUGH
 from relay.core.replay_stats import ReplayStats
 from relay.core.resources import CapacityLedger
@@ -157,6 +158,8 @@ class ReplayCache:
         )
         self._relay_token = relay_token
         self._scopes: OrderedDict[tuple[object, ...], Scope] = OrderedDict()  # see _scope
+        # The last requests' message renderings: a session resends its history every turn.
+        self.rendered = RenderedMessages()
         self.gap_recorded = False  # off over a store: this process made the gap durable
 
     @classmethod
@@ -359,7 +362,9 @@ class ReplayCache:
             scope = self._scope(request, upstream)
             # Summaries sent as reasoning_content may or may not come back from the
             # client: leave that field out of the identity when they are on.
-            history = history_digests(scope, messages, exclude_reasoning_content=summaries)
+            history = history_digests(
+                scope, messages, exclude_reasoning_content=summaries, memo=self.rendered
+            )
         except CanonicalRefused:
             # Deterministic: the same scoped history always gets this answer, and no
             # longer history can fit either. No intent, no marker.

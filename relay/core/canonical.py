@@ -64,6 +64,7 @@ _MEASURE_SLICE: Final = 65536
 _SHORT: Final = 256  # below this, one encoding call beats counting
 # The framing of every document: its length as a u64 big-endian count of bytes.
 U64: Final = struct.Struct(">Q")
+FRAMING: Final = U64.size
 _INT_MIN: Final = -(2**63)
 _INT_MAX: Final = 2**64 - 1
 

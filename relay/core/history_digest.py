@@ -24,6 +24,7 @@ from typing import Any, Final, NamedTuple
 
 from relay.core.assistant_render import render_assistant
 from relay.core.canonical import (
+    FRAMING,
     Budget,
     CanonicalLimitExceeded,
     Fanout,
@@ -32,6 +33,7 @@ from relay.core.canonical import (
 )
 from relay.core.envelope import is_assistant, normalize_assistant, normalize_message
 from relay.core.limits import CanonicalLimits
+from relay.core.rendered_messages import RenderedMessages, message_key
 from relay.core.scope import Hasher, Scope
 
 ENVELOPE_TAGS: Final = (b"rrr/envelope/v1\0", b"rrr/envelope-without-reasoning-content/v1\0")
@@ -107,7 +109,11 @@ class HistoryDigests:
 
 
 def history_digests(
-    scope: Scope, messages: Sequence[Any], *, exclude_reasoning_content: bool = False
+    scope: Scope,
+    messages: Sequence[Any],
+    *,
+    exclude_reasoning_content: bool = False,
+    memo: RenderedMessages | None = None,
 ) -> HistoryDigests:
     """Digest every prefix of a visible history (Chat messages, as the client sent them).
 
@@ -115,6 +121,11 @@ def history_digests(
     this raises ``CanonicalRefused`` having hashed nothing. Measuring renders each
     document that fits one chunk (the one-pass renderers, :meth:`Budget.render_text`)
     into one buffer of framed texts, so emitting is hashing slices of it.
+
+    ``memo``: renderings remembered from earlier calls (:mod:`relay.core.rendered_messages`);
+    a message found there is charged its remembered size and nodes instead of being
+    rendered again (when that breaks a limit, it is rendered for the exact refusal), and
+    every message rendered whole is remembered. The result is the same with or without.
     """
     limits = scope.limits
     if len(messages) > limits.max_messages:
@@ -128,15 +139,31 @@ def history_digests(
     streamed: dict[int, object] = {}  # position -> normalized value too long to render
     assistants: list[bool] = []
     first_answers: dict[str, int] = {}
+    # The memo's renderings (None: no memo), bound to these limits and this flag.
+    recall = memo.entries(limits, flag).recall if memo is not None else None
+    size: int | None
     for position, message in enumerate(messages):
-        role = message.get("role") if type(message) is dict else None
+        is_dict = type(message) is dict
+        role = message.get("role") if is_dict else None
         assistant = role == "assistant"  # is_assistant
         if role == "tool" and isinstance(call_id := message.get("tool_call_id"), str):
             first_answers.setdefault(call_id, position)
-        size: int | None
+        remembered = None  # the message's memo key, when it has one
+        if recall is not None and is_dict and (remembered := message_key(message)) is not None:
+            found = recall(remembered)
+            # The memo is bound to the limits, so the message's depth fits them: only the
+            # totals may differ from when it was remembered. Over them, it is rendered
+            # again below for the exact refusal.
+            if found is not None and budget.admit(len(found[0]) - FRAMING, found[1], 0):
+                rendered_history += found[0]
+                sizes.append(len(found[0]) - FRAMING)
+                ends.append(len(rendered_history))
+                assistants.append(assistant)
+                continue
+        nodes_before = budget.nodes
         if assistant:
             size = render_assistant(message, flag, budget, rendered_history)
-        elif type(message) is dict:
+        elif is_dict:
             size = append_framed(rendered_history, budget.render_flat(message))
         else:
             size = None
@@ -147,6 +174,11 @@ def history_digests(
                 streamed[position] = value
             else:
                 append_framed(rendered_history, text)
+        if remembered is not None and position not in streamed:
+            assert memo is not None
+            framed = bytes(rendered_history[len(rendered_history) - FRAMING - size :])
+            if not memo.remember(remembered, framed, budget.nodes - nodes_before):
+                recall = None  # no room: the rest of this history goes without the memo
         sizes.append(size)
         ends.append(len(rendered_history))  # unchanged: streamed (a framing is >= 8 bytes)
         assistants.append(assistant)

@@ -4,6 +4,7 @@ a scope exactly when their inputs are equal, and a repeat is not rendered again.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ from hypothesis import strategies as st
 
 from relay.cache.replay_cache import SCOPE_MEMO_ENTRIES, UpstreamIdentity
 from relay.clock import ManualClock
+from relay.core import history_digest
+from relay.core.history_digest import history_digests
 from relay.core.scope import build_scope
 from relay.translate.request import translate_request
 from relay.translate.request_types import TranslatedRequest
@@ -86,3 +89,37 @@ def test_a_repeat_is_not_rendered_again(relay: Relay) -> None:
         relay.cache._scope(translated({"tools": [], "user": f"u{n}"}), identity)
     again = relay.cache._scope(request, identity)
     assert again == first and again is not first
+
+
+def never(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("rendered again")
+
+
+def test_a_session_s_messages_are_rendered_once(
+    relay: Relay, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cache's own memo of message renderings (relay.core.rendered_messages): the next
+    turn, parsed afresh, renders only its new message and digests as if rendered anew."""
+    turn: list[dict[str, Any]] = [
+        {"role": "user", "content": "read a.py"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+        ]},
+        {"role": "tool", "tool_call_id": "c1", "content": "print(1)"},
+    ]  # fmt: skip
+    body: dict[str, Any] = {"model": "gpt-5", "messages": turn}
+    known = len(relay.cache.rendered)  # the driver's probe
+    first = relay.cache.begin(translate_request(body, GPT5, reasoning_summaries=False), body, "r1")
+    assert first is not None
+    first.abort("test")
+    assert len(relay.cache.rendered) == known + len(turn)
+    monkeypatch.setattr(history_digest, "render_assistant", never)
+    next_body = copy.deepcopy(body)
+    next_body["messages"].append({"role": "user", "content": "and b.py"})  # rendered: flat
+    request = translate_request(next_body, GPT5, reasoning_summaries=False)
+    session = relay.cache.begin(request, next_body, "r2")
+    assert session is not None
+    monkeypatch.undo()
+    scope = relay.cache._scope(request, relay.cache._upstream)
+    assert session._history == history_digests(scope, next_body["messages"])
+    session.abort("test")

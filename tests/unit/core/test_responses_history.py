@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relay.core.history_digest import history_digests
+from relay.core.rendered_messages import RenderedMessages
 from relay.core.responses_history import (
     REASON_TEXT,
     Underivable,
@@ -343,11 +344,14 @@ def _as_the_model_reads_it(input_value: Any, instructions: Any) -> Any:
 
 class _Judge:
     """Hashes bodies with the real scope and digests; two bodies that share a final digest
-    must be the same input up to the declared equivalences."""
+    must be the same input up to the declared equivalences. The digests are computed with
+    one memo of renderings for all bodies too (relay.core.rendered_messages), and must be
+    the same: the derived messages share no key unless they render alike."""
 
     def __init__(self) -> None:
         self.scope = make_scope(body_shape="responses")
         self.seen: dict[str, Any] = {}
+        self.memo = RenderedMessages()
 
     def check(self, input_value: Any, instructions: Any) -> None:
         derived = derive_responses_history(input_value, instructions, JUDGED_TOOLS)
@@ -357,7 +361,9 @@ class _Judge:
         reads = _as_the_model_reads_it(input_value, instructions)
         if reads is None:
             return  # refused before anything is cached
-        digest = history_digests(self.scope, derived[0]).boundaries[-1]
+        digests = history_digests(self.scope, derived[0])
+        assert history_digests(self.scope, derived[0], memo=self.memo) == digests
+        digest = digests.boundaries[-1]
         assert self.seen.setdefault(digest, reads) == reads, (input_value, instructions)
 
 
