@@ -17,7 +17,7 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Final, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 import orjson
 
@@ -93,8 +93,7 @@ class Rejection:
     observation_id: int | None = None
 
 
-@dataclass(frozen=True)
-class SelectedBlock:
+class SelectedBlock(NamedTuple):  # a named tuple: a plan selects hundreds per request
     observation: Observation
     payload: VerifiedPayload
 
@@ -180,6 +179,9 @@ class _Planning:
     limits: PlanLimits
     hot: HotBlocks | None
     work: int = 0
+    # A payload whose stored touch is older than this has expired (the same bound for
+    # every block of this planning: ``now`` less the idle window).
+    expired_before: float = 0.0
     blocks_by_position: dict[int, AssistantBlockKey] = field(default_factory=dict)
     verified: dict[int, SelectedBlock] = field(default_factory=dict)
     by_id: dict[int, Observation] = field(default_factory=dict)
@@ -254,6 +256,7 @@ def plan_replay(
     """The replay plan for one visible history (``messages`` as the client sent them).
     ``hot`` is the hot cache to use and fill (none: every payload is read and verified)."""
     state = _Planning(history, messages, source, generation, now, limits, hot)
+    state.expired_before = now - idle_window_s(limits.retention_s)
     state.blocks_by_position = {block.position: block for block in history.assistant_blocks}
     rejections: list[Rejection] = []
     unmatched = 0
@@ -347,12 +350,12 @@ def _plan_for(
         raise _Rejected(Reason.ANCESTOR_REORDERED, record)
     intents = state.source.unresolved_intents_at({member.start_digest for member in chain})
     for member in chain:
-        _check_identity(state, member, intents.get(member.start_digest, set()))
+        _check_identity(state, member, intents.get(member.start_digest, _NO_INTENTS))
     _check_markers(state, chain)
     _check_descendants(state, record, record.chain_plan)
     state.load_payloads(chain)
-    selected = tuple(_verified_block(state, member) for member in chain)
-    if sum(block.size for block in selected) > state.limits.max_replay_bytes:
+    selected = tuple([_verified_block(state, member) for member in chain])
+    if sum([block.payload.size for block in selected]) > state.limits.max_replay_bytes:
         raise _Rejected(Reason.REPLAY_TOO_LARGE, record)
     _check_unique_items(selected)
     return selected
@@ -378,7 +381,12 @@ def _check_snapshot(state: _Planning, record: Observation) -> None:
         raise _Rejected(Reason.SNAPSHOT_NOT_ACCEPTED, record)
 
 
-def _check_identity(state: _Planning, record: Observation, open_intents: set[str]) -> None:
+_NO_INTENTS: Final[frozenset[str]] = frozenset()
+
+
+def _check_identity(
+    state: _Planning, record: Observation, open_intents: set[str] | frozenset[str]
+) -> None:
     block = state.blocks_by_position.get(record.position)
     if block is None or block.end_digest != record.end_digest:
         raise _Rejected(Reason.ANCESTOR_MISSING, record)
@@ -462,7 +470,7 @@ def _verified_block(state: _Planning, record: Observation) -> SelectedBlock:
         raise _Rejected(Reason.REPLAY_TOO_LARGE, record)
     if row is None:
         raise _Rejected(Reason.PAYLOAD_MISSING, record)
-    if row.touched_at < state.now - idle_window_s(state.limits.retention_s):
+    if row.touched_at < state.expired_before:
         raise _Rejected(Reason.RECORD_EXPIRED, record)
     payload = None
     if state.hot is not None:
@@ -532,8 +540,11 @@ def _check_call_pairing(
     under ``custom``), and each must be answered by a tool result after it and never
     before it."""
     message = messages[record.position]
+    tool_calls = message.get("tool_calls")
+    if not calls and not tool_calls:
+        return  # no call on either side: nothing to pair
     visible = []
-    for call in message.get("tool_calls") or []:
+    for call in tool_calls or []:
         kind = "custom" if isinstance(call, dict) and call.get("type") == "custom" else "function"
         named = call.get(kind) if isinstance(call, dict) else None
         name = named.get("name") if isinstance(named, dict) else None
