@@ -25,6 +25,7 @@ from relay.core.deletion_barrier import DAY_S
 from relay.core.history_digest import AssistantBlockKey, HistoryDigests
 from relay.core.hot_blocks import HotBlocks, VerifiedPayload
 from relay.core.json_bytes import RawItems
+from relay.core.plan_memo import ChainVerdict, PlanMemo
 from relay.core.receipts import Reason
 from relay.core.records import (
     EMPTY_PLAN,
@@ -61,6 +62,10 @@ class RecordSource(Protocol):
     def lineage(self, observation_id: int, limit: int) -> Sequence[Observation]:
         """The record ``observation_id`` and up to ``limit - 1`` more up its parent links,
         nearest first, as far as they lead (the planner checks every link itself)."""
+
+    def observations_by_id(self, observation_ids: Iterable[int]) -> Sequence[Observation]:
+        """The records with these ids (an id no record of the scope has is left out), in
+        any order, in a few queries: the ancestors a remembered chain names."""
 
     def poisoned_starts(self, start_digests: Iterable[str]) -> set[str]: ...
     def conflicted_ends(self, end_digests: Iterable[str]) -> set[str]: ...
@@ -178,6 +183,7 @@ class _Planning:
     now: float
     limits: PlanLimits
     hot: HotBlocks | None
+    memo: PlanMemo | None = None
     work: int = 0
     # A payload whose stored touch is older than this has expired (the same bound for
     # every block of this planning: ``now`` less the idle window).
@@ -252,10 +258,13 @@ def plan_replay(
     now: float,
     limits: PlanLimits = PlanLimits(),
     hot: HotBlocks | None = None,
+    memo: PlanMemo | None = None,
 ) -> Plan:
     """The replay plan for one visible history (``messages`` as the client sent them).
-    ``hot`` is the hot cache to use and fill (none: every payload is read and verified)."""
-    state = _Planning(history, messages, source, generation, now, limits, hot)
+    ``hot`` is the hot cache to use and fill (none: every payload is read and verified);
+    ``memo`` the chain verdicts to use and fill (none: every chain is checked in full).
+    Either one changes what is derived again, never the plan."""
+    state = _Planning(history, messages, source, generation, now, limits, hot, memo)
     state.expired_before = now - idle_window_s(limits.retention_s)
     state.blocks_by_position = {block.position: block for block in history.assistant_blocks}
     rejections: list[Rejection] = []
@@ -333,19 +342,24 @@ def _plan_for(
     if not plan.well_formed:
         raise _Rejected(Reason.NOT_REPLAYABLE, record)
     _check_snapshot(state, record)
+    verdict = _remembered(state, record)
     ancestors = state.ancestors(record, plan.count)
+    chain = [*reversed(ancestors), record]
+    # The oldest ``proven`` members are a remembered chain's very rows: their links and
+    # order passed (plan_memo); the rest are derived here, nearest first as always.
+    proven = verdict.proves(chain) if verdict is not None else 0
+    unproven_links = len(chain) - proven if proven else len(ancestors)
     child = record
-    for ancestor in ancestors:
+    for index, ancestor in enumerate(ancestors):
         state.spend()
         # Each link must be the plan its child recorded: one block shorter, and the same
         # chain digest once the ancestor's own ref is folded in.
-        if not _links(ancestor, child):
+        if index < unproven_links and not _links(ancestor, child):
             raise _Rejected(Reason.ANCESTOR_REORDERED, ancestor)
         child = ancestor
     if len(ancestors) < plan.count:
         raise _Rejected(Reason.ANCESTOR_MISSING, record)
-    chain = [*reversed(ancestors), record]
-    positions = [member.position for member in chain]
+    positions = [member.position for member in chain[max(proven - 1, 0) :]]
     if positions != sorted(set(positions)):
         raise _Rejected(Reason.ANCESTOR_REORDERED, record)
     intents = state.source.unresolved_intents_at({member.start_digest for member in chain})
@@ -357,8 +371,55 @@ def _plan_for(
     selected = tuple([_verified_block(state, member) for member in chain])
     if sum([block.payload.size for block in selected]) > state.limits.max_replay_bytes:
         raise _Rejected(Reason.REPLAY_TOO_LARGE, record)
-    _check_unique_items(selected)
+    item_keys = tuple([block.payload.item_keys for block in selected])
+    if verdict is None or not proven or item_keys[:proven] != verdict.item_keys[:proven]:
+        verdict, proven = None, 0  # the item ids are checked in full
+    _check_unique_items(selected[proven:], verdict.keys if verdict is not None else frozenset())
+    if state.memo is not None:
+        if proven:
+            state.memo.hits += 1
+        if verdict is None or proven < len(chain):
+            state.memo.put(_verdict_of(chain, item_keys, verdict, proven))
     return selected
+
+
+def _remembered(state: _Planning, record: Observation) -> ChainVerdict | None:
+    """The remembered verdict of ``record``'s chain, or else of its parent's (the previous
+    turn's plan); the rows it names beneath ``record`` are read now, in one query, for
+    :meth:`_Planning.ancestors` to find (the same rows its walk would read)."""
+    memo = state.memo
+    if memo is None:
+        return None
+    parent_id = record.prior_plan.parent_id
+    verdict = memo.get(record.id)
+    if verdict is None and parent_id is not None:
+        verdict = memo.get(parent_id)
+    if verdict is None:
+        return None
+    members = verdict.chain[:-1] if verdict.chain[-1].id == record.id else verdict.chain
+    count = record.prior_plan.count
+    wanted = [
+        member.id
+        for member in members[max(0, len(members) - count) :]
+        if member.id not in state.by_id and member.id not in state.absent
+    ]
+    if wanted:
+        for row in state.source.observations_by_id(wanted):
+            state.by_id.setdefault(row.id, row)
+    return verdict
+
+
+def _verdict_of(
+    chain: Sequence[Observation],
+    item_keys: tuple[tuple[tuple[str, str], ...], ...],
+    verdict: ChainVerdict | None,
+    proven: int,
+) -> ChainVerdict:
+    """The verdict of a chain that passed: ``verdict``'s item ids (its first ``proven``
+    members') and the rest."""
+    keys = verdict.keys if verdict is not None else frozenset()
+    added = [key for member_keys in item_keys[proven:] for key in member_keys]
+    return ChainVerdict(tuple(chain), item_keys, keys.union(added))
 
 
 def _links(parent: Observation, child: Observation) -> bool:
@@ -557,10 +618,14 @@ def _check_call_pairing(
             raise _Rejected(Reason.CALL_PAIRING_BROKEN, record)
 
 
-def _check_unique_items(selected: Sequence[SelectedBlock]) -> None:
+def _check_unique_items(
+    selected: Sequence[SelectedBlock], earlier: frozenset[tuple[str, str]] = frozenset()
+) -> None:
+    """No item id twice among ``selected`` and the blocks before them (``earlier``: their
+    keys, already found distinct)."""
     seen: set[tuple[str, str]] = set()
     for block in selected:
         for key in block.payload.item_keys:
-            if key in seen:
+            if key in seen or key in earlier:
                 raise _Rejected(Reason.DUPLICATE_ITEM, block.observation)
             seen.add(key)
