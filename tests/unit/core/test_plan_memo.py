@@ -64,7 +64,9 @@ class Conversation:
     """A store holding one record per assistant turn, each generated with every earlier
     one replayed (as the session records them), and the history digests to plan with."""
 
-    def __init__(self, store: ReasoningStore) -> None:
+    def __init__(self, store: ReasoningStore, *, limit: int | None = None) -> None:
+        """``limit``: the plan limit the turns were made under: past it, every turn was
+        generated on the last chain that fits (the planner offers nothing longer)."""
         self.store = store
         self.messages = conversation()
         self.history = history_digests(SCOPE, self.messages)
@@ -72,7 +74,8 @@ class Conversation:
         self.records: list[Observation] = []
         with store.transaction():
             for turn, key in enumerate(self.history.assistant_blocks):
-                self.records.append(self.add(turn, key.position, self.records))
+                prior = self.records[: limit or len(self.records)]
+                self.records.append(self.add(turn, key.position, prior))
 
     def add(self, turn: int, position: int, prior: list[Observation]) -> Observation:
         key = {b.position: b for b in self.history.assistant_blocks}[position]
@@ -121,11 +124,11 @@ class Conversation:
 
 
 @contextmanager
-def stored_conversation() -> Iterator[Conversation]:
+def stored_conversation(*, limit: int | None = None) -> Iterator[Conversation]:
     with tempfile.TemporaryDirectory() as data:
         store = ReasoningStore.open(Path(data) / "replay.db", clock=ManualClock())
         try:
-            yield Conversation(store)
+            yield Conversation(store, limit=limit)
         finally:
             store.close()
 
@@ -140,6 +143,9 @@ def talk() -> Iterator[Conversation]:
 
 TAMPERED_COLUMNS = {
     "chain": "UPDATE observations SET prior_chain = upper(prior_chain) WHERE id = ?",
+    # still a well-formed digest, but not the one its parent's chain folds to
+    "chain_rotated": "UPDATE observations "
+    "SET prior_chain = substr(prior_chain, 2) || substr(prior_chain, 1, 1) WHERE id = ?",
     "count": "UPDATE observations SET prior_plan_count = prior_plan_count + 1 WHERE id = ?",
     "parent": "UPDATE observations SET parent_id = NULL WHERE id = ?",
     "position": "UPDATE observations SET position = position + 1 WHERE id = ?",
@@ -219,19 +225,22 @@ plans = st.lists(st.integers(1, TURNS), min_size=1, max_size=3)
 @given(
     script=st.lists(st.tuples(plans, steps), min_size=1, max_size=6),
     small_plans=st.booleans(),
+    capped=st.booleans(),
     hot_too=st.booleans(),
 )
 def test_planning_with_the_memo_is_planning_without_it(
-    script: list[tuple[list[int], tuple[Any, ...]]], small_plans: bool, hot_too: bool
-) -> None:
+    script: list[tuple[list[int], tuple[Any, ...]]], small_plans: bool, capped: bool,
+    hot_too: bool,
+) -> None:  # fmt: skip
     """Cold, warm, warm from another history, after each change to the store: the same
     blocks, rejections (reason, position, record), unmatched count and validated records
     with their touches."""
     memo = PlanMemo()
     hot = HotBlocks(1 << 20) if hot_too else None
-    # A small plan limit makes the budget and the plan-length rule part of the search.
+    # A small plan limit makes the budget and the plan-length rule part of the search;
+    # ``capped``: the turns were made under that limit (a plan that stops growing).
     limits = {"max_plan_records": 3} if small_plans else {}
-    with stored_conversation() as talk:
+    with stored_conversation(limit=3 if capped else None) as talk:
         for turns_list, step in script:
             for turns in turns_list:
                 remembered = talk.plan(turns, memo=memo, hot=hot, **limits)
@@ -273,6 +282,18 @@ def test_a_warm_plan_is_the_remembered_chain_and_checks_only_the_new_link(
     assert memo.hits == TURNS - 1
 
 
+def test_at_the_plan_limit_each_turn_replays_the_last_chain_that_fits_from_the_memo() -> None:
+    """Past the limit the newest records' chains are too long, so every turn's plan is the
+    last chain that fits: the memo covers all of it, turn after turn."""
+    with stored_conversation(limit=3) as talk:
+        memo = PlanMemo()
+        for turns in range(3, TURNS + 1):
+            plan = talk.plan(turns, memo=memo, hot=None, max_plan_records=3)
+            assert plan == talk.plan(turns, memo=None, hot=None, max_plan_records=3)
+            assert [b.observation for b in plan.blocks] == talk.records[:3]
+        assert memo.hits == TURNS - 3  # every turn after the first that reached the limit
+
+
 def test_a_warm_plan_reads_its_ancestors_by_id_in_one_query(talk: Conversation) -> None:
     """The previous plan's chain is read by id (the rows the walk would read): no
     recursive walk once the memo names them."""
@@ -302,6 +323,23 @@ def test_a_changed_row_is_not_covered_by_its_old_verdict(talk: Conversation) -> 
     plan = talk.plan(TURNS, memo=memo, hot=None)
     assert plan == talk.plan(TURNS, memo=None, hot=None)
     assert [r.reason for r in plan.rejections][:1] == [Reason.ANCESTOR_REORDERED]
+
+
+def test_a_new_block_on_a_remembered_chain_has_its_own_link_checked(
+    talk: Conversation,
+) -> None:
+    """The previous turn's verdict covers the chain beneath the new block, never the new
+    block's link to it: a well-formed chain digest that its parent's chain does not fold
+    to is refused, as without the memo."""
+    memo = PlanMemo()
+    talk.plan(TURNS - 1, memo=memo, hot=None)
+    newest, parent = talk.records[-1], talk.records[-2]
+    talk.sql(TAMPERED_COLUMNS["chain_rotated"], newest.id)
+    plan = talk.plan(TURNS, memo=memo, hot=None)
+    assert plan == talk.plan(TURNS, memo=None, hot=None)
+    assert memo.hits == 0  # the chain beneath was covered, but the plan failed
+    first = plan.rejections[0]
+    assert (first.reason, first.observation_id) == (Reason.ANCESTOR_REORDERED, parent.id)
 
 
 def test_a_verdict_whose_item_keys_differ_covers_no_item_check(talk: Conversation) -> None:
