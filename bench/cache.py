@@ -38,6 +38,7 @@ from relay.clock import SystemClock
 from relay.core.capture import PAYLOAD_DOMAIN, ClientProjection, OutputCapture, finish_capture
 from relay.core.history_digest import HistoryDigests, history_digests
 from relay.core.hot_blocks import HotBlocks
+from relay.core.plan_memo import PlanMemo
 from relay.core.planner import Plan, plan_replay
 from relay.core.records import EMPTY_PLAN, Observation, ScopeRow
 from relay.core.responses_events import decode
@@ -171,8 +172,8 @@ def bench_cache_scaling(sizes: Sequence[int] = SIZES, *, repeat: int = 7) -> dic
     the same store and hot cache, outside a transaction): ``begin`` + ``plan`` is the
     issue's "identity + planning" (target ≤ 2x loads), ``begin`` + ``dispatch`` adds the
     intent. The hot cache is warm there, as it is for Cursor's next turn of the same
-    conversation; ``plan_cold`` plans with an empty one (the first request after a start),
-    verifying and caching every payload.
+    conversation; ``plan_cold`` plans with an empty one and an empty plan memo (the first
+    request after a start), verifying and caching every payload and every link.
 
     Per size, over a store holding every assistant block of the history: best seconds of
     ``json.loads`` and of ``begin`` (eligibility and identity; sampled round-robin like
@@ -220,6 +221,7 @@ def bench_cache_scaling(sizes: Sequence[int] = SIZES, *, repeat: int = 7) -> dic
                         generation=row.generation, now=time.time(),
                         limits=cache._context.plan_limits,
                         hot=HotBlocks(hot.capacity_bytes) if cold else hot,
+                        memo=PlanMemo() if cold else cache._context.plan_memo,
                     )  # fmt: skip
 
                 samples = sampled_times(

@@ -23,6 +23,7 @@ from relay.clock import Clock
 from relay.core.canonical import CanonicalRefused
 from relay.core.history_digest import HistoryDigests, history_digests
 from relay.core.hot_blocks import HotBlocks
+from relay.core.plan_memo import PlanMemo
 from relay.core.planner import PlanLimits
 from relay.core.receipts import Reason
 from relay.core.records import MarkerKind
@@ -138,6 +139,7 @@ class ReplayCache:
         self.metrics = CacheMetrics()
         self.capacity = CapacityLedger(config.cache_budget)
         self.hot_blocks = HotBlocks(config.cache_budget.hot_cache_bytes)
+        self.plan_memo = PlanMemo()
         self._upstream = UpstreamIdentity.of(upstream_url, upstream_credential)
         if upstream_origin is not None:  # EMBEDDED_FAKE_ORIGIN: stable across starts
             self._upstream = replace(self._upstream, origin=upstream_origin)
@@ -153,6 +155,7 @@ class ReplayCache:
             new_id=new_id,
             capacity=self.capacity,
             hot_blocks=self.hot_blocks,
+            plan_memo=self.plan_memo,
             resend_rejected=config.replay_rejection_resend,
             safety=safety,
         )

@@ -22,6 +22,7 @@ from relay.core.canonical import CanonicalRefused
 from relay.core.capture import CaptureResult
 from relay.core.history_digest import AssistantBlockKey, HistoryDigests
 from relay.core.hot_blocks import HotBlocks
+from relay.core.plan_memo import PlanMemo
 from relay.core.planner import Plan, PlanLimits, Rejection, plan_replay
 from relay.core.receipts import Reason
 from relay.core.records import (
@@ -62,6 +63,9 @@ class SessionContext:
     resend_rejected: bool  # RELAY_REPLAY_REJECTION_RESEND: resend once without replay
     # Reserve, latch, admission (design §6 disk pressure); SharedSafety on PostgreSQL.
     safety: DiskSafety | SharedSafety | None = None
+    # Chain verdicts of earlier plans (design §21), shared by every plan; none: each chain
+    # is checked in full.
+    plan_memo: PlanMemo | None = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,7 @@ class CacheSession:
                 now=now,
                 limits=self._ctx.plan_limits,
                 hot=self._ctx.hot_blocks,
+                memo=self._ctx.plan_memo,
             )
             # Touched even when the plan is dropped below; only the rows a touch would
             # rewrite (the plan read their stored touch in this transaction).

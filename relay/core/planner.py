@@ -17,7 +17,7 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Final, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 import orjson
 
@@ -25,6 +25,7 @@ from relay.core.deletion_barrier import DAY_S
 from relay.core.history_digest import AssistantBlockKey, HistoryDigests
 from relay.core.hot_blocks import HotBlocks, VerifiedPayload
 from relay.core.json_bytes import RawItems
+from relay.core.plan_memo import ChainVerdict, PlanMemo
 from relay.core.receipts import Reason
 from relay.core.records import (
     EMPTY_PLAN,
@@ -62,6 +63,10 @@ class RecordSource(Protocol):
         """The record ``observation_id`` and up to ``limit - 1`` more up its parent links,
         nearest first, as far as they lead (the planner checks every link itself)."""
 
+    def observations_by_id(self, observation_ids: Iterable[int]) -> Sequence[Observation]:
+        """The records with these ids (an id no record of the scope has is left out), in
+        any order, in a few queries: the ancestors a remembered chain names."""
+
     def poisoned_starts(self, start_digests: Iterable[str]) -> set[str]: ...
     def conflicted_ends(self, end_digests: Iterable[str]) -> set[str]: ...
     def rejected_ends(self, end_digests: Iterable[str]) -> set[str]: ...
@@ -93,8 +98,7 @@ class Rejection:
     observation_id: int | None = None
 
 
-@dataclass(frozen=True)
-class SelectedBlock:
+class SelectedBlock(NamedTuple):  # a named tuple: a plan selects hundreds per request
     observation: Observation
     payload: VerifiedPayload
 
@@ -179,7 +183,11 @@ class _Planning:
     now: float
     limits: PlanLimits
     hot: HotBlocks | None
+    memo: PlanMemo | None = None
     work: int = 0
+    # A payload whose stored touch is older than this has expired (the same bound for
+    # every block of this planning: ``now`` less the idle window).
+    expired_before: float = 0.0
     blocks_by_position: dict[int, AssistantBlockKey] = field(default_factory=dict)
     verified: dict[int, SelectedBlock] = field(default_factory=dict)
     by_id: dict[int, Observation] = field(default_factory=dict)
@@ -250,10 +258,14 @@ def plan_replay(
     now: float,
     limits: PlanLimits = PlanLimits(),
     hot: HotBlocks | None = None,
+    memo: PlanMemo | None = None,
 ) -> Plan:
     """The replay plan for one visible history (``messages`` as the client sent them).
-    ``hot`` is the hot cache to use and fill (none: every payload is read and verified)."""
-    state = _Planning(history, messages, source, generation, now, limits, hot)
+    ``hot`` is the hot cache to use and fill (none: every payload is read and verified);
+    ``memo`` the chain verdicts to use and fill (none: every chain is checked in full).
+    Either one changes what is derived again, never the plan."""
+    state = _Planning(history, messages, source, generation, now, limits, hot, memo)
+    state.expired_before = now - idle_window_s(limits.retention_s)
     state.blocks_by_position = {block.position: block for block in history.assistant_blocks}
     rejections: list[Rejection] = []
     unmatched = 0
@@ -330,32 +342,84 @@ def _plan_for(
     if not plan.well_formed:
         raise _Rejected(Reason.NOT_REPLAYABLE, record)
     _check_snapshot(state, record)
+    verdict = _remembered(state, record)
     ancestors = state.ancestors(record, plan.count)
+    chain = [*reversed(ancestors), record]
+    # The oldest ``proven`` members are a remembered chain's very rows: their links and
+    # order passed (plan_memo); the rest are derived here, nearest first as always.
+    proven = verdict.proves(chain) if verdict is not None else 0
+    unproven_links = len(chain) - proven if proven else len(ancestors)
     child = record
-    for ancestor in ancestors:
+    for index, ancestor in enumerate(ancestors):
         state.spend()
         # Each link must be the plan its child recorded: one block shorter, and the same
         # chain digest once the ancestor's own ref is folded in.
-        if not _links(ancestor, child):
+        if index < unproven_links and not _links(ancestor, child):
             raise _Rejected(Reason.ANCESTOR_REORDERED, ancestor)
         child = ancestor
     if len(ancestors) < plan.count:
         raise _Rejected(Reason.ANCESTOR_MISSING, record)
-    chain = [*reversed(ancestors), record]
-    positions = [member.position for member in chain]
+    positions = [member.position for member in chain[max(proven - 1, 0) :]]
     if positions != sorted(set(positions)):
         raise _Rejected(Reason.ANCESTOR_REORDERED, record)
     intents = state.source.unresolved_intents_at({member.start_digest for member in chain})
     for member in chain:
-        _check_identity(state, member, intents.get(member.start_digest, set()))
+        _check_identity(state, member, intents.get(member.start_digest, _NO_INTENTS))
     _check_markers(state, chain)
     _check_descendants(state, record, record.chain_plan)
     state.load_payloads(chain)
-    selected = tuple(_verified_block(state, member) for member in chain)
-    if sum(block.size for block in selected) > state.limits.max_replay_bytes:
+    selected = tuple([_verified_block(state, member) for member in chain])
+    if sum([block.payload.size for block in selected]) > state.limits.max_replay_bytes:
         raise _Rejected(Reason.REPLAY_TOO_LARGE, record)
-    _check_unique_items(selected)
+    item_keys = tuple([block.payload.item_keys for block in selected])
+    if verdict is None or not proven or item_keys[:proven] != verdict.item_keys[:proven]:
+        verdict, proven = None, 0  # the item ids are checked in full
+    _check_unique_items(selected[proven:], verdict.keys if verdict is not None else frozenset())
+    if state.memo is not None:
+        if proven:
+            state.memo.hits += 1
+        if verdict is None or proven < len(chain):
+            state.memo.put(_verdict_of(chain, item_keys, verdict, proven))
     return selected
+
+
+def _remembered(state: _Planning, record: Observation) -> ChainVerdict | None:
+    """The remembered verdict of ``record``'s chain, or else of its parent's (the previous
+    turn's plan); the rows it names beneath ``record`` are read now, in one query, for
+    :meth:`_Planning.ancestors` to find (the same rows its walk would read)."""
+    memo = state.memo
+    if memo is None:
+        return None
+    parent_id = record.prior_plan.parent_id
+    verdict = memo.get(record.id)
+    if verdict is None and parent_id is not None:
+        verdict = memo.get(parent_id)
+    if verdict is None:
+        return None
+    members = verdict.chain[:-1] if verdict.chain[-1].id == record.id else verdict.chain
+    count = record.prior_plan.count
+    wanted = [
+        member.id
+        for member in members[max(0, len(members) - count) :]
+        if member.id not in state.by_id and member.id not in state.absent
+    ]
+    if wanted:
+        for row in state.source.observations_by_id(wanted):
+            state.by_id.setdefault(row.id, row)
+    return verdict
+
+
+def _verdict_of(
+    chain: Sequence[Observation],
+    item_keys: tuple[tuple[tuple[str, str], ...], ...],
+    verdict: ChainVerdict | None,
+    proven: int,
+) -> ChainVerdict:
+    """The verdict of a chain that passed: ``verdict``'s item ids (its first ``proven``
+    members') and the rest."""
+    keys = verdict.keys if verdict is not None else frozenset()
+    added = [key for member_keys in item_keys[proven:] for key in member_keys]
+    return ChainVerdict(tuple(chain), item_keys, keys.union(added))
 
 
 def _links(parent: Observation, child: Observation) -> bool:
@@ -378,7 +442,12 @@ def _check_snapshot(state: _Planning, record: Observation) -> None:
         raise _Rejected(Reason.SNAPSHOT_NOT_ACCEPTED, record)
 
 
-def _check_identity(state: _Planning, record: Observation, open_intents: set[str]) -> None:
+_NO_INTENTS: Final[frozenset[str]] = frozenset()
+
+
+def _check_identity(
+    state: _Planning, record: Observation, open_intents: set[str] | frozenset[str]
+) -> None:
     block = state.blocks_by_position.get(record.position)
     if block is None or block.end_digest != record.end_digest:
         raise _Rejected(Reason.ANCESTOR_MISSING, record)
@@ -462,7 +531,7 @@ def _verified_block(state: _Planning, record: Observation) -> SelectedBlock:
         raise _Rejected(Reason.REPLAY_TOO_LARGE, record)
     if row is None:
         raise _Rejected(Reason.PAYLOAD_MISSING, record)
-    if row.touched_at < state.now - idle_window_s(state.limits.retention_s):
+    if row.touched_at < state.expired_before:
         raise _Rejected(Reason.RECORD_EXPIRED, record)
     payload = None
     if state.hot is not None:
@@ -532,8 +601,11 @@ def _check_call_pairing(
     under ``custom``), and each must be answered by a tool result after it and never
     before it."""
     message = messages[record.position]
+    tool_calls = message.get("tool_calls")
+    if not calls and not tool_calls:
+        return  # no call on either side: nothing to pair
     visible = []
-    for call in message.get("tool_calls") or []:
+    for call in tool_calls or []:
         kind = "custom" if isinstance(call, dict) and call.get("type") == "custom" else "function"
         named = call.get(kind) if isinstance(call, dict) else None
         name = named.get("name") if isinstance(named, dict) else None
@@ -546,10 +618,14 @@ def _check_call_pairing(
             raise _Rejected(Reason.CALL_PAIRING_BROKEN, record)
 
 
-def _check_unique_items(selected: Sequence[SelectedBlock]) -> None:
+def _check_unique_items(
+    selected: Sequence[SelectedBlock], earlier: frozenset[tuple[str, str]] = frozenset()
+) -> None:
+    """No item id twice among ``selected`` and the blocks before them (``earlier``: their
+    keys, already found distinct)."""
     seen: set[tuple[str, str]] = set()
     for block in selected:
         for key in block.payload.item_keys:
-            if key in seen:
+            if key in seen or key in earlier:
                 raise _Rejected(Reason.DUPLICATE_ITEM, block.observation)
             seen.add(key)

@@ -174,6 +174,7 @@ class CacheApiHandler(BaseHandler):
         now = self.runtime.clock.wall()
         counts = store.stats()
         hot = self.runtime.cache.hot_blocks
+        memo = self.runtime.cache.plan_memo
         retention = self.runtime.retention
         return {
             "observations": counts["observations"],
@@ -186,6 +187,8 @@ class CacheApiHandler(BaseHandler):
                 "capacityBytes": hot.capacity_bytes,
                 "hits": hot.hits,
             },
+            # Chain verdicts remembered across plans (relay.core.plan_memo).
+            "planMemo": {"entries": len(memo), "hits": memo.hits},
             # Payload cleanup since startup and the deletion barrier (relay.cache.retention).
             "retention": None if retention is None else retention.to_json(),
             "recent": [

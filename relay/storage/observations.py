@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from relay.core.records import Observation, PriorPlan
 from relay.storage.cleanup import has_retained_descendant
@@ -42,15 +42,19 @@ _LINEAGE: Final = f"""WITH RECURSIVE walk (wid, depth) AS (
 BUILT_ROWS: Final = 4096
 
 
+class _Built(NamedTuple):
+    row: tuple[Any, ...]  # the row it was built from, every column
+    observation: Observation
+    well_formed: bool  # its stored plan's, computed once
+
+
 class MalformedPlans:
     """Both stores' observation gateways: rows become observations through
     :meth:`_observation`, which counts those whose stored plan was malformed."""
 
     def __init__(self) -> None:
         self._malformed_plans = 0
-        self._built: OrderedDict[tuple[tuple[Any, ...], tuple[type, ...]], Observation] = (
-            OrderedDict()
-        )
+        self._built: OrderedDict[tuple[Any, tuple[type, ...]], _Built] = OrderedDict()
 
     @property
     def malformed_plans_seen(self) -> int:
@@ -58,20 +62,24 @@ class MalformedPlans:
         return self._malformed_plans
 
     def _observation(self, row: Sequence[Any]) -> Observation:
-        # Keyed by each column's type as well as its value: a damaged row's 1.0 or True
-        # must not find the Observation built from a sound row's 1 (they compare equal).
-        key = (tuple(row), tuple(map(type, row)))
+        # Found by the row's id and each column's type (a damaged row's 1.0 or True must
+        # not find the Observation built from a sound row's 1: they compare equal), then
+        # compared in every column: hashing an int and types instead of a row's digests.
+        values = row if type(row) is tuple else tuple(row)
+        key = (values[0], tuple(map(type, values)))
         built = self._built
-        observation = built.get(key)
-        if observation is None:
-            observation = built[key] = observation_from_row(row)
+        entry = built.get(key)
+        if entry is None or entry.row != values:
+            observation = observation_from_row(values)
+            entry = built[key] = _Built(values, observation, observation.prior_plan.well_formed)
+            built.move_to_end(key)
             if len(built) > BUILT_ROWS:
                 built.popitem(last=False)
         else:
             built.move_to_end(key)
-        if not observation.prior_plan.well_formed:
+        if not entry.well_formed:
             self._malformed_plans += 1
-        return observation
+        return entry.observation
 
 
 class Observations(MalformedPlans):
@@ -186,6 +194,20 @@ class Observations(MalformedPlans):
         with self._db.read("read observations") as conn:
             rows = conn.execute(_LINEAGE, (observation_id, limit, scope_id)).fetchall()
         return [self._observation(row) for row in rows]
+
+    def observations_by_id(
+        self, scope_id: int, observation_ids: Iterable[int]
+    ) -> list[Observation]:
+        """The scope's observations with these ids (any order; an id it has none of is
+        left out), by primary key: a remembered chain's rows in one query instead of the
+        recursive walk (:meth:`lineage`)."""
+        found: list[Observation] = []
+        for batch in in_batches(dict.fromkeys(observation_ids)):
+            # "+scope_id": looked up by id alone, the scope only filtered (the planner
+            # would otherwise scan the scope's end-digest index).
+            where = f"id IN ({placeholders(len(batch))}) AND +scope_id = ?"
+            found += self._observations(where, (*batch, scope_id), newest_first=False)
+        return found
 
     def snapshot_last_seen(self, scope_id: int, snapshot: str) -> float | None:
         with self._db.read("read observations") as conn:

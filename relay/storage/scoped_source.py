@@ -28,6 +28,9 @@ class ScopedSource:
     def lineage(self, observation_id: int, limit: int) -> Sequence[Observation]:
         return self._store.lineage(self._scope_id, observation_id, limit)
 
+    def observations_by_id(self, observation_ids: Iterable[int]) -> Sequence[Observation]:
+        return self._store.observations_by_id(self._scope_id, observation_ids)
+
     def poisoned_starts(self, start_digests: Iterable[str]) -> set[str]:
         return self._store.poisoned_starts(self._scope_id, start_digests)
 

@@ -131,6 +131,19 @@ def test_the_hot_cache_serves_the_next_turns_of_a_conversation(stack: Stack) -> 
     assert 0 < hot["bytes"] <= hot["capacityBytes"] == 4 * 1024 * 1024
 
 
+def test_each_turn_plans_on_the_previous_turns_remembered_chain(stack: Stack) -> None:
+    """Turn 3 replays turn 2's chain plus one block: its links and order are the
+    remembered verdict's (relay.core.plan_memo); turn 2's chain was checked in full."""
+    history: list[dict[str, str]] = [{"role": "user", "content": "hi"}]
+    with stack.openai() as client:
+        for turn in range(3):
+            answer = client.chat.completions.create(model="gpt-5", messages=history)
+            history += [{"role": "assistant", "content": answer.choices[0].message.content or ""},
+                        {"role": "user", "content": f"more {turn}"}]  # fmt: skip
+    memo = api(stack).json()["encryptedRecords"]["planMemo"]
+    assert memo == {"entries": 2, "hits": 1}
+
+
 def test_deletes(stack: Stack) -> None:
     tool_turns(stack, "deepseek/deepseek-chat", "a")
     tool_turns(stack, "custom/thinker", "b")

@@ -126,6 +126,14 @@ class Observations(MalformedPlans):
             rows = conn.execute(_LINEAGE.encode(), (observation_id, limit, scope_id)).fetchall()
         return [self._observation(row) for row in rows]
 
+    def observations_by_id(
+        self, scope_id: int, observation_ids: Iterable[int]
+    ) -> list[Observation]:
+        wanted = list(dict.fromkeys(observation_ids))
+        if not wanted:
+            return []
+        return self._observations(scope_id, "id = ANY(%s) AND scope_id = %s", (wanted, scope_id))
+
     def snapshot_last_seen(self, scope_id: int, snapshot: str) -> float | None:
         with self._db.scoped(scope_id, "read observations") as conn:
             row = conn.execute(

@@ -48,6 +48,7 @@ class MemorySource:
     end_reads: list[int] = field(default_factory=list)  # end digests asked for, per read
     end_checks: list[int] = field(default_factory=list)  # ends asked "any record?", per read
     payload_batches: list[int] = field(default_factory=list)  # payloads asked for, per read
+    by_id_reads: list[int] = field(default_factory=list)  # records asked for by id, per read
 
     def observations_ending_at(self, end_digests: Iterable[str]) -> dict[str, list[Observation]]:
         wanted = list(end_digests)
@@ -74,6 +75,11 @@ class MemorySource:
             parent = current.prior_plan.parent_id
             current = by_id.get(parent) if parent is not None and parent < current.id else None
         return found
+
+    def observations_by_id(self, observation_ids: Iterable[int]) -> list[Observation]:
+        wanted = list(observation_ids)
+        self.by_id_reads.append(len(wanted))
+        return [o for o in self.observations if o.id in wanted]
 
     def poisoned_starts(self, start_digests: Iterable[str]) -> set[str]:
         return self.poisoned & set(start_digests)

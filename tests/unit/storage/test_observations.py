@@ -110,6 +110,22 @@ def test_lineage_walks_the_parent_links_nearest_first(store: ReasoningStore) -> 
     ]
 
 
+def test_observations_by_id_are_the_scopes_rows_found_by_primary_key(
+    store: ReasoningStore,
+) -> None:
+    sid = scope_id(store)
+    a, b, c, d = chain_of(store, sid, 4)
+    assert sorted(store.observations_by_id(sid, [d.id, b.id, 999, b.id])) == [b, d]
+    assert store.observations_by_id(scope_id(store, h("b")), [a.id, c.id]) == []
+    assert store.observations_by_id(sid, []) == []
+    # Looked up by id, not by scanning the scope's rows (design §21).
+    where = "id IN (?, ?) AND +scope_id = ?"
+    (plan,) = conn_of(store).execute(
+        f"EXPLAIN QUERY PLAN SELECT id FROM observations WHERE {where}", (a.id, b.id, sid)
+    )
+    assert "INTEGER PRIMARY KEY" in plan[-1]
+
+
 def test_lineage_stops_at_a_link_that_does_not_point_to_an_older_row(
     store: ReasoningStore,
 ) -> None:

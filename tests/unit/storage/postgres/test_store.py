@@ -129,6 +129,13 @@ def test_observations_lineage_and_lookups(store: PostgresStore) -> None:
     assert parent_row is not None
     child = observe(store, scope, 2, start=1, plan=parent_row.chain_plan, payload="[]")
     assert [o.id for o in store.lineage(scope, child, 10)] == [child, parent]
+    other = store.scope_for(h(2), TARGET).id
+    assert sorted(o.id for o in store.observations_by_id(scope, [child, parent, 999])) == [
+        parent,
+        child,
+    ]
+    assert store.observations_by_id(other, [child]) == []
+    assert store.observations_by_id(scope, []) == []
     assert store.children_of(parent) == [child]
     assert store.ends_with_records(scope, [h(1001), h(1002), h(1009)]) == {h(1001), h(1002)}
     assert list(store.observations_ending_at(scope, [h(1002)])) == [h(1002)]
