@@ -171,11 +171,11 @@ def serve(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Ratios measured in one run: relay (cache off and on) vs direct-to-fake (the time the
     relay adds to the first content byte, small history, 201 and 1,000 messages), the
-    cache's own share, identity and the cache path vs json.loads, canonical hashing vs the
-    stdlib floor, SQLite commit costs. Markdown tables on stdout, JSON in
-    bench-results/bench.json, the cache-on relay's cProfile stats beside it. Pass options
-    after ``--`` (``nox -s bench -- --profile`` adds cProfile tables, ``--help`` lists
-    them)."""
+    cache's own share, the same added time beside a bare TCP hop (the floor of any proxy),
+    identity and the cache path vs json.loads, canonical hashing vs the stdlib floor,
+    SQLite commit costs. Markdown tables on stdout, JSON in bench-results/bench.json, the
+    cache-on relay's cProfile stats beside it. Pass options after ``--`` (``nox -s bench
+    -- --profile`` adds cProfile tables, ``--help`` lists them)."""
     install_project(session, "test")
     session.run("python", "-m", "bench", *session.posargs)
 
@@ -185,10 +185,11 @@ LITELLM = "litellm[proxy]==1.110.2"  # the bridge bench_litellm compares against
 
 @nox.session
 def bench_litellm(session: nox.Session) -> None:
-    """``bench`` plus its LiteLLM row: the relay's added time to first token against
-    LiteLLM's Chat→Responses bridge on the same fake upstream (issue 29's "about 0.1x of
-    LiteLLM's added cost"). LiteLLM goes into a virtualenv of its own (its dependencies
-    are not the relay's); options after ``--`` go to ``python -m bench``."""
+    """``bench`` with LiteLLM joining its TCP-hop comparison: the relay's added time to
+    first token against LiteLLM's Chat→Responses bridge on the same fake upstream (issue
+    29's "about 0.1x of LiteLLM's added cost"). LiteLLM goes into a virtualenv of its own
+    (its dependencies are not the relay's); options after ``--`` go to ``python -m
+    bench``."""
     install_project(session, "test")
     proxy_env = Path(session.virtualenv.location).parent / "litellm-proxy"
     if not (proxy_env / "bin" / "litellm").exists():

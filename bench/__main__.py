@@ -14,8 +14,9 @@ them alike, and reports medians; each round does so for a burst stream (throughp
 paced one (time to first token), see :func:`run_servers`. The same at a long Cursor
 conversation (201 messages / 108 KB and 1,000), where the cache on replays the earlier
 turns, with a cProfile breakdown of what the cache adds: :mod:`bench.conversation`. With
-``--litellm PATH``, the same added time against LiteLLM's Chat→Responses bridge on the
-same fake (``nox -s bench_litellm`` installs it): :mod:`bench.litellm_bridge`.
+the same added time beside a bare TCP hop (the floor of any proxy) and, with ``--litellm
+PATH``, LiteLLM's Chat→Responses bridge, on the same fake (``nox -s bench_litellm``
+installs it): :mod:`bench.contestants`.
 
 In-process sections (identity, cache path, commits) compare the relay's code against a
 stdlib baseline measured on the same data in the same process (see ``bench_identity`` and
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cache import bench_cache_scaling, bench_commits, profile_cache_path
+from bench.contestants import run_contestants
 from bench.conversation import SIZES as CONVERSATIONS
 from bench.conversation import run_conversations
 from bench.identity import (
@@ -46,7 +48,6 @@ from bench.identity import (
     cursor_history,
     paired_ratio,
 )
-from bench.litellm_bridge import run_litellm_rows
 from bench.servers import (
     KEY,
     TOKEN,
@@ -263,37 +264,51 @@ def added_report(result: dict[str, Any]) -> list[str]:
     ]
 
 
-def litellm_report(result: dict[str, Any]) -> list[str]:
-    """The relay's added time to first token as a fraction of LiteLLM's (issue 29)."""
-    out = ["### Added time to first token: the relay vs LiteLLM's Chat→Responses bridge "
-           f"(one fake, {result['iterations']} rounds, order rotating; medians)"]  # fmt: skip
+def contestants_report(result: dict[str, Any]) -> list[str]:
+    """The relay's added time to first token beside the floor of any proxy hop (and
+    LiteLLM's, when it ran): :mod:`bench.contestants`."""
+    with_litellm = any("ratio" in row for row in result["rows"])
+    out = ["### Added time to first token: the relay beside a bare TCP hop"
+           + (" and LiteLLM's Chat→Responses bridge" if with_litellm else "")
+           + f" (one fake, {result['iterations']} rounds, order rotating; medians)"]  # fmt: skip
     rows = []
     for row in result["rows"]:
-        added, ratio = row["added_s"], row["ratio"]
-        verdict = "met" if ratio["relay_cache"] <= result["target_ratio"] else "MISSED"
-        rows.append([
+        added, floor = row["added_s"], row["above_floor_s"]
+        cells = [
             row["history"], str(row["rounds"]), str(row["replayed_turns"]), ms(row["direct_s"]),
-            ms(added["litellm"]), ms(added["relay"]), ms(added["relay_cache"]),
-            f"{ratio['relay']:.3f}x", f"{ratio['relay_cache']:.3f}x",
-            f"≤ {result['target_ratio']}x: {verdict}", load(row["load_average"]),
-        ])  # fmt: skip
-    out.append(table(
-        ["history", "rounds", "replayed", "direct ms", "LiteLLM added ms", "relay off added ms",
-         "relay on added ms", "off / LiteLLM", "on / LiteLLM", "target, on / LiteLLM",
-         "load average (1 min)"], rows))  # fmt: skip
+            ms(added["floor"]), ms(added["relay"]), ms(added["relay_cache"]),
+            ms(row["relay_cache_net_s"]), ms(floor["relay"]), ms(floor["relay_cache"]),
+        ]  # fmt: skip
+        if with_litellm:
+            ratio = row["ratio"]
+            verdict = "met" if ratio["relay_cache"] <= result["target_ratio"] else "MISSED"
+            cells += [ms(added["litellm"]), f"{ratio['relay']:.3f}x",
+                      f"{ratio['relay_cache']:.3f}x", f"≤ {result['target_ratio']}x: {verdict}"]  # fmt: skip
+        rows.append([*cells, load(row["load_average"])])
+    header = ["history", "rounds", "replayed", "direct ms", "TCP hop added ms",
+              "relay off added ms", "relay on added ms", "relay on, net of the replaying body ms",
+              "off above the hop ms", "on (net) above the hop ms"]  # fmt: skip
+    if with_litellm:
+        header += ["LiteLLM added ms", "off / LiteLLM", "on / LiteLLM", "target, on / LiteLLM"]
+    out.append(table([*header, "load average (1 min)"], rows))
     out.append(
-        "Added = median of the rounds' (contestant - direct). LiteLLM: its proxy with one "
-        "deployment `openai/responses/<model>` whose api_base is the fake, so it bridges Chat "
-        "to the Responses API as the relay does; the relay's cache-on row replays every "
-        "earlier block."
-    )
+        "Added = median of the rounds' (contestant - direct). The TCP hop "
+        "(`bench/floor_proxy.py`) copies bytes between the client and the fake on the relay's "
+        "event loop, parsing nothing: what one more process in the path costs here, the floor "
+        "under any relay; above the hop = median of the rounds' (relay - hop), the cache-on "
+        "relay net of the upstream's extra work on its replaying body (measured direct with "
+        "that body in the same rounds)."
+        + (" LiteLLM: its proxy with one deployment `openai/responses/<model>` whose api_base "
+           "is the fake, so it bridges Chat to the Responses API as the relay does."
+           if with_litellm else "")
+    )  # fmt: skip
     return out
 
 
 def report(result: dict[str, Any]) -> str:
     out = added_report(result)
-    if "litellm" in result:
-        out += litellm_report(result["litellm"])
+    if "contestants" in result:
+        out += contestants_report(result["contestants"])
     servers = result.get("servers")
     if servers:
         out.append(f"### Relay vs direct-to-fake ({servers['iterations']} runs, "
@@ -487,11 +502,12 @@ def main() -> None:
     parser.add_argument("--shared-iterations", type=int, default=20,
                         help="paired rounds of the PostgreSQL vs SQLite row (0: skip the "
                         "shared-store section)")  # fmt: skip
+    parser.add_argument("--contestant-iterations", type=int, default=30,
+                        help="rounds per row of the TCP hop / relay (/ LiteLLM) comparison "
+                        "(0: skip it)")  # fmt: skip
     parser.add_argument("--litellm", type=Path, metavar="PATH",
-                        help="a LiteLLM proxy executable (`litellm`): adds the row comparing "
-                        "the relay's added time to first token with LiteLLM's")  # fmt: skip
-    parser.add_argument("--litellm-iterations", type=int, default=30,
-                        help="rounds per LiteLLM comparison row")  # fmt: skip
+                        help="a LiteLLM proxy executable (`litellm`): LiteLLM's bridge joins "
+                        "that comparison")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("bench-results/bench.json"))
     args = parser.parse_args()
     sizes = sorted(args.sizes)
@@ -510,8 +526,8 @@ def main() -> None:
                 (args.out.parent / f"profile-cache-{row['messages']}.md").write_text(
                     "\n\n".join(left) + "\n"
                 )
-        if args.litellm is not None:
-            result["litellm"] = run_litellm_rows(args.litellm, args.litellm_iterations)
+        if args.contestant_iterations:
+            result["contestants"] = run_contestants(args.contestant_iterations, args.litellm)
         if args.shared_iterations:
             result["shared_store"] = run_shared_store(args.shared_iterations)
     result["canonical"] = bench_canonical_vs_stdlib(cursor_history(sizes[-1]), repeat=args.repeat)

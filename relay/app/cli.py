@@ -10,6 +10,7 @@ import signal
 import sys
 
 from relay import __version__
+from relay.app import heap
 from relay.app.event_loop import loop_factory
 from relay.app.offline import load_offline_upstream
 from relay.app.server import RelayServer, serve_forever
@@ -45,7 +46,7 @@ def _serve(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         # The composition root: without a key, the installed offline upstream answers.
         offline = load_offline_upstream() if config.uses_embedded_fake else None
-        await serve_forever(RelayServer(config, offline=offline), stop)
+        await serve_forever(RelayServer(config, offline=offline), stop, settled=heap.settle)
 
     try:
         with asyncio.Runner(loop_factory=loop_factory(config.event_loop)) as runner:

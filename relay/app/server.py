@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -321,8 +322,15 @@ def cache_off_over_shared_store_warning(url: object) -> str:
     )
 
 
-async def serve_forever(server: RelayServer, stop_event: asyncio.Event) -> None:
+async def serve_forever(
+    server: RelayServer, stop_event: asyncio.Event, *, settled: Callable[[], None] | None = None
+) -> None:
+    """Start ``server``, call ``settled`` (the process's startup is over: ``relay serve``
+    tunes the collector there, :mod:`relay.app.heap`), print the banner, run the tunnel
+    until ``stop_event``, then stop."""
     await server.start()
+    if settled is not None:
+        settled()
     try:
         for line in server.banner():
             print(line, flush=True)
