@@ -33,6 +33,7 @@ from relay.clock import Clock
 from relay.core.canonical import CanonicalRefused
 from relay.core.history_digest import HistoryState, history_digests
 from relay.core.receipts import Reason
+from relay.core.rendered_messages import RenderedMessages
 from relay.core.scope import Scope, build_scope
 from relay.errors import StoreError
 from relay.observability import log
@@ -123,6 +124,9 @@ class StrictCache:
         self.max_entry_bytes = max_entry_bytes
         self.memory = ReasoningLru(memory_entries, memory_bytes)
         self.metrics = StrictMetrics()
+        # A session resends its history every turn: its messages' renderings, as the
+        # replay cache keeps them (design §21); bounded, and used only when restoring.
+        self.rendered = RenderedMessages()
         self._relay_token = relay_token
         self._cleanup_every_s = cleanup_every_s
         self._cleanup: PeriodicCallback | None = None
@@ -156,7 +160,9 @@ class StrictCache:
             return PreparedRequest(target, list(messages))
         ends: Sequence[str | None]
         try:
-            digests = history_digests(scope, messages, exclude_reasoning_content=True)
+            digests = history_digests(
+                scope, messages, exclude_reasoning_content=True, memo=self.rendered
+            )
             ends, history = digests.boundaries[1:], digests.final_state
         except CanonicalRefused:
             # Tool-call ids still find records; only the identity is unknown.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,27 @@ def test_a_tool_chain_is_restored_by_identity(cache: StrictCache) -> None:
     key = ("deepseek", "deepseek-chat")
     assert (metrics.hits[key], metrics.misses[key], metrics.replays[key]) == (1, 0, 1)
     assert metrics.sources == {"memory/identity": 1}
+
+
+def test_a_resent_history_is_rendered_once_and_restored_alike(cache: StrictCache) -> None:
+    first = turn(cache, [USER])
+    echo = answer(first, reasoning="thought one", calls=[("call_1", '{"q":"x"}')])
+    cache.commit(first, "req")
+    assert len(cache.rendered) == 1  # the user message
+    history = [USER, echo, {"role": "tool", "tool_call_id": "call_1", "content": "out"}]
+    second = turn(cache, history)
+    assert len(cache.rendered) == 3
+    # Fresh objects with the same values: found in the memo, nothing new remembered, and
+    # the same identity and restoration as the rendered turn.
+    again = turn(cache, json.loads(json.dumps(history)))
+    assert len(cache.rendered) == 3
+    assert again.history == second.history is not None
+    assert again.messages == second.messages
+    assert again.messages[1]["reasoning_content"] == "thought one"
+    # Another value (the tool output as a list of parts) is another entry, another identity.
+    changed = [*history[:2], {"role": "tool", "tool_call_id": "call_1", "content": ["out"]}]
+    other = turn(cache, changed)
+    assert len(cache.rendered) == 4 and other.history != second.history
 
 
 def test_tool_call_id_finds_a_respelled_echo(cache: StrictCache) -> None:
