@@ -245,9 +245,13 @@ def test_serve_forever_prints_the_banner_and_stops_when_told(
     async def test() -> None:
         server = RelayServer(config(tmp_path, OPENAI_API_KEY="sk-x", RELAY_TOKEN=TOKEN))
         stop = asyncio.Event()
-        serving = asyncio.ensure_future(serve_forever(server, stop))
+        settled: list[int | None] = []  # the port when settled() ran: after start, once
+        serving = asyncio.ensure_future(
+            serve_forever(server, stop, settled=lambda: settled.append(server.port))
+        )
         while server.port is None or not capsys.readouterr().out:  # noqa: ASYNC110 - polls stdout
             await asyncio.sleep(0.01)
+        assert settled == [server.port]
         assert server.runtime is not None and not server.runtime.shutting_down
         stop.set()
         await asyncio.wait_for(serving, timeout=10)
