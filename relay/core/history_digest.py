@@ -141,6 +141,10 @@ def history_digests(
     first_answers: dict[str, int] = {}
     # The memo's renderings (None: no memo), bound to these limits and this flag.
     recall = memo.entries(limits, flag).recall if memo is not None else None
+    envelope_start = hashlib.sha256(ENVELOPE_TAGS[flag])
+    # position -> an assistant message's envelope fingerprint, known from the memo (or
+    # computed once to be remembered): the hashing pass below skips its second hash
+    envelopes: dict[int, str] = {}
     size: int | None
     for position, message in enumerate(messages):
         is_dict = type(message) is dict
@@ -155,6 +159,8 @@ def history_digests(
             # totals may differ from when it was remembered. Over them, it is rendered
             # again below for the exact refusal.
             if found is not None and budget.admit(len(found[0]) - FRAMING, found[1], 0):
+                if assistant:
+                    envelopes[position] = found[3]
                 rendered_history += found[0]
                 sizes.append(len(found[0]) - FRAMING)
                 ends.append(len(rendered_history))
@@ -177,7 +183,12 @@ def history_digests(
         if remembered is not None and position not in streamed:
             assert memo is not None
             framed = bytes(rendered_history[len(rendered_history) - FRAMING - size :])
-            if not memo.remember(remembered, framed, budget.nodes - nodes_before):
+            envelope: str | None = None
+            if assistant:
+                fingerprint = envelope_start.copy()
+                fingerprint.update(framed)
+                envelope = envelopes[position] = fingerprint.hexdigest()
+            if not memo.remember(remembered, framed, budget.nodes - nodes_before, envelope):
                 recall = None  # no room: the rest of this history goes without the memo
         sizes.append(size)
         ends.append(len(rendered_history))  # unchanged: streamed (a framing is >= 8 bytes)
@@ -187,12 +198,12 @@ def history_digests(
     digest = hasher.hexdigest()
     boundaries = [digest]
     blocks: list[AssistantBlockKey] = []
-    envelope_start = hashlib.sha256(ENVELOPE_TAGS[flag])
     view = memoryview(rendered_history)
     start = 0
     for position, (end, assistant) in enumerate(zip(ends, assistants, strict=True)):
         previous = digest
-        envelope_hash = envelope_start.copy() if assistant else None
+        known = envelopes.get(position) if assistant else None
+        envelope_hash = envelope_start.copy() if assistant and known is None else None
         if end != start:  # rendered: its framing, emitted once into both
             piece = view[start:end]
             hasher.update(piece)
@@ -206,8 +217,9 @@ def history_digests(
         digest = hasher.hexdigest()
         boundaries.append(digest)
         if envelope_hash is not None:
-            key = (position, previous, digest, envelope_hash.hexdigest())
-            blocks.append(_new_block(AssistantBlockKey, key))
+            known = envelope_hash.hexdigest()
+        if known is not None:  # an assistant message
+            blocks.append(_new_block(AssistantBlockKey, (position, previous, digest, known)))
     view.release()
     final = HistoryState(
         len(sizes), boundaries[-1], budget.bytes, budget.nodes, limits, flag, hasher.copy()

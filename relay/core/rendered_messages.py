@@ -4,8 +4,9 @@ An agent session sends its whole history again on every turn, so nearly every me
 :func:`~relay.core.history_digest.history_digests` renders was rendered, identically, on
 the turn before. :class:`RenderedMessages` keeps, per message, what the measuring pass
 produced for it: its framed canonical text and the nodes it charged (its size is the
-text's length less the framing). Hashing is unchanged: every byte is still hashed on
-every request.
+text's length less the framing), and for an assistant message its envelope fingerprint
+(the hash of that same text under the flag's tag, so a function of the entry). The
+history's chain is unchanged: every byte is still hashed into it on every request.
 
 The key is the message as ``marshal`` (version 2) writes it: written from the exact types
 only (a ``str``, ``int``, ``dict`` or ``list`` subclass, an enum member, is refused, so
@@ -54,7 +55,11 @@ ENTRY_OVERHEAD: Final = 256
 IDLE_CALLS: Final = 16
 MARSHAL_VERSION: Final = 2  # the last version without back-references (see above)
 
-# [framed canonical text, nodes charged, the call that last used it]
+# Bytes an assistant entry costs for its envelope fingerprint: a 64-character str.
+ENVELOPE_OVERHEAD: Final = 120
+
+# [framed canonical text, nodes charged, the call that last used it, the envelope
+# fingerprint of an assistant message (None for any other)]
 Rendered = list[Any]
 
 
@@ -106,22 +111,27 @@ class RenderedMessages:
             found[2] = self.calls
         return found
 
-    def remember(self, key: bytes, framed: bytes, nodes: int) -> bool:
-        """Keep a rendering if it fits, evicting the least recently used among the entries
-        idle for ``idle_calls`` calls. ``False`` when it is not kept: there is no room
-        (everything else in use) or it is larger than the whole bound."""
-        cost = len(key) + len(framed) + ENTRY_OVERHEAD
+    def remember(self, key: bytes, framed: bytes, nodes: int, envelope: str | None = None) -> bool:
+        """Keep a rendering (and an assistant message's envelope fingerprint, a function of
+        the framed text and the bound flag) if it fits, evicting the least recently used
+        among the entries idle for ``idle_calls`` calls. ``False`` when it is not kept:
+        there is no room (everything else in use) or it is larger than the whole bound."""
+        cost = _cost(key, framed, envelope)
         entries = self._entries
         if key in entries:
             return True
         if cost > self.capacity_bytes:
             return False
         while self.bytes + cost > self.capacity_bytes:
-            oldest, (old_framed, _, used) = next(iter(entries.items()))
+            oldest, (old_framed, _, used, old_envelope) = next(iter(entries.items()))
             if self.calls - used < self.idle_calls:
                 return False  # everything left is in use
             del entries[oldest]
-            self.bytes -= len(oldest) + len(old_framed) + ENTRY_OVERHEAD
-        entries[key] = [framed, nodes, self.calls]
+            self.bytes -= _cost(oldest, old_framed, old_envelope)
+        entries[key] = [framed, nodes, self.calls, envelope]
         self.bytes += cost
         return True
+
+
+def _cost(key: bytes, framed: bytes, envelope: str | None) -> int:
+    return len(key) + len(framed) + ENTRY_OVERHEAD + (ENVELOPE_OVERHEAD if envelope else 0)

@@ -22,6 +22,7 @@ from relay.core.history_digest import history_digests
 from relay.core.limits import CHUNK_BYTES, CanonicalLimits
 from relay.core.rendered_messages import (
     ENTRY_OVERHEAD,
+    ENVELOPE_OVERHEAD,
     IDLE_CALLS,
     RenderedMessages,
     message_key,
@@ -250,6 +251,30 @@ def test_a_warm_history_renders_nothing(monkeypatch: pytest.MonkeyPatch) -> None
     assert warm == cold and warm.final_state.digest == cold.final_state.digest
 
 
+def test_a_hit_takes_the_envelope_fingerprint_remembered_with_the_text() -> None:
+    """An assistant entry keeps its envelope fingerprint (the hash of its framed text under
+    the flag's tag), and a hit uses it instead of hashing the text twice; so a memo that
+    lied would show in the digests, which the property above compares."""
+    memo = RenderedMessages()
+    history = [USER, sdk_dump("done", [CALL])]
+    cold = history_digests(SCOPE, history, memo=memo)
+    assert cold == history_digests(SCOPE, history)
+    user_key, assistant_key = (message_key(m) for m in history)
+    assert user_key is not None and assistant_key is not None
+    assert (memo.recall(user_key) or [])[3] is None
+    entry = memo.recall(assistant_key)
+    assert entry is not None and entry[3] == cold.assistant_blocks[0].envelope_fingerprint
+    user_text = (memo.recall(user_key) or [b""])[0]
+    assert memo.bytes == (
+        len(user_key) + len(user_text) + ENTRY_OVERHEAD  # no fingerprint to count
+        + len(assistant_key) + len(entry[0]) + ENTRY_OVERHEAD + ENVELOPE_OVERHEAD
+    )  # fmt: skip
+    entry[3] = "0" * 64
+    warm = history_digests(SCOPE, copy.deepcopy(history), memo=memo)
+    assert warm.assistant_blocks[0].envelope_fingerprint == "0" * 64
+    assert warm.boundaries == cold.boundaries  # the chain hashes the text itself
+
+
 @pytest.mark.parametrize("limit", ["bytes", "nodes"])
 def test_a_hit_over_the_totals_gets_the_exact_refusal(hashed: list[bool], limit: str) -> None:
     """Remembered from a shorter history, a message the longer one cannot fit is rendered
@@ -371,7 +396,7 @@ def test_the_least_recently_used_idle_entries_go_first() -> None:
     memo.remember(keys[3], framed, 1)  # all in use by this call: not kept
     assert [key in memo._entries for key in keys] == [True, True, True, False, False, False]
     next_calls(memo, IDLE_CALLS - 1)
-    assert memo.recall(keys[0]) == [framed, 1, memo.calls]  # in use again
+    assert memo.recall(keys[0]) == [framed, 1, memo.calls, None]  # in use again
     memo.remember(keys[3], framed, 1)  # the others are not idle yet: not kept
     next_calls(memo)
     memo.remember(keys[3], framed, 1)  # keys[1] is idle now, and the least recently used
