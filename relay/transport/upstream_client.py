@@ -285,10 +285,8 @@ class UpstreamClient:
 
     async def connect(self, target: Target, timeout_s: float) -> IOStream:
         """A new connection to ``target``'s origin (TLS for https). Raises ``OSError`` or
-        ``TimeoutError`` (past ``timeout_s``), ``StreamClosedError`` once the client is
-        closed."""
-        if self._closed:
-            raise StreamClosedError()
+        ``TimeoutError`` (past ``timeout_s``), ``StreamClosedError`` when the client was
+        closed before the dial completed."""
         stream = await self._tcp.connect(
             target.host,
             target.port,
