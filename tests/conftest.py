@@ -14,6 +14,7 @@ from hypothesis import settings
 pytest_plugins = (
     "tests.support.log_leaks",
     "tests.support.pg_cluster",
+    "tests.support.summary_tables",
     "tests.support.xdist_groups",
 )
 

@@ -15,7 +15,8 @@ A connection is reused only while it is certainly idle and whole:
 - at most ``max_idle`` wait per origin; the oldest ones beyond that are closed.
 
 What the upstream client never checks in: an aborted, cut or partly read answer, an
-HTTP/1.0 answer, or one that said ``Connection: close``.
+HTTP/1.0 answer, or one that said ``Connection: close``. Once the pool is closed (the
+relay shuts down) a connection checked in is closed instead of kept.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class ConnectionPool:
         self._idle: dict[Origin, list[_Idle]] = {}
         self._origins: weakref.WeakKeyDictionary[IOStream, Origin] = weakref.WeakKeyDictionary()
         self.reused = 0  # checkouts that found a live connection
+        self.closed = False  # close() ran: nothing is kept any more
 
     def remember(self, stream: IOStream, origin: Origin) -> None:
         """A freshly dialed connection to ``origin``; only these can be checked in."""
@@ -60,7 +62,7 @@ class ConnectionPool:
     def checkin(self, stream: IOStream) -> None:
         """Keep ``stream`` (at a request boundary) for the next request to its origin."""
         origin = self._origins.get(stream)
-        if origin is None or not _quiet(stream):
+        if origin is None or self.closed or not _quiet(stream):
             stream.close()
             return
         waiting = self._idle.setdefault(origin, [])
@@ -95,6 +97,8 @@ class ConnectionPool:
         return sum(len(waiting) for waiting in self._idle.values())
 
     def close(self) -> None:
+        """Close every idle connection; one checked in later is closed, not kept."""
+        self.closed = True
         for origin in list(self._idle):
             for entry in list(self._idle.get(origin, [])):
                 self._drop(origin, entry)

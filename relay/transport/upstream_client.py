@@ -261,6 +261,7 @@ class UpstreamClient:
         self._tcp = TCPClient(resolver=_LiteralResolver())
         self._live: set[Response] = set()  # answers not read to their end (closed with us)
         self._dialing: set[IOStream] = set()
+        self._closed = False  # close() ran: a dial that completes later is closed at once
 
     async def request(
         self,
@@ -284,13 +285,20 @@ class UpstreamClient:
 
     async def connect(self, target: Target, timeout_s: float) -> IOStream:
         """A new connection to ``target``'s origin (TLS for https). Raises ``OSError`` or
-        ``TimeoutError`` (past ``timeout_s``)."""
+        ``TimeoutError`` (past ``timeout_s``), ``StreamClosedError`` when the client was
+        closed before the dial completed."""
         stream = await self._tcp.connect(
             target.host,
             target.port,
             ssl_options=_tls() if target.tls else None,
             timeout=timeout_s,
         )
+        if self._closed:
+            # Closed while dialing (shutdown): close() could not reach a connection that
+            # did not exist yet, so it is closed here, never written to nor pooled, and
+            # the request fails as one whose connection close() ended.
+            stream.close()
+            raise StreamClosedError()
         stream.set_nodelay(True)  # a request is one write: nothing to coalesce
         self.pool.remember(stream, target.origin)
         return stream
@@ -322,7 +330,9 @@ class UpstreamClient:
             raise
 
     def close(self) -> None:
-        """Close every connection: idle, dialed, and those of unfinished answers."""
+        """Close every connection: idle, dialed, and those of unfinished answers; one
+        still being dialed is closed when its dial completes (:meth:`connect`)."""
+        self._closed = True
         for response in list(self._live):
             response.close()
         for stream in list(self._dialing):

@@ -50,9 +50,11 @@ LONG = "a long and winding answer " * 24
 DELTAS = 48
 
 
-def lifecycle_cases(seed: Seed) -> list[tuple[str, bool]]:
-    """Every (crash point, streamed) pair the chat path reaches, in a seeded order."""
-    cases = [(p, m) for p in every_point() for m in (True, False) if m or p not in SSE_ONLY]
+def lifecycle_cases(seed: Seed, points: tuple[str, ...] | None = None) -> list[tuple[str, bool]]:
+    """Every (crash point, streamed) pair the chat path reaches (at ``points`` only, when
+    given), in a seeded order."""
+    chosen = every_point() if points is None else points
+    cases = [(p, m) for p in chosen for m in (True, False) if m or p not in SSE_ONLY]
     seed.stream("case_order").shuffle(cases)
     return cases
 
@@ -72,8 +74,14 @@ def crash_lifecycle_at_every_point(seed: Seed) -> Scenario:
     the dispatch intent on, the crashed regeneration makes the position ambiguous, so the
     original block never replays again (recovery poisons it); before the intent nothing
     was generated and it still replays. The client never sees a success it did not get."""
-    cases = {f"{point}/{sse}": (point, sse) for point, sse in lifecycle_cases(seed)}
-    s = Scenario("crash_lifecycle_at_every_point", relay=CACHE)
+    return crash_lifecycle_at(seed, every_point(), "crash_lifecycle_at_every_point")
+
+
+def crash_lifecycle_at(seed: Seed, points: tuple[str, ...], name: str) -> Scenario:
+    """:func:`crash_lifecycle_at_every_point` at ``points`` only (a test that needs a
+    few of its cases plays those, not all eleven)."""
+    cases = {f"{point}/{sse}": (point, sse) for point, sse in lifecycle_cases(seed, points)}
+    s = Scenario(name, relay=CACHE)
     for case in cases:
         sse_t1 = seed.choice(case, ["sse", "json"]) == "sse"
         s >> Chat(f"q {case}", conv=case, name=f"t1@{case}", stream=sse_t1)

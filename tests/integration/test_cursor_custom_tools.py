@@ -5,14 +5,13 @@ tool; the official SDK with Chat Completions custom tools; and a 22-step Cursor 
 session mixing ApplyPatch, a function tool, user turns and a screenshot, where the fake's continuity
 probe must find every earlier block replayed, intact, at every step, whichever way the
 client echoes the custom calls back, across a relay restart halfway. The session's table is
-printed when the module ends.
+shown after the run's tests, under pytest-xdist too (tests/support/summary_tables.py).
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from tests.support.cursor_client import (
     turn,
 )
 from tests.support.stack import TOKEN, Stack, running_stack
+from tests.support.summary_tables import RecordProperty, record_rows
 
 CACHE_ON = {"REASONING_CACHE_ENABLED": "1"}
 # A patch as the model writes it: not JSON; quotes, a backslash, a tab, CRLF, non-ASCII.
@@ -191,24 +191,9 @@ KINDS = (
 )  # fmt: skip
 RESTART_AT = 11
 SCREENSHOT_AFTER = 7  # the user turn after this step carries an input_image
-TABLES: dict[str, list[tuple[int, str, str, int, int]]] = {}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def print_tables(request: pytest.FixtureRequest) -> Iterator[None]:
-    yield
-    if not TABLES:
-        return
-    lines = [""]
-    for name, rows in TABLES.items():
-        lines.append(f"agent session, echo as {name}:")
-        lines.append("  step | request ends with                  | model answers | blocks replayed "
-                     "(intact)")  # fmt: skip
-        lines += [f"  {step:>4} | {before:<34} | {kind:<13} | {replayed} ({intact})"
-                  for step, before, kind, replayed, intact in rows]  # fmt: skip
-    capture = request.config.pluginmanager.getplugin("capturemanager")
-    with capture.global_and_fixture_disabled():
-        print("\n".join(lines))
+TABLE_HEADER = (
+    "  step | request ends with                  | model answers | blocks replayed (intact)",
+)
 
 
 def plan_unmatched(caplog: pytest.LogCaptureFixture) -> list[int]:
@@ -221,7 +206,11 @@ def plan_unmatched(caplog: pytest.LogCaptureFixture) -> list[int]:
      ("custom_tool_call", "custom")],
 )  # fmt: skip
 def test_a_cursor_agent_session_replays_every_earlier_block_at_every_step(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, echo: Echo, form: str
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    record_property: RecordProperty,
+    echo: Echo,
+    form: str,
 ) -> None:
     caplog.set_level(logging.INFO, logger="relay")
     items: list[dict[str, Any]] = [user_item("Refactor the module.")]
@@ -256,7 +245,10 @@ def test_a_cursor_agent_session_replays_every_earlier_block_at_every_step(
                 items.append(result_item(call, f"ok {step}", echo))
                 before = "ApplyPatch result" if kind == "patch" else "read_file result"
         sent = stack.fake.requests[-1].body["input"]
-    TABLES[f"{echo} (relay form {form})"] = rows
+    lines = [f"  {step:>4} | {before:<34} | {kind:<13} | {replayed} ({intact})"
+             for step, before, kind, replayed, intact in rows]  # fmt: skip
+    title = f"agent session, echo as {echo} (relay form {form}):"
+    record_rows(record_property, title, TABLE_HEADER, lines)
     # Upstream always got the custom calls and their results as custom items.
     kinds = [item.get("type") for item in sent]
     patches = KINDS[:-1].count("patch")  # the last request carries every earlier step

@@ -11,7 +11,8 @@ pytest cache from the npm registry when node is present. A client that writes a 
 spelling (Python's ``json.dumps(json.loads(...))``) gets no replay, and the log says why.
 
 Request k of a chain must replay its k earlier blocks, each intact. The matrix (client x
-replayed blocks / continuity) is printed when the module finishes.
+replayed blocks / continuity) is shown after the run's tests, under pytest-xdist too
+(tests/support/summary_tables.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ import pytest
 import requests
 
 from tests.support.stack import Stack, running_stack
+from tests.support.summary_tables import RecordProperty, record_rows
 
 STEPS = 10
 CACHE_ON = {"REASONING_CACHE_ENABLED": "1"}
@@ -269,33 +271,23 @@ class Row:
     first_echo: Message
 
 
-MATRIX: dict[str, Row] = {}
+MATRIX_TITLE = "echo matrix: 10-step tool chain, request k must replay k blocks intact"
+MATRIX_HEADER = (f"{'client':<52} {'arguments':<12} {'last request':<22} every request",)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def print_matrix(request: pytest.FixtureRequest) -> Iterator[None]:
-    yield
-    if not MATRIX:
-        return
-    lines = [
-        "",
-        "echo matrix: 10-step tool chain, request k must replay k blocks intact",
-        f"{'client':<52} {'arguments':<12} {'last request':<22} every request",
-    ]
-    for row in MATRIX.values():
-        pairs = list(zip(row.replayed, row.intact, strict=True))
-        last = f"{row.replayed[-1]} replayed, {row.intact[-1]} intact"
-        if all(r == i == k for k, (r, i) in enumerate(pairs)):
-            verdict = "k of k at request k, all intact"
-        elif not any(row.replayed):
-            verdict = "nothing replayed"
-        else:
-            verdict = f"replayed {list(row.replayed)}, intact {list(row.intact)}"
-        lines.append(f"{row.client:<52} {row.arguments:<12} {last:<22} {verdict}"
-                     f" (misplaced {row.misplaced}, unmatched {row.unmatched})")  # fmt: skip
-    capture = request.config.pluginmanager.getplugin("capturemanager")
-    with capture.global_and_fixture_disabled():
-        print("\n".join(lines))
+def record_row(record_property: RecordProperty, row: Row) -> None:
+    """The row's line in the matrix shown after the run (tests/support/summary_tables.py)."""
+    pairs = list(zip(row.replayed, row.intact, strict=True))
+    last = f"{row.replayed[-1]} replayed, {row.intact[-1]} intact"
+    if all(r == i == k for k, (r, i) in enumerate(pairs)):
+        verdict = "k of k at request k, all intact"
+    elif not any(row.replayed):
+        verdict = "nothing replayed"
+    else:
+        verdict = f"replayed {list(row.replayed)}, intact {list(row.intact)}"
+    line = (f"{row.client:<52} {row.arguments:<12} {last:<22} {verdict}"
+            f" (misplaced {row.misplaced}, unmatched {row.unmatched})")  # fmt: skip
+    record_rows(record_property, MATRIX_TITLE, MATRIX_HEADER, [line])
 
 
 def plan_unmatched(caplog: pytest.LogCaptureFixture) -> list[int]:
@@ -357,12 +349,14 @@ PYTHON_ROWS = [
 def test_python_clients_replay_every_block(
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
+    record_property: RecordProperty,
     client: str,
     drive: Callable[[Stack, list[Message]], list[Message]],
     arguments: Callable[[int], str],
 ) -> None:
     row, unmatched = run_chain(tmp_path, caplog, arguments, python_driver(drive))
-    row = MATRIX[f"{client}/{row.arguments}"] = dataclasses.replace(row, client=client)
+    row = dataclasses.replace(row, client=client)
+    record_row(record_property, row)
     assert row.replayed == row.intact == tuple(range(STEPS + 1)), row
     assert row.misplaced == 0
     assert unmatched == [0] * (STEPS + 1)
@@ -384,13 +378,15 @@ def test_the_sdk_echo_carries_the_null_fields(
 def test_the_javascript_client_replays_every_block(
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
+    record_property: RecordProperty,
     npm_openai: Path,
     mode: str,
     arguments: Callable[[int], str],
 ) -> None:
     row, unmatched = run_chain(tmp_path, caplog, arguments, javascript(npm_openai, mode))
     client = f"javascript openai ({NPM_OPENAI}): {mode}"
-    row = MATRIX[f"{client}/{row.arguments}"] = dataclasses.replace(row, client=client)
+    row = dataclasses.replace(row, client=client)
+    record_row(record_property, row)
     assert row.replayed == row.intact == tuple(range(STEPS + 1)), row
     assert row.misplaced == 0
     assert unmatched == [0] * (STEPS + 1)
@@ -401,11 +397,14 @@ def test_the_javascript_client_replays_every_block(
 
 
 def test_a_third_spelling_replays_nothing_and_the_log_says_why(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    record_property: RecordProperty,
 ) -> None:
     row, unmatched = run_chain(tmp_path, caplog, compact, python_driver(python_round_trip))
     client = "python json.dumps(json.loads(...)) (a 3rd spelling)"
-    row = MATRIX[f"{client}/{row.arguments}"] = dataclasses.replace(row, client=client)
+    row = dataclasses.replace(row, client=client)
+    record_row(record_property, row)
     assert row.replayed == row.intact == (0,) * (STEPS + 1)
     # Request k carries k assistant messages, none of them predicted.
     assert unmatched == list(range(STEPS + 1))

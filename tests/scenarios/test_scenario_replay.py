@@ -5,14 +5,16 @@ fail on a real history proves nothing."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
 from scenarios.checker import check_history
+from scenarios.dsl import Scenario
 from scenarios.library import REGISTRY, load_all
+from scenarios.library.lifecycle import crash_lifecycle_at
 from scenarios.play import PlayResult, play
 from scenarios.requirements import missing
 from scenarios.seed import Seed
@@ -23,16 +25,23 @@ pytestmark = pytest.mark.scenario
 load_all()
 
 
+class Kept(Protocol):
+    """The ``kept`` fixture: play ``name`` (or ``scenario``, a part of it) keeping its run."""
+
+    def __call__(self, name: str, seed: Seed, scenario: Scenario | None = None) -> PlayResult: ...
+
+
 @pytest.fixture
-def kept() -> Iterator[Callable[[str, Seed], PlayResult]]:
+def kept() -> Iterator[Kept]:
     """Play a library scenario keeping its run directory; removed afterwards. A scenario
     whose requirements this machine lacks skips the test, as in the library tests."""
     dirs: list[Path] = []
 
-    def run(name: str, seed: Seed) -> PlayResult:
+    def run(name: str, seed: Seed, scenario: Scenario | None = None) -> PlayResult:
+        """``scenario``: a part of ``name`` built by the test (``name``'s needs apply)."""
         if (reason := missing(REGISTRY[name].needs)) is not None:
             pytest.skip(reason)
-        result = play(REGISTRY[name].build(seed), seed, keep=True)
+        result = play(scenario or REGISTRY[name].build(seed), seed, keep=True)
         dirs.append(result.run_dir)
         return result
 
@@ -47,9 +56,7 @@ def _calls_after_restart(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in events if e["kind"] == "upstream_exchange" and e["seq"] > starts[1]]
 
 
-def test_nothing_lost_binds_across_restarts(
-    kept: Callable[[str, Seed], PlayResult], seed: Seed
-) -> None:
+def test_nothing_lost_binds_across_restarts(kept: Kept, seed: Seed) -> None:
     result = kept("replay_survives_restarts", seed)
     assert result.report.ok
     assert result.report.stats["owed_across_restarts"] == 2  # one kill -9, one graceful
@@ -68,9 +75,7 @@ def test_nothing_lost_binds_across_restarts(
     assert check_history(load_mutated(result, events), ("nothing_lost",)).ok
 
 
-def test_a_replay_under_another_credential_is_a_wrong_replay(
-    kept: Callable[[str, Seed], PlayResult], seed: Seed
-) -> None:
+def test_a_replay_under_another_credential_is_a_wrong_replay(kept: Kept, seed: Seed) -> None:
     result = kept("replay_isolated_by_credential", seed)
     assert result.report.ok
     events = recorded_events(result)
@@ -86,9 +91,7 @@ def test_a_replay_under_another_credential_is_a_wrong_replay(
     assert "in another scope" in report.describe()
 
 
-def test_every_replay_scenario_owes_and_pays(
-    kept: Callable[[str, Seed], PlayResult], seed: Seed
-) -> None:
+def test_every_replay_scenario_owes_and_pays(kept: Kept, seed: Seed) -> None:
     """Where blocks are committed and then carried forward, the check did bind."""
     for name in ("replay_multi_turn_mixed_modes", "replay_regenerated_versions_on_their_branches"):
         result = kept(name, seed)
@@ -96,9 +99,7 @@ def test_every_replay_scenario_owes_and_pays(
         assert result.report.stats["owed_replays"] >= 2, (name, result.report.stats)
 
 
-def test_an_unconfirmed_delivery_explains_the_loss(
-    kept: Callable[[str, Seed], PlayResult], seed: Seed
-) -> None:
+def test_an_unconfirmed_delivery_explains_the_loss(kept: Kept, seed: Seed) -> None:
     result = kept("replay_lost_only_with_an_unconfirmed_delivery", seed)
     assert result.report.ok
     events = recorded_events(result)
@@ -113,13 +114,19 @@ def test_an_unconfirmed_delivery_explains_the_loss(
     assert report.count("nothing_lost") == 1, report.describe()
 
 
-def test_a_request_the_relay_never_answered_explains_the_loss(
-    kept: Callable[[str, Seed], PlayResult], seed: Seed
-) -> None:
+def test_a_request_the_relay_never_answered_explains_the_loss(kept: Kept, seed: Seed) -> None:
     """crash_lifecycle_at_every_point: a crash at before_upstream_send leaves an intent
     but no upstream call; only the client's unanswered request explains why the admitted
-    answer there no longer replays. Pretend the relay had answered: two losses (SSE, JSON)."""
-    result = kept("crash_lifecycle_at_every_point", seed)
+    answer there no longer replays. Pretend the relay had answered: two losses (SSE, JSON),
+    and none at after_upstream_headers, where the upstream call explains it.
+
+    Only those two points' cases are played: test_scenario_library plays the whole
+    scenario (eleven cases, about 30 s) and checks its run passes; what this test adds is
+    the mutation, and only these cases bear on it (before them nothing was owed, after
+    them an upstream call explains every loss, as at after_upstream_headers)."""
+    points = ("before_upstream_send", "after_upstream_headers")
+    part = crash_lifecycle_at(seed, points, "crash_lifecycle_at_send_points")
+    result = kept("crash_lifecycle_at_every_point", seed, part)
     assert result.report.ok
     events = recorded_events(result)
     for event in events:
@@ -129,9 +136,7 @@ def test_a_request_the_relay_never_answered_explains_the_loss(
     assert report.count("nothing_lost") == 2, report.describe()
 
 
-def test_a_fence_explains_the_loss_only_for_its_caller(
-    kept: Callable[[str, Seed], PlayResult], seed: Seed
-) -> None:
+def test_a_fence_explains_the_loss_only_for_its_caller(kept: Kept, seed: Seed) -> None:
     for name in ("direct_responses_fence_their_scope", "fence_poisons_a_generation_in_flight"):
         result = kept(name, seed)
         assert result.report.ok and result.report.stats["owed_replays"] >= 1
@@ -147,7 +152,7 @@ def test_a_fence_explains_the_loss_only_for_its_caller(
     "name", ["replay_rejected_after_key_rotation", "replay_rejected_without_resend"]
 )
 def test_a_rejected_replay_is_recovered_with_no_wrong_replay(
-    kept: Callable[[str, Seed], PlayResult], seed: Seed, name: str
+    kept: Kept, seed: Seed, name: str
 ) -> None:
     """The rejection scenarios' figures: model calls, refusals, resends, wrong replays."""
     result = kept(name, seed)

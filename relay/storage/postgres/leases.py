@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -85,55 +86,92 @@ def release(conn: Conn, instance_id: str) -> None:
     )
 
 
-def recover_lapsed(conn: Conn, now: float) -> int:
+LockScopes = Callable[[Conn, Iterable[int]], list[int]]
+
+
+def recover_lapsed(conn: Conn, lock_scopes: LockScopes, now: float) -> int:
     """Inside the store's transaction: poison the start of every unresolved intent of
     each lapsed instance, remove those intents and the lapsed rows; how many intents.
 
-    The lapsed rows are locked first (``FOR UPDATE``, conflicting with the share lock an
-    intent insert takes on its instance), so no intent of a lapsed instance commits after
-    they were read; ``SKIP LOCKED`` lets two survivors split the work. Scopes are locked in
-    id order, like fencing."""
+    Lock order (design §22, 2): scopes first, all at once in id order (``lock_scopes``:
+    :meth:`Database.lock_scopes`), then lease rows. The request path takes them in that
+    order (its scope, then the share lock its intent insert takes on its own lease row),
+    so recovery must too: locking the lapsed rows first, it could hold the row an intent
+    insert that passed its lease check an instant earlier waits for, while waiting for
+    that insert's scope (``deadlock_detected``). The rows are then locked ``FOR UPDATE
+    SKIP LOCKED`` (an insert still holding its share lock keeps its instance for the
+    next pass; two survivors split the work), so no intent of a recovered instance
+    commits after it was read. An intent that committed between the first read and the
+    row lock, in a scope not held, leaves its instance to the next pass as well."""
+    candidates = [
+        row[0]
+        for row in conn.execute("SELECT id FROM instances WHERE expires_at <= clock_timestamp()")
+    ]
+    if not candidates:
+        return 0
+    held = set(lock_scopes(conn, _scopes_of(conn, "instance_id", candidates)))
     lapsed = [
         row[0]
         for row in conn.execute(
-            "SELECT id FROM instances WHERE expires_at <= clock_timestamp() ORDER BY id "
-            "FOR UPDATE SKIP LOCKED"
+            "SELECT id FROM instances WHERE id = ANY(%s) AND expires_at <= clock_timestamp() "
+            "ORDER BY id FOR UPDATE SKIP LOCKED",
+            (candidates,),
         )
     ]
-    if not lapsed:
-        return 0
-    recovered = _poison_and_remove(conn, "instance_id", lapsed, now)
+    intents = _open_intents(conn, "instance_id", lapsed)
+    late = {owner for _, scope, _, _, owner in intents if scope not in held}
+    lapsed = [instance for instance in lapsed if instance not in late]
+    recovered = _poison_and_remove(conn, [i for i in intents if i[4] not in late], now)
     conn.execute("DELETE FROM instances WHERE id = ANY(%s)", (lapsed,))
     return recovered
 
 
-def poison_intents(conn: Conn, intent_ids: list[str], now: float) -> int:
+def poison_intents(conn: Conn, lock_scopes: LockScopes, intent_ids: list[str], now: float) -> int:
     """Inside the store's transaction: poison the start of each of these intents still
     open and remove them (this instance's own, whose resolution failed while the database
-    was down); how many were still open."""
-    return _poison_and_remove(conn, "id", intent_ids, now)
+    was down); how many were still open. Their scopes are locked first, in id order, and
+    the intents read again under the locks (one resolved meanwhile is not poisoned)."""
+    lock_scopes(conn, _scopes_of(conn, "id", intent_ids))
+    return _poison_and_remove(conn, _open_intents(conn, "id", intent_ids), now)
+
+
+def _scopes_of(conn: Conn, column: Literal["id", "instance_id"], values: list[str]) -> list[int]:
+    """The scopes of the intents whose ``column`` is one of ``values`` (unlocked)."""
+    return [
+        row[0]
+        for row in conn.execute(
+            f"SELECT DISTINCT scope_id FROM intents WHERE {column} = ANY(%s)".encode(),  # noqa: S608
+            (values,),
+        )
+    ]
+
+
+def _open_intents(
+    conn: Conn, column: Literal["id", "instance_id"], values: list[str]
+) -> list[tuple[str, int, str, int, str]]:
+    """(id, scope, start, position, instance) of the intents whose ``column`` is one of
+    ``values``."""
+    if not values:
+        return []
+    return conn.execute(
+        f"SELECT id, scope_id, start_digest, position, instance_id FROM intents WHERE {column} = ANY(%s)".encode(),  # noqa: S608, E501
+        (values,),
+    ).fetchall()
 
 
 def _poison_and_remove(
-    conn: Conn, column: Literal["id", "instance_id"], values: list[str], now: float
+    conn: Conn, intents: list[tuple[str, int, str, int, str]], now: float
 ) -> int:
-    """Poison the start of each intent whose ``column`` is one of ``values`` and delete
-    them; scopes are locked in id order, like fencing. How many intents."""
-    intents = conn.execute(
-        f"SELECT scope_id, start_digest, position FROM intents WHERE {column} = ANY(%s)".encode(),  # noqa: S608
-        (values,),
-    ).fetchall()
-    scopes = sorted({scope_id for scope_id, _, _ in intents})
-    if scopes:
-        conn.execute("SELECT id FROM scopes WHERE id = ANY(%s) ORDER BY id FOR UPDATE", (scopes,))
+    """Poison the start of each of ``intents`` (their scopes held) and delete them; how
+    many."""
     with conn.cursor() as cursor:
         cursor.executemany(
             "INSERT INTO markers (scope_id, kind, digest, position, created_at) "
             "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
             [(scope, MarkerKind.START_POISON.value, start, position, now)
-             for scope, start, position in intents],
+             for _, scope, start, position, _ in intents],
         )  # fmt: skip
-    conn.execute(f"DELETE FROM intents WHERE {column} = ANY(%s)".encode(), (values,))  # noqa: S608
+    conn.execute("DELETE FROM intents WHERE id = ANY(%s)", ([i[0] for i in intents],))
     return len(intents)
 
 
@@ -196,7 +234,7 @@ class Leases:
         """Poison and remove the unresolved intents of every instance whose lease lapsed,
         and their lease rows (the shared-store analogue of startup recovery)."""
         with self._db.transaction(), self._db.write("recover lapsed leases") as conn:
-            return recover_lapsed(conn, now)
+            return recover_lapsed(conn, self._db.lock_scopes, now)
 
     def abandon(self, intent_id: str) -> None:
         """This instance could not resolve ``intent_id`` (the database went away): it is
@@ -212,7 +250,7 @@ class Leases:
         if not wanted:
             return 0
         with self._db.transaction(), self._db.write("recover abandoned intents") as conn:
-            found = poison_intents(conn, wanted, now)
+            found = poison_intents(conn, self._db.lock_scopes, wanted, now)
         self.abandoned.difference_update(wanted)
         self.abandoned_recovered += found
         return found

@@ -142,5 +142,10 @@ def test_close_closes_every_idle_connection() -> None:
         pool.close()
         assert pool.idle() == 0
         assert all(stream.closed() for stream in streams)
+        # An answer that ends after the close (shutdown) does not refill it.
+        late = pair()[0]
+        pool.remember(late, ORIGIN)
+        pool.checkin(late)
+        assert pool.idle() == 0 and late.closed()
 
     run(test)

@@ -4,12 +4,16 @@ server on a loopback port that answers each request with the bytes a test gives.
 A request leaves as one write (head and a small body together); an answer's body is read
 whole in each framing (chunked, Content-Length, delimited by the close, gzip decoded); a
 connection goes back to the pool only when its body was read to the last byte of an
-HTTP/1.1 keep-alive answer; closing the client closes unfinished answers."""
+HTTP/1.1 keep-alive answer; closing the client closes unfinished answers, and a
+connection still being dialed closes as soon as its dial completes."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import gzip
+import socket
+import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -21,6 +25,7 @@ from tornado.iostream import IOStream, StreamClosedError
 from tornado.netutil import DefaultLoopResolver
 
 from relay.clock import ManualClock
+from relay.transport.pool import ConnectionPool
 from relay.transport.upstream_client import (
     ONE_WRITE_BYTES,
     Response,
@@ -28,6 +33,8 @@ from relay.transport.upstream_client import (
     UpstreamClient,
     request_head,
 )
+from scenarios.faults.network import tcp_sockets
+from scenarios.wait import wait_until
 
 CHUNKED = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
 
@@ -237,5 +244,47 @@ def test_an_ip_literal_is_not_resolved(monkeypatch: pytest.MonkeyPatch) -> None:
     async def test() -> None:
         async with serving(Server([chunked(b"ok")])) as (client, url):
             assert await body_of(await post(client, url)) == b"ok"
+
+    run(test)
+
+
+SYN_SENT = "02"  # /proc/net/tcp's state of a connect the listener has not answered yet
+
+
+def test_a_connection_dialed_while_the_client_closes_is_closed_when_the_dial_completes() -> None:
+    """Shutdown while a dial is in progress: a listener whose backlog is full drops the
+    SYN, so the connect is still pending when the client closes. Once the backlog is
+    freed, the SYN's retransmission completes the dial: the stream is closed at once
+    (the peer reads EOF, no request), the pool keeps nothing, the request fails as one
+    whose connection was closed, and no socket is left for the garbage collector."""
+
+    async def test() -> None:
+        with socket.create_server(("127.0.0.1", 0), backlog=0) as listener:
+            port = listener.getsockname()[1]
+            filler = socket.create_connection(("127.0.0.1", port))  # the one queued slot
+            pool = ConnectionPool(ManualClock())
+            client = UpstreamClient(ManualClock(), pool)
+            request = asyncio.ensure_future(post(client, f"http://127.0.0.1:{port}/v1"))
+            await asyncio.to_thread(  # polled off the loop: the dial runs meanwhile
+                wait_until,
+                lambda: any(s.remote_port == port and s.state == SYN_SENT for s in tcp_sockets()),
+                timeout=10,
+                what="the dial to wait for the full backlog",
+            )
+            assert not request.done()
+            client.close()
+            listener.accept()[0].close()  # a slot frees: the retransmitted SYN gets in
+            filler.close()
+            with pytest.raises(StreamClosedError):
+                await asyncio.wait_for(request, 10)
+            late, _ = listener.accept()
+            with late:
+                late.settimeout(10)
+                assert late.recv(64) == b""  # EOF: closed at once, nothing was written
+            assert pool.idle() == 0
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            gc.collect()
+        assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
 
     run(test)

@@ -1,6 +1,7 @@
 """The shared store's lock order (relay.storage.postgres.database.Database.lock_scopes):
-every transaction that locks several conversations takes them in id order, so cleanup and
-a fence running at once wait for each other instead of deadlocking (SQLSTATE 40P01)."""
+every transaction that locks several conversations takes them in id order, and scopes
+before lease rows, so cleanup and a fence, or lease recovery and an intent insert,
+running at once wait for each other instead of deadlocking (SQLSTATE 40P01)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from dataclasses import dataclass, field
 import pytest
 
 from relay.clock import ManualClock
+from relay.errors import StoreError
 from relay.storage.cleanup import CleanupResult
 from relay.storage.recovery import fence
 from scenarios.wait import wait_until
 from tests.support.pg_cluster import PgDatabase
-from tests.support.pg_store import TARGET, h, idle_payload, open_pg
+from tests.support.pg_store import TARGET, h, idle_payload, lapse, open_pg
 
 LOCK_WAITERS = (
     "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
@@ -84,6 +86,46 @@ def test_cleanup_and_a_fence_at_once_wait_instead_of_deadlocking(
         assert all(
             (found := fencer.find_scope(h(n))) is not None and found.generation == 2 for n in (1, 2)
         )
+
+
+def test_lease_recovery_and_an_intent_insert_at_once_wait_instead_of_deadlocking(
+    pg_database: PgDatabase,
+) -> None:
+    """The request path locks its scope, then its own lease row (the share lock of its
+    intent insert). An insert that passed its lease check an instant before the lease
+    lapsed (too short a window to stop a statement in, so the test takes that share
+    lock itself) meets a survivor's recovery of the same instance. Recovery used to lock
+    the lapsed row first and then wait for the scope the insert held, while the insert
+    waited for the row: PostgreSQL aborted one of them with deadlock_detected. Locking
+    scopes first, recovery waits for the request's commit, then recovers."""
+    with open_pg(pg_database) as paused, open_pg(pg_database) as survivor:
+        scope = paused.scope_for(h(1), TARGET).id
+        with paused.transaction():
+            paused.create_intent("intent_1", scope_id=scope, position=3, start_digest=h(3), now=1.0)
+        lapse(pg_database, paused.instance_id)
+        recovered, requested = Outcome(), Outcome()
+        try:
+            with paused.transaction():
+                paused.latest_snapshot(scope)  # the request path's lock of its scope
+                recovery = in_thread(lambda: survivor.recover_lapsed(2.0), recovered)
+                wait_until(lambda: waiting(pg_database, 1), timeout=10, what="recovery to wait")
+                with paused._writer("record an intent") as conn:
+                    conn.execute(
+                        "SELECT 1 FROM instances WHERE id = %s FOR KEY SHARE",
+                        (paused.instance_id,),
+                    )
+        except StoreError as exc:  # deadlock_detected here is StoreContention (40P01)
+            requested.errors.append(exc)
+        recovery.join(30)
+        assert not recovery.is_alive()
+        assert requested.errors == [] and recovered.errors == [], (
+            requested.errors,
+            recovered.errors,
+        )
+        assert recovered.results == [1]
+        assert survivor.poisoned_starts(scope, [h(3)]) == {h(3)}
+        assert survivor.unresolved_intents() == []
+        assert [i.id for i in survivor.live_instances()] == [survivor.instance_id]
 
 
 def test_locking_below_a_held_scope_is_refused(pg_database: PgDatabase) -> None:
