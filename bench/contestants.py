@@ -44,6 +44,7 @@ from bench.servers import (
     enqueue,
     events_to_first_delta,
     load_average,
+    paired,
     process,
     relay_env,
     stream_once,
@@ -155,11 +156,6 @@ def timed(fake_port: int, ports: dict[str, int], headers: dict[str, dict[str, st
     for conn in conns.values():
         conn.close()
     return times
-
-
-def paired(times: dict[str, list[float]], mode: str, base: str) -> float:
-    """The median of the rounds' own ``mode - base`` (seconds)."""
-    return statistics.median(t - b for t, b in zip(times[mode], times[base], strict=True))
 
 
 def summarize(size: str, times: dict[str, list[float]], turns: int,

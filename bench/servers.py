@@ -64,15 +64,19 @@ def load_average() -> float:
     return os.getloadavg()[0]
 
 
+def paired(times: dict[str, list[float]], mode: str, base: str) -> float:
+    """The median of the rounds' own ``mode - base`` (seconds): each round's contestant
+    against the same round's base, so the machine's drift between rounds cancels."""
+    return statistics.median(t - b for t, b in zip(times[mode], times[base], strict=True))
+
+
 def added_time(times: dict[str, list[float]]) -> dict[str, float]:
     """What a relay adds to ``direct``, from paired rounds of ``direct``, ``relay`` (cache
     off) and ``relay_cache`` (cache on): the median of the rounds' differences (seconds)
     and the median of their ratios, so each round's relay is compared with its own direct
     request and the machine's drift between rounds cancels."""
     return {
-        **{f"{mode}_s": statistics.median(
-            relay - direct for relay, direct in zip(times[mode], times["direct"], strict=True)
-        ) for mode in ("relay", "relay_cache")},
+        **{f"{mode}_s": paired(times, mode, "direct") for mode in ("relay", "relay_cache")},
         **{f"{mode}_ratio": paired_ratio(times, [mode], "direct")
            for mode in ("relay", "relay_cache")},
     }  # fmt: skip
