@@ -104,7 +104,7 @@ class RenderedMessages:
         return self
 
     def recall(self, key: bytes) -> Rendered | None:
-        """``[framed text, nodes, _]`` remembered for ``key``, now used by this call."""
+        """The :data:`Rendered` entry remembered for ``key``, now used by this call."""
         found = self._entries.get(key)
         if found is not None:
             self._entries.move_to_end(key)
