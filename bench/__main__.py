@@ -13,9 +13,9 @@ relay with the cache off and one through a relay with the cache on, so machine n
 them alike, and reports medians; each round does so for a burst stream (throughput) and a
 paced one (time to first token), see :func:`run_servers`. The same at a long Cursor
 conversation (201 messages / 108 KB and 1,000), where the cache on replays the earlier
-turns, with a cProfile breakdown of what the cache adds: :mod:`bench.conversation`. With
-the same added time beside a bare TCP hop (the floor of any proxy) and, with ``--litellm
-PATH``, LiteLLM's Chat→Responses bridge, on the same fake (``nox -s bench_litellm``
+turns, with a cProfile breakdown of what the cache adds: :mod:`bench.conversation`. The
+same added time beside a bare TCP hop (the floor of any proxy) and, with ``--litellm
+PATH``, beside LiteLLM's Chat→Responses bridge, on the same fake (``nox -s bench_litellm``
 installs it): :mod:`bench.contestants`.
 
 In-process sections (identity, cache path, commits) compare the relay's code against a
@@ -510,6 +510,9 @@ def main() -> None:
                         "that comparison")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("bench-results/bench.json"))
     args = parser.parse_args()
+    if args.litellm is not None and (args.no_servers or not args.contestant_iterations):
+        parser.error("--litellm joins the contestants comparison, which --no-servers or "
+                     "--contestant-iterations 0 skips")  # fmt: skip
     sizes = sorted(args.sizes)
     result: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine()}
     if not args.no_servers:
